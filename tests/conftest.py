@@ -1,0 +1,39 @@
+"""Shared test setup: import path, quiet TensorFlow logs, and access to ../shared fixtures.
+
+Tests that need `../shared` (real vocabs, checkpoint index, corpora) must go through
+`shared_path`, which skips the test with a clear reason when the directory is absent
+(users clone the repository without it; CI always has it).
+"""
+import os
+import sys
+
+import pytest
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+if REPO_ROOT not in sys.path:
+  sys.path.insert(0, REPO_ROOT)
+
+
+def shared_path(*parts: str) -> str:
+  """Returns the path of a file under ../shared, or skips the calling test if it is absent."""
+  path = os.path.join(SHARED_DIR, *parts)
+  if not os.path.exists(path):
+    pytest.skip("needs ../shared/%s (clone the shared fixtures beside the repository)" %
+                "/".join(parts))
+  return path
+
+
+@pytest.fixture
+def uncased_vocab_file() -> str:
+  """Google's 30522-token uncased English WordPiece vocab."""
+  return shared_path("fixtures", "uncased_vocab", "vocab.txt")
+
+
+@pytest.fixture
+def chinese_bert_dir() -> str:
+  """Directory with the chinese_L-12_H-768_A-12 index, config and vocab."""
+  return shared_path("fixtures", "google_bert_chinese")
