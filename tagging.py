@@ -1,0 +1,266 @@
+# coding=utf-8
+"""Token tagging (named entities, parts of speech) on top of BERT.
+
+What lives here, shared by `run_ner.py`, its tests and its SavedModel export:
+- reading CoNLL-2003 column files (`word ... tag` per line, blank line between sentences,
+  `-DOCSTART-` lines ignored) and the tag list saved beside the model;
+- word -> WordPiece features: each word's tag sits on its first sub-token, the other sub-tokens
+  carry `IGNORE_LABEL` and count neither in the loss nor in prediction; sentences whose pieces do
+  not fit `max_seq_length` are split into windows of whole words so that no word is lost;
+- the tagging head (`output_weights`/`output_bias` on BERT's sequence output) and its loss;
+- entity-level metrics computed exactly as CoNLL's `conlleval` script (IOB1, IOB2, IOBES);
+- CoNLL-format prediction files.
+"""
+
+import collections
+import dataclasses
+import os
+import re
+from typing import Iterable, Optional, Sequence
+
+DOCSTART = "-DOCSTART-"
+OUTSIDE_TAG = "O"
+# Label id of sub-tokens that are not the first piece of a word ([CLS], [SEP], padding, "##" pieces).
+IGNORE_LABEL = -1
+TAG_LIST_FILE = "tag_list.txt"
+
+
+@dataclasses.dataclass
+class TaggedSentence:
+  """One sentence of a CoNLL file: its words and their tags (tags may be None at predict time)."""
+  words: list[str]
+  tags: Optional[list[str]]
+  guid: str = ""
+
+
+def read_conll(path: str) -> list[TaggedSentence]:
+  """Reads a CoNLL-2003 style file: the first column is the word, the last one its tag.
+
+  Blank lines separate sentences; `-DOCSTART-` lines (document boundaries) are skipped.
+  Raises ValueError naming the file and line when a line has a single column.
+  """
+  sentences = []
+  words, tags = [], []
+  name = os.path.basename(path)
+
+  def flush(line_number):
+    if words:
+      sentences.append(TaggedSentence(list(words), list(tags), "%s-%d" % (name, line_number)))
+      words.clear()
+      tags.clear()
+
+  with open(path, encoding="utf-8") as reader:
+    line_number = 0
+    for line_number, line in enumerate(reader, start=1):
+      columns = line.split()
+      if not columns:
+        flush(line_number)
+        continue
+      if columns[0] == DOCSTART:
+        flush(line_number)
+        continue
+      if len(columns) < 2:
+        raise ValueError("%s:%d: expected `word ... tag`, got %r" % (path, line_number, line.rstrip()))
+      words.append(columns[0])
+      tags.append(columns[-1])
+    flush(line_number + 1)
+  return sentences
+
+
+def tag_list_from_sentences(sentences: Iterable[TaggedSentence]) -> list[str]:
+  """The tag set of the training data: "O" first (if present), then the others sorted."""
+  tags = {tag for sentence in sentences for tag in sentence.tags}
+  return sorted(tags, key=lambda tag: (tag != OUTSIDE_TAG, tag))
+
+
+def write_tag_list(tag_list: Sequence[str], directory: str) -> str:
+  """Writes the tag list (one tag per line, id = line number) beside a model; returns its path."""
+  path = os.path.join(directory, TAG_LIST_FILE)
+  with open(path, "w", encoding="utf-8") as writer:
+    writer.write("".join(tag + "\n" for tag in tag_list))
+  return path
+
+
+def read_tag_list(directory: str) -> list[str]:
+  """Reads the tag list written by `write_tag_list`."""
+  path = os.path.join(directory, TAG_LIST_FILE)
+  if not os.path.exists(path):
+    raise FileNotFoundError("%s not found: train first (--do_train) with this --output_dir, or copy "
+                            "the tag list of the model there" % path)
+  with open(path, encoding="utf-8") as reader:
+    return [line.rstrip("\n") for line in reader if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Entity-level evaluation, as CoNLL's conlleval (version 2004-01-26) computes it.
+# ---------------------------------------------------------------------------------------------
+
+_TAG_RE = re.compile(r"^([^-]*)-(.*)$")
+
+
+def split_tag(tag: str) -> tuple[str, str]:
+  """Splits "B-PER" into ("B", "PER") like conlleval: at the first hyphen; "O" -> ("O", "")."""
+  match = _TAG_RE.match(tag)
+  if match:
+    return match.group(1), match.group(2)
+  return tag, ""
+
+
+def end_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str) -> bool:
+  """Whether a chunk ended between the previous word and this one (conlleval's endOfChunk).
+
+  For B/I/O tags these are exactly conlleval's rules. For IOBES, an E- or S- word always closes its
+  chunk, and B-/S- after B-/I- closes the open one (the S-aware rules of the IOBES version of
+  conlleval; the 2004 script has no S- rules and would merge adjacent single-word chunks).
+  """
+  if prev_prefix in ("E", "S"):
+    return True
+  if prev_prefix in ("B", "I") and prefix in ("B", "S", "O"):
+    return True
+  return prev_prefix != "O" and prev_type != chunk_type
+
+
+def start_of_chunk(prev_prefix: str, prefix: str, prev_type: str, chunk_type: str) -> bool:
+  """Whether a chunk starts at this word (conlleval's startOfChunk).
+
+  B- and S- always start one; I- and E- start one after O, E- or S- (an I- after O is a chunk in
+  IOB1); any non-O tag whose type differs from the previous word's starts one.
+  """
+  if prefix in ("B", "S"):
+    return True
+  if prefix in ("I", "E") and prev_prefix in ("O", "E", "S"):
+    return True
+  return prefix != "O" and prev_type != chunk_type
+
+
+@dataclasses.dataclass
+class ChunkScores:
+  """Precision, recall and F1 in percent, and the counts they come from."""
+  precision: float
+  recall: float
+  f1: float
+  correct: int
+  found_gold: int
+  found_predicted: int
+
+
+def _scores(correct: int, found_gold: int, found_predicted: int) -> ChunkScores:
+  precision = 100.0 * correct / found_predicted if found_predicted else 0.0
+  recall = 100.0 * correct / found_gold if found_gold else 0.0
+  f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+  return ChunkScores(precision, recall, f1, correct, found_gold, found_predicted)
+
+
+@dataclasses.dataclass
+class ConllEvaluation:
+  """conlleval's numbers: overall and per chunk type, plus token accuracy (in percent)."""
+  overall: ChunkScores
+  per_type: dict[str, ChunkScores]
+  accuracy: float
+  num_tokens: int
+
+
+def conll_evaluate(gold: Sequence[Sequence[str]], predicted: Sequence[Sequence[str]]
+                  ) -> ConllEvaluation:
+  """Scores predicted tag sequences against gold ones, sentence by sentence, as conlleval does.
+
+  A chunk counts as correct when gold and prediction start it at the same word with the same type
+  and end it at the same word. Sentence boundaries close every open chunk (conlleval reads the
+  blank line between sentences as an `O` word that is not counted as a token).
+  """
+  if len(gold) != len(predicted):
+    raise ValueError("%d gold sentences but %d predicted ones" % (len(gold), len(predicted)))
+  correct_chunks = collections.Counter()
+  found_gold = collections.Counter()
+  found_predicted = collections.Counter()
+  correct_tags = 0
+  num_tokens = 0
+  in_correct = False
+  last_gold, last_gold_type = OUTSIDE_TAG, ""
+  last_pred, last_pred_type = OUTSIDE_TAG, ""
+
+  def tokens():
+    for index, (gold_tags, pred_tags) in enumerate(zip(gold, predicted)):
+      if len(gold_tags) != len(pred_tags):
+        raise ValueError("sentence %d: %d gold tags but %d predicted ones" %
+                         (index, len(gold_tags), len(pred_tags)))
+      for gold_tag, pred_tag in zip(gold_tags, pred_tags):
+        yield gold_tag, pred_tag, True
+      yield OUTSIDE_TAG, OUTSIDE_TAG, False  # The sentence boundary.
+
+  for gold_tag, pred_tag, is_word in tokens():
+    gold_prefix, gold_type = split_tag(gold_tag)
+    pred_prefix, pred_type = split_tag(pred_tag)
+    gold_ends = end_of_chunk(last_gold, gold_prefix, last_gold_type, gold_type)
+    pred_ends = end_of_chunk(last_pred, pred_prefix, last_pred_type, pred_type)
+    if in_correct:
+      if gold_ends and pred_ends and last_pred_type == last_gold_type:
+        in_correct = False
+        correct_chunks[last_gold_type] += 1
+      elif gold_ends != pred_ends or pred_type != gold_type:
+        in_correct = False
+    gold_starts = start_of_chunk(last_gold, gold_prefix, last_gold_type, gold_type)
+    pred_starts = start_of_chunk(last_pred, pred_prefix, last_pred_type, pred_type)
+    if gold_starts and pred_starts and pred_type == gold_type:
+      in_correct = True
+    if gold_starts:
+      found_gold[gold_type] += 1
+    if pred_starts:
+      found_predicted[pred_type] += 1
+    if is_word:
+      correct_tags += gold_tag == pred_tag
+      num_tokens += 1
+    last_gold, last_gold_type = gold_prefix, gold_type
+    last_pred, last_pred_type = pred_prefix, pred_type
+  if in_correct:
+    correct_chunks[last_gold_type] += 1
+
+  types = sorted(set(found_gold) | set(found_predicted))
+  per_type = {t: _scores(correct_chunks[t], found_gold[t], found_predicted[t]) for t in types}
+  overall = _scores(sum(correct_chunks.values()), sum(found_gold.values()),
+                    sum(found_predicted.values()))
+  accuracy = 100.0 * correct_tags / num_tokens if num_tokens else 0.0
+  return ConllEvaluation(overall, per_type, accuracy, num_tokens)
+
+
+def format_conlleval_report(evaluation: ConllEvaluation) -> str:
+  """The evaluation as conlleval prints it (overall line, then one line per chunk type)."""
+  overall = evaluation.overall
+  lines = ["processed %d tokens with %d phrases; found: %d phrases; correct: %d." %
+           (evaluation.num_tokens, overall.found_gold, overall.found_predicted, overall.correct)]
+  if evaluation.num_tokens:
+    lines.append("accuracy: %6.2f%%; precision: %6.2f%%; recall: %6.2f%%; FB1: %6.2f" %
+                 (evaluation.accuracy, overall.precision, overall.recall, overall.f1))
+  for chunk_type, scores in evaluation.per_type.items():
+    lines.append("%17s: precision: %6.2f%%; recall: %6.2f%%; FB1: %6.2f  %d" %
+                 (chunk_type, scores.precision, scores.recall, scores.f1, scores.found_predicted))
+  return "\n".join(lines) + "\n"
+
+
+def evaluation_to_dict(evaluation: ConllEvaluation) -> dict[str, float]:
+  """Flat `name -> value` metrics for eval_results.txt (fractions, like run_classifier's accuracy)."""
+  results = {
+      "eval_accuracy": evaluation.accuracy / 100.0,
+      "eval_precision": evaluation.overall.precision / 100.0,
+      "eval_recall": evaluation.overall.recall / 100.0,
+      "eval_f1": evaluation.overall.f1 / 100.0,
+  }
+  for chunk_type, scores in evaluation.per_type.items():
+    results["eval_%s_precision" % chunk_type] = scores.precision / 100.0
+    results["eval_%s_recall" % chunk_type] = scores.recall / 100.0
+    results["eval_%s_f1" % chunk_type] = scores.f1 / 100.0
+  return results
+
+
+def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
+                            predicted_tags: Sequence[Sequence[str]]) -> None:
+  """Writes `word gold_tag predicted_tag` lines, a blank line after each sentence.
+
+  This is the input format of conlleval itself. Sentences without gold tags get "O" as gold.
+  """
+  with open(path, "w", encoding="utf-8") as writer:
+    for sentence, tags in zip(sentences, predicted_tags):
+      gold = sentence.tags or [OUTSIDE_TAG] * len(sentence.words)
+      for word, gold_tag, tag in zip(sentence.words, gold, tags):
+        writer.write("%s %s %s\n" % (word, gold_tag, tag))
+      writer.write("\n")
