@@ -1,0 +1,470 @@
+# coding=utf-8
+"""Tokenization classes with the original BERT's API and exactly its ids.
+
+`FullTokenizer(vocab_file, do_lower_case=True, spm_model_file=None)` tokenizes like Google's
+original `tokenization.py`:
+
+* Basic tokenization: NUL, U+FFFD and control characters (categories Cc and Cf except tab, newline
+  and carriage return) are dropped; whitespace (space, tab, newline, carriage return, category Zs)
+  becomes a space; CJK ideographs (the original's code point ranges, which exclude Hangul and Kana)
+  become single-character words; with `do_lower_case` each whitespace-separated word is lower-cased,
+  NFD-normalized and stripped of nonspacing marks (Mn); punctuation (ASCII non-alphanumerics and
+  Unicode P* categories) is split off; words are split on whitespace (Python's `str.split`).
+* WordPiece: greedy longest-match-first with the `##` continuation prefix; a word longer than 200
+  characters or without a complete match becomes `[UNK]`.
+* Bytes are decoded as UTF-8 with invalid bytes dropped.
+
+`BasicTokenizer` and `WordpieceTokenizer` are the straightforward reference algorithm.
+`FullTokenizer.tokenize` gives the same result several times faster: it splits whitespace and
+drops/spaces characters with one `str.translate` over a lazily filled character table and caches
+the word pieces of every distinct whitespace-separated word (only a few percent of the words of
+running text are distinct).
+
+With `spm_model_file` (as ALBERT's tokenizer) tokens are the SentencePiece model's pieces and ids
+its ids; `do_lower_case` lower-cases the text (`str.lower`) before encoding.
+
+This module imports neither TensorFlow nor tensorflow-text at import time (data-generation
+workers import it); only the batch methods of `FullTokenizer` load them.
+"""
+
+import collections
+import os
+import re
+import unicodedata
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+TextLike = Union[str, bytes]
+
+MAX_INPUT_CHARS_PER_WORD = 200
+UNK_TOKEN = "[UNK]"
+CLS_TOKEN = "[CLS]"
+SEP_TOKEN = "[SEP]"
+PAD_TOKEN = "[PAD]"
+MASK_TOKEN = "[MASK]"
+
+# The original's "CJK Unified Ideographs" ranges (inclusive). Hangul and Kana are not included.
+CJK_RANGES = (
+    (0x4E00, 0x9FFF),
+    (0x3400, 0x4DBF),
+    (0x20000, 0x2A6DF),
+    (0x2A700, 0x2B73F),
+    (0x2B740, 0x2B81F),
+    (0x2B820, 0x2CEAF),
+    (0xF900, 0xFAFF),
+    (0x2F800, 0x2FA1F),
+)
+
+# Google's released checkpoints whose vocab is lower-cased or cased.
+_LOWER_CASED_MODELS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
+                       "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
+_CASED_MODELS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16", "multi_cased_L-12_H-768_A-12")
+
+# A bound on the per-word cache of FullTokenizer (the cache is cleared when it is full).
+_MAX_CACHED_WORDS = 1 << 20
+
+
+def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: Optional[str]) -> None:
+  """Raises ValueError if `do_lower_case` contradicts a known released checkpoint's casing.
+
+  The released checkpoints have their model name as the directory of `bert_model.ckpt`, e.g.
+  `.../uncased_L-12_H-768_A-12/bert_model.ckpt`. Other paths are not checked.
+  """
+  if not init_checkpoint:
+    return
+  match = re.match(r"^.*?([A-Za-z0-9_-]+)/bert_model.ckpt", init_checkpoint)
+  if match is None:
+    return
+  model_name = match.group(1)
+  if model_name in _LOWER_CASED_MODELS and not do_lower_case:
+    actual_flag, case_name, opposite_flag = "False", "lowercased", "True"
+  elif model_name in _CASED_MODELS and do_lower_case:
+    actual_flag, case_name, opposite_flag = "True", "cased", "False"
+  else:
+    return
+  raise ValueError(
+      "You passed in `--do_lower_case=%s` with `--init_checkpoint=%s`. However, `%s` seems to be "
+      "a %s model, so you should pass in `--do_lower_case=%s` so that the fine-tuning matches how "
+      "the model was pre-trained. If this error is wrong, rename the checkpoint directory." %
+      (actual_flag, init_checkpoint, model_name, case_name, opposite_flag))
+
+
+def convert_to_unicode(text: TextLike) -> str:
+  """Returns `text` as `str`, decoding bytes as UTF-8 and dropping invalid bytes."""
+  if isinstance(text, str):
+    return text
+  if isinstance(text, (bytes, bytearray)):
+    return bytes(text).decode("utf-8", "ignore")
+  raise ValueError("Unsupported string type: %s" % type(text))
+
+
+def printable_text(text: TextLike) -> str:
+  """Returns `text` in a form suitable for print or logging (`str` in Python 3)."""
+  return convert_to_unicode(text)
+
+
+def _open_text(path: str):
+  """Opens a local file, or a remote one (gs://...) through TensorFlow's gfile."""
+  if "://" in path:
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.GFile(path, "rb")
+  return open(path, "rb")
+
+
+def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
+  """Loads a vocab file (one token per line, id = line number) into an ordered dict.
+
+  As in the original, each line is stripped of surrounding whitespace and a token that occurs twice
+  maps to its last line.
+
+  Raises:
+    ValueError: if the file does not exist or holds no token.
+  """
+  if not vocab_file:
+    raise ValueError("No vocab file given (pass --vocab_file).")
+  if "://" not in vocab_file and not os.path.isfile(vocab_file):
+    raise ValueError("Vocab file %s does not exist." % vocab_file)
+  vocab = collections.OrderedDict()
+  with _open_text(vocab_file) as reader:
+    for index, line in enumerate(reader):
+      vocab[convert_to_unicode(line).strip()] = index
+  if not vocab:
+    raise ValueError("Vocab file %s is empty." % vocab_file)
+  return vocab
+
+
+def convert_by_vocab(vocab, items: Iterable) -> list:
+  """Maps every item through `vocab` (a dict); a missing item raises KeyError."""
+  return [vocab[item] for item in items]
+
+
+def convert_tokens_to_ids(vocab, tokens: Iterable[str]) -> List[int]:
+  """Maps tokens to ids with a token -> id dict."""
+  return convert_by_vocab(vocab, tokens)
+
+
+def convert_ids_to_tokens(inv_vocab, ids: Iterable[int]) -> List[str]:
+  """Maps ids to tokens with an id -> token dict."""
+  return convert_by_vocab(inv_vocab, ids)
+
+
+def whitespace_tokenize(text: str) -> List[str]:
+  """Splits `text` on whitespace (Python's definition, as `str.split`)."""
+  return text.split()
+
+
+def is_whitespace(char: str) -> bool:
+  """Whether the original treats `char` as whitespace (space, \\t, \\n, \\r or category Zs)."""
+  return char in " \t\n\r" or unicodedata.category(char) == "Zs"
+
+
+def is_control(char: str) -> bool:
+  """Whether the original drops `char` as a control character (Cc, Cf but not \\t \\n \\r)."""
+  if char in "\t\n\r":
+    return False
+  return unicodedata.category(char) in ("Cc", "Cf")
+
+
+def is_punctuation(char: str) -> bool:
+  """Whether the original splits off `char`: ASCII non-alphanumerics or a Unicode P* category."""
+  cp = ord(char)
+  if 33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126:
+    return True
+  return unicodedata.category(char).startswith("P")
+
+
+def is_chinese_char(cp: int) -> bool:
+  """Whether code point `cp` is in the original's CJK ideograph ranges."""
+  return any(low <= cp <= high for low, high in CJK_RANGES)
+
+
+def strip_accents(text: str) -> str:
+  """NFD-normalizes `text` and drops nonspacing marks (category Mn)."""
+  return "".join(char for char in unicodedata.normalize("NFD", text)
+                 if unicodedata.category(char) != "Mn")
+
+
+def split_on_punctuation(text: str) -> List[str]:
+  """Splits `text` into runs of non-punctuation and single punctuation characters."""
+  output = []
+  start_new_word = True
+  for char in text:
+    if is_punctuation(char):
+      output.append([char])
+      start_new_word = True
+    else:
+      if start_new_word:
+        output.append([])
+      start_new_word = False
+      output[-1].append(char)
+  return ["".join(chars) for chars in output]
+
+
+class BasicTokenizer(object):
+  """The original's basic tokenization (cleaning, CJK, lower-casing, punctuation splitting)."""
+
+  def __init__(self, do_lower_case: bool = True):
+    self.do_lower_case = do_lower_case
+
+  def tokenize(self, text: TextLike) -> List[str]:
+    """Splits `text` into words and punctuation."""
+    text = self._tokenize_chinese_chars(self._clean_text(convert_to_unicode(text)))
+    split_tokens = []
+    for token in whitespace_tokenize(text):
+      if self.do_lower_case:
+        token = strip_accents(token.lower())
+      split_tokens.extend(split_on_punctuation(token))
+    return whitespace_tokenize(" ".join(split_tokens))
+
+  def _tokenize_chinese_chars(self, text: str) -> str:
+    """Puts spaces around every CJK ideograph."""
+    return "".join(" %s " % char if is_chinese_char(ord(char)) else char for char in text)
+
+  def _clean_text(self, text: str) -> str:
+    """Drops NUL, U+FFFD and control characters and turns whitespace into spaces."""
+    output = []
+    for char in text:
+      if char in ("\x00", "\ufffd") or is_control(char):
+        continue
+      output.append(" " if is_whitespace(char) else char)
+    return "".join(output)
+
+
+class WordpieceTokenizer(object):
+  """The original's greedy longest-match-first WordPiece tokenization."""
+
+  def __init__(self, vocab, unk_token: str = UNK_TOKEN,
+               max_input_chars_per_word: int = MAX_INPUT_CHARS_PER_WORD):
+    self.vocab = vocab
+    self.unk_token = unk_token
+    self.max_input_chars_per_word = max_input_chars_per_word
+
+  def tokenize(self, text: TextLike) -> List[str]:
+    """Splits every whitespace-separated word of `text` into word pieces."""
+    output_tokens = []
+    for token in whitespace_tokenize(convert_to_unicode(text)):
+      output_tokens.extend(self._tokenize_word(token))
+    return output_tokens
+
+  def _tokenize_word(self, word: str) -> List[str]:
+    """Word pieces of one word, or [unk_token]."""
+    if len(word) > self.max_input_chars_per_word:
+      return [self.unk_token]
+    pieces = []
+    start = 0
+    while start < len(word):
+      end = len(word)
+      piece = None
+      while start < end:
+        candidate = word[start:end] if start == 0 else "##" + word[start:end]
+        if candidate in self.vocab:
+          piece = candidate
+          break
+        end -= 1
+      if piece is None:
+        return [self.unk_token]
+      pieces.append(piece)
+      start = end
+    return pieces
+
+
+class _CleaningTable(dict):
+  """A `str.translate` table doing the original's cleaning and CJK spacing, filled lazily.
+
+  Maps a code point to "" (dropped), " " (whitespace), " c " (CJK ideograph) or the character
+  itself. Filling it on demand keeps import and construction cheap.
+  """
+
+  def __missing__(self, cp: int) -> str:
+    char = chr(cp)
+    if cp == 0 or cp == 0xFFFD or is_control(char):
+      value = ""
+    elif is_whitespace(char):
+      value = " "
+    elif is_chinese_char(cp):
+      value = " %s " % char
+    else:
+      value = char
+    self[cp] = value
+    return value
+
+
+class _PunctuationTable(dict):
+  """Lazily filled character -> is_punctuation table."""
+
+  def __missing__(self, char: str) -> bool:
+    value = is_punctuation(char)
+    self[char] = value
+    return value
+
+
+_CLEANING_TABLE = _CleaningTable()
+_PUNCTUATION_TABLE = _PunctuationTable()
+
+
+def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int) -> None:
+  """Truncates a pair in place to at most `max_num_tokens` in total, as the original.
+
+  Removes one token at a time from the end of the longer list (from `tokens_b` on a tie), so the
+  shorter text keeps as much as possible.
+  """
+  while len(tokens_a) + len(tokens_b) > max_num_tokens:
+    if len(tokens_a) > len(tokens_b):
+      tokens_a.pop()
+    else:
+      tokens_b.pop()
+
+
+def build_inputs(ids_a: Sequence[int], ids_b: Optional[Sequence[int]], max_seq_length: int,
+                 cls_id: int, sep_id: int) -> Tuple[List[int], List[int], List[int]]:
+  """Returns (input_ids, input_mask, segment_ids) for `[CLS] A [SEP] (B [SEP])`.
+
+  Truncates like the original's feature conversion: a single text to `max_seq_length - 2` ids, a
+  pair with `truncate_seq_pair` to `max_seq_length - 3`; then pads with zeros.
+  """
+  ids_a = list(ids_a)
+  if ids_b is None:
+    del ids_a[max(max_seq_length - 2, 0):]
+    ids_b = []
+    input_ids = [cls_id] + ids_a + [sep_id]
+  else:
+    ids_b = list(ids_b)
+    truncate_seq_pair(ids_a, ids_b, max(max_seq_length - 3, 0))
+    input_ids = [cls_id] + ids_a + [sep_id] + ids_b + [sep_id]
+  if len(input_ids) > max_seq_length:
+    raise ValueError("max_seq_length=%d leaves no room for the special tokens." % max_seq_length)
+  segment_ids = [0] * (len(ids_a) + 2) + [1] * (len(input_ids) - len(ids_a) - 2)
+  padding = [0] * (max_seq_length - len(input_ids))
+  return input_ids + padding, [1] * len(input_ids) + padding, segment_ids + padding
+
+
+class FullTokenizer(object):
+  """Basic tokenization followed by WordPiece (or a SentencePiece model), with the original's API.
+
+  Attributes:
+    vocab: token -> id (an OrderedDict in file order).
+    inv_vocab: id -> token.
+    do_lower_case: whether text is lower-cased (and, for WordPiece, stripped of accents).
+    sp_model: the SentencePiece processor, or None for WordPiece.
+  """
+
+  def __init__(self, vocab_file: Optional[str], do_lower_case: bool = True,
+               spm_model_file: Optional[str] = None):
+    self.do_lower_case = do_lower_case
+    self.vocab_file = vocab_file
+    self.spm_model_file = spm_model_file
+    self.sp_model = None
+    if spm_model_file:
+      self.sp_model = _load_sentencepiece(spm_model_file)
+      self.vocab = collections.OrderedDict(
+          (self.sp_model.id_to_piece(i), i) for i in range(self.sp_model.get_piece_size()))
+    else:
+      self.vocab = load_vocab(vocab_file)
+    self.inv_vocab = {index: token for token, index in self.vocab.items()}
+    self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
+    self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
+    self._word_cache = {}
+    self._max_token_chars = max(len(token) for token in self.vocab)
+
+  def tokenize(self, text: TextLike) -> List[str]:
+    """Returns the word pieces (or SentencePiece pieces) of `text`."""
+    text = convert_to_unicode(text)
+    if self.sp_model is not None:
+      return self.sp_model.encode(self._spm_prepare(text), out_type=str)
+    cache = self._word_cache
+    output = []
+    for word in text.translate(_CLEANING_TABLE).split():
+      pieces = cache.get(word)
+      if pieces is None:
+        pieces = self._tokenize_word(word)
+        if len(cache) >= _MAX_CACHED_WORDS:
+          cache.clear()
+        cache[word] = pieces
+      output.extend(pieces)
+    return output
+
+  def tokenize_to_ids(self, text: TextLike) -> List[int]:
+    """Returns the ids of `tokenize(text)`."""
+    return self.convert_tokens_to_ids(self.tokenize(text))
+
+  def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
+    """Maps tokens to ids (KeyError for a token outside a WordPiece vocab)."""
+    if self.sp_model is not None:
+      return [self.sp_model.piece_to_id(printable_text(token)) for token in tokens]
+    return convert_by_vocab(self.vocab, tokens)
+
+  def convert_ids_to_tokens(self, ids: Iterable[int]) -> List[str]:
+    """Maps ids to tokens."""
+    return convert_by_vocab(self.inv_vocab, ids)
+
+  def special_token_id(self, token: str) -> int:
+    """Returns the id of a special token such as "[CLS]", with a clear error if it is missing."""
+    if token not in self.vocab:
+      raise ValueError("The vocab %s has no %s token, which is needed here." %
+                       (self.spm_model_file or self.vocab_file, token))
+    return self.vocab[token]
+
+  def encode(self, text_a: TextLike, text_b: Optional[TextLike] = None,
+             max_seq_length: int = 128) -> Tuple[List[int], List[int], List[int]]:
+    """Returns (input_ids, input_mask, segment_ids) of one text or a pair, as `build_inputs`."""
+    ids_b = None if text_b is None else self.tokenize_to_ids(text_b)
+    return build_inputs(self.tokenize_to_ids(text_a), ids_b, max_seq_length,
+                        self.special_token_id(CLS_TOKEN), self.special_token_id(SEP_TOKEN))
+
+  def _spm_prepare(self, text: str) -> str:
+    """The text handed to the SentencePiece model."""
+    return text.lower() if self.do_lower_case else text
+
+  def _tokenize_word(self, word: str) -> List[str]:
+    """Word pieces of one cleaned whitespace-separated word (the cache's miss path)."""
+    if self.do_lower_case:
+      word = word.lower()
+      if not word.isascii():
+        word = strip_accents(word)
+    output = []
+    start = 0
+    for index, char in enumerate(word):
+      if _PUNCTUATION_TABLE[char]:
+        if start < index:
+          output.extend(self._wordpiece(word[start:index]))
+        output.extend(self._wordpiece(char))
+        start = index + 1
+    if start < len(word):
+      output.extend(self._wordpiece(word[start:]))
+    return output
+
+  def _wordpiece(self, word: str) -> List[str]:
+    """Greedy longest-match-first word pieces of a word without whitespace or punctuation."""
+    if len(word) > MAX_INPUT_CHARS_PER_WORD:
+      return [UNK_TOKEN]
+    vocab = self.vocab
+    longest = self._max_token_chars
+    pieces = []
+    start = 0
+    length = len(word)
+    while start < length:
+      prefix = "" if start == 0 else "##"
+      end = min(length, start + longest)
+      while end > start:
+        candidate = prefix + word[start:end]
+        if candidate in vocab:
+          pieces.append(candidate)
+          break
+        end -= 1
+      else:
+        return [UNK_TOKEN]
+      start = end
+    return pieces
+
+
+def _load_sentencepiece(spm_model_file: str):
+  """Loads a SentencePiece model, with a clear error for a missing file."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  if "://" not in spm_model_file and not os.path.isfile(spm_model_file):
+    raise ValueError("SentencePiece model file %s does not exist." % spm_model_file)
+  with _open_text(spm_model_file) as reader:
+    model_proto = reader.read()
+  processor = spm.SentencePieceProcessor()
+  processor.load_from_serialized_proto(model_proto)
+  return processor
