@@ -1,0 +1,559 @@
+"""Sentence (pair) classification: task processors, features, TFRecord cache, model head, metrics.
+
+`run_classifier.py` is a thin CLI over this module. The pieces keep the original run_classifier's names
+(`InputExample`, `InputFeatures`, `DataProcessor`, `convert_single_example`, `create_model`, ...) so its
+users find their way, and they are shared with the export (`export.py`) and the tests.
+
+Data files are read in the layouts GLUE and XNLI ship them in. A row that cannot be used (wrong number of
+columns, unknown label, unparsable score) raises `BadInputError` naming the file and line, or, when the
+processor was built with `skip_bad_rows=True`, is skipped and counted in `processor.skipped_rows`.
+"""
+
+import collections
+import csv
+import dataclasses
+import json
+import os
+from typing import Iterable, Iterator, Optional, Sequence
+
+from absl import logging
+import numpy as np
+
+# The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
+LABEL_LIST_FILE = "label_list.txt"
+
+
+class BadInputError(ValueError):
+  """Raised for a data file, row or directory that cannot be used; the message says where."""
+
+
+@dataclasses.dataclass
+class InputExample:
+  """A single training/test example: one text (or a pair) and its label (None when unlabeled)."""
+  guid: str
+  text_a: str
+  text_b: Optional[str] = None
+  label: Optional[str] = None
+
+
+class PaddingInputExample:
+  """A fake example added so the number of examples is a multiple of the batch size (TPU).
+
+  Its features are all zero and `is_real_example` is 0, so metrics and outputs ignore it.
+  """
+
+
+@dataclasses.dataclass
+class InputFeatures:
+  """The model inputs of one example."""
+  input_ids: list[int]
+  input_mask: list[int]
+  segment_ids: list[int]
+  label_id: float  # A class index, or the score itself for regression.
+  is_real_example: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitLayout:
+  """Where a split's examples are and which columns hold what.
+
+  Attributes:
+    file_name: path of the file relative to data_dir.
+    text_a: column index of the first text.
+    text_b: column index of the second text, None for single-sentence tasks.
+    label: column index of the label, None for an unlabeled (test) split. Unlabeled examples get the
+      first label as a placeholder, as in the original.
+    has_header: whether the first line is a header. Every row must then have the header's number of
+      columns.
+    num_columns: the exact number of columns of a file without header (None: at least enough for the
+      indices above).
+    keep_if: optional (column, value): rows whose column differs are silently left out (XNLI's dev and
+      test files hold all 15 languages).
+    label_aliases: labels written differently in this file (XNLI's train file says "contradictory").
+    file_format: "tsv" (tab-separated, no quoting, as GLUE), "csv" or "jsonl".
+    jsonl_keys: for JSON Lines, the keys whose values make up the row's columns, in order.
+  """
+  file_name: str
+  text_a: int
+  text_b: Optional[int] = None
+  label: Optional[int] = None
+  has_header: bool = True
+  num_columns: Optional[int] = None
+  keep_if: Optional[tuple[int, str]] = None
+  label_aliases: tuple[tuple[str, str], ...] = ()
+  file_format: str = "tsv"
+  jsonl_keys: tuple[str, ...] = ()
+
+
+class DataProcessor:
+  """Base class of the task processors: reads the train/dev/test splits of one task.
+
+  Subclasses set `labels` (class names; empty for regression) and `layouts` (split name ->
+  `SplitLayout`), or override `_layout`. `is_regression` tasks predict one float (STS-B).
+  `extra_metrics` names what `compute_metrics` reports besides accuracy ("f1", "matthews_corrcoef").
+  """
+  labels: Sequence[str] = ()
+  extra_metrics: tuple[str, ...] = ()
+  is_regression: bool = False
+  is_pair: bool = True
+  layouts: dict[str, SplitLayout] = {}
+
+  def __init__(self, skip_bad_rows: bool = False):
+    self.skip_bad_rows = skip_bad_rows
+    # Skipped rows per file, for the summary (only grows when skip_bad_rows is set).
+    self.skipped_rows: collections.Counter[str] = collections.Counter()
+
+  def get_train_examples(self, data_dir: str) -> list[InputExample]:
+    """Returns the examples of the training split."""
+    return self._read_split(data_dir, "train")
+
+  def get_dev_examples(self, data_dir: str) -> list[InputExample]:
+    """Returns the examples of the dev (evaluation) split."""
+    return self._read_split(data_dir, "dev")
+
+  def get_test_examples(self, data_dir: str) -> list[InputExample]:
+    """Returns the examples of the test (prediction) split; labels may be placeholders."""
+    return self._read_split(data_dir, "test")
+
+  def get_labels(self) -> list[str]:
+    """Returns the class names in the order of the model's outputs (empty for regression)."""
+    return list(self.labels)
+
+  @property
+  def num_outputs(self) -> int:
+    """Number of model outputs: one per class, or one score for regression."""
+    return 1 if self.is_regression else len(self.get_labels())
+
+  def _layout(self, data_dir: str, split: str) -> SplitLayout:
+    del data_dir  # Fixed layouts do not depend on the directory's content.
+    return self.layouts[split]
+
+  def _read_split(self, data_dir: str, split: str) -> list[InputExample]:
+    check_data_dir(data_dir)
+    layout = self._layout(data_dir, split)
+    path = os.path.join(data_dir, layout.file_name)
+    if not os.path.isfile(path):
+      raise BadInputError("%s: no such file (the %s split of task %s)" %
+                          (path, split, type(self).__name__))
+    examples = []
+    self.skipped_rows[path] = 0
+    for line_number, row in read_rows(path, layout.file_format, layout.has_header,
+                                      layout.jsonl_keys):
+      try:
+        example = self._create_example(layout, row, "%s-%d" % (split, len(examples)))
+      except BadInputError as e:
+        self._reject(path, line_number, str(e))
+        continue
+      if example is not None:
+        examples.append(example)
+    if self.skipped_rows[path]:
+      logging.warning("%s: skipped %d bad rows", path, self.skipped_rows[path])
+    return examples
+
+  def _create_example(self, layout: SplitLayout, row: "Row",
+                      guid: str) -> Optional[InputExample]:
+    """Makes the example of one row, None when `keep_if` leaves it out; BadInputError if unusable."""
+    row.check_columns(layout)
+    if layout.keep_if is not None and row.get(layout.keep_if[0]) != layout.keep_if[1]:
+      return None
+    text_a = row.get(layout.text_a)
+    text_b = None if layout.text_b is None else row.get(layout.text_b)
+    return InputExample(guid, text_a, text_b, self._label_of(layout, row))
+
+  def _label_of(self, layout: SplitLayout, row: "Row") -> str:
+    if layout.label is None:
+      return "0" if self.is_regression else self.get_labels()[0]
+    label = row.get(layout.label).strip()
+    label = dict(layout.label_aliases).get(label, label)
+    if self.is_regression:
+      try:
+        float(label)
+      except ValueError:
+        raise BadInputError("score %r is not a number" % label) from None
+    elif label not in self.get_labels():
+      raise BadInputError("unknown label %r (labels: %s)" % (label, ", ".join(self.get_labels())))
+    return label
+
+  def _reject(self, path: str, line_number: int, reason: str) -> None:
+    if not self.skip_bad_rows:
+      raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
+                          (path, line_number, reason))
+    if not self.skipped_rows[path]:
+      logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number, reason)
+    self.skipped_rows[path] += 1
+
+
+class Row:
+  """One parsed line of a data file: its cells, and what is known to be wrong with it."""
+
+  def __init__(self, cells: list[str], expected_width: Optional[int] = None,
+               problem: Optional[str] = None):
+    self.cells = cells
+    self.expected_width = expected_width
+    self.problem = problem
+
+  def get(self, column: int) -> str:
+    return self.cells[column]
+
+  def check_columns(self, layout: SplitLayout) -> None:
+    """Raises BadInputError unless the row parsed and has the expected number of columns."""
+    if self.problem:
+      raise BadInputError(self.problem)
+    width = self.expected_width or layout.num_columns
+    needed = 1 + max(c for c in (layout.text_a, layout.text_b, layout.label,
+                                 layout.keep_if and layout.keep_if[0]) if c is not None)
+    if width is not None and len(self.cells) != width:
+      raise BadInputError("%d columns, expected %d" % (len(self.cells), width))
+    if len(self.cells) < needed:
+      raise BadInputError("%d columns, expected at least %d" % (len(self.cells), needed))
+
+
+def check_data_dir(data_dir: Optional[str]) -> None:
+  """Raises BadInputError unless data_dir is an existing, non-empty directory."""
+  if not data_dir:
+    raise BadInputError("--data_dir is required to read the task's files")
+  if not os.path.isdir(data_dir):
+    raise BadInputError("--data_dir=%s: no such directory" % data_dir)
+  if not os.listdir(data_dir):
+    raise BadInputError("--data_dir=%s: the directory is empty" % data_dir)
+
+
+def read_rows(path: str, file_format: str, has_header: bool,
+              jsonl_keys: Sequence[str] = ()) -> Iterator[tuple[int, Row]]:
+  """Yields (1-based line number, Row) for each non-blank data row of a TSV, CSV or JSONL file.
+
+  TSV is read like the original (tab-separated, no quoting); CSV with standard quoting (a row may then
+  span lines; its first line is reported). A UTF-8 byte order mark is ignored. A JSON Lines row is an
+  object; its cells are the values of `jsonl_keys`, in order (a missing key or invalid JSON makes a row
+  with a `problem`).
+  """
+  with open(path, encoding="utf-8-sig", newline="") as f:
+    if file_format == "jsonl":
+      yield from _read_jsonl(f, jsonl_keys)
+      return
+    if file_format == "tsv":
+      reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+    elif file_format == "csv":
+      reader = csv.reader(f)
+    else:
+      raise ValueError("unknown file format %r" % file_format)
+    width = None
+    start_line = 1
+    for cells in reader:
+      line_number, start_line = start_line, reader.line_num + 1
+      if not cells or cells == [""]:
+        continue
+      if has_header and width is None:
+        width = len(cells)
+        continue
+      yield line_number, Row(cells, width)
+
+
+def read_header(path: str, file_format: str) -> list[str]:
+  """Returns the cells of the first non-blank line of a TSV or CSV file."""
+  for _, row in read_rows(path, file_format, has_header=False):
+    return row.cells
+  raise BadInputError("%s: the file is empty" % path)
+
+
+def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int, Row]]:
+  for line_number, line in enumerate(lines, start=1):
+    if not line.strip():
+      continue
+    try:
+      record = json.loads(line)
+    except json.JSONDecodeError as e:
+      yield line_number, Row([], problem="invalid JSON (%s)" % e)
+      continue
+    if not isinstance(record, dict):
+      yield line_number, Row([], problem="a JSON object is expected, got %s" % type(record).__name__)
+      continue
+    missing = [k for k in keys if k not in record]
+    cells = ["" if record.get(k) is None else str(record.get(k)) for k in keys]
+    yield line_number, Row(cells, problem=missing and "no key %s" % ", ".join(map(repr, missing)))
+
+
+def _glue_layouts(text_a: int, text_b: Optional[int], label: int, test_text_a: int,
+                  test_text_b: Optional[int]) -> dict[str, SplitLayout]:
+  """Layouts of a GLUE task whose train.tsv and dev.tsv share columns and whose test.tsv has none."""
+  return {
+      "train": SplitLayout("train.tsv", text_a, text_b, label),
+      "dev": SplitLayout("dev.tsv", text_a, text_b, label),
+      "test": SplitLayout("test.tsv", test_text_a, test_text_b),
+  }
+
+
+class XnliProcessor(DataProcessor):
+  """XNLI: trains on the machine-translated MultiNLI of one language, evaluates on XNLI in it.
+
+  data_dir holds `multinli/multinli.train.<language>.tsv`, `xnli.dev.tsv` and `xnli.test.tsv` as
+  released (XNLI-MT-1.0 and XNLI-1.0 unpacked into one directory).
+  """
+  labels = ("contradiction", "entailment", "neutral")
+
+  def __init__(self, language: str = "zh", skip_bad_rows: bool = False):
+    super().__init__(skip_bad_rows)
+    evaluation = dict(text_a=6, text_b=7, label=1, keep_if=(0, language))
+    self.layouts = {
+        "train": SplitLayout("multinli/multinli.train.%s.tsv" % language, 0, 1, 2,
+                             label_aliases=(("contradictory", "contradiction"),)),
+        "dev": SplitLayout("xnli.dev.tsv", **evaluation),
+        "test": SplitLayout("xnli.test.tsv", **evaluation),
+    }
+
+
+class MnliProcessor(DataProcessor):
+  """MultiNLI (GLUE), matched dev and test sets, as the original."""
+  labels = ("contradiction", "entailment", "neutral")
+  layouts = {
+      "train": SplitLayout("train.tsv", 8, 9, -1),
+      "dev": SplitLayout("dev_matched.tsv", 8, 9, -1),
+      "test": SplitLayout("test_matched.tsv", 8, 9),
+  }
+
+
+class MrpcProcessor(DataProcessor):
+  """Microsoft Research Paraphrase Corpus (GLUE)."""
+  labels = ("0", "1")
+  extra_metrics = ("f1",)
+  layouts = _glue_layouts(3, 4, 0, 3, 4)
+
+
+class ColaProcessor(DataProcessor):
+  """Corpus of Linguistic Acceptability (GLUE): train/dev have no header and 4 columns."""
+  labels = ("0", "1")
+  is_pair = False
+  extra_metrics = ("matthews_corrcoef",)
+  layouts = {
+      "train": SplitLayout("train.tsv", 3, label=1, has_header=False, num_columns=4),
+      "dev": SplitLayout("dev.tsv", 3, label=1, has_header=False, num_columns=4),
+      "test": SplitLayout("test.tsv", 1),
+  }
+
+
+class Sst2Processor(DataProcessor):
+  """Stanford Sentiment Treebank, binary (GLUE)."""
+  labels = ("0", "1")
+  is_pair = False
+  layouts = _glue_layouts(0, None, 1, 1, None)
+
+
+class QnliProcessor(DataProcessor):
+  """Question NLI (GLUE)."""
+  labels = ("entailment", "not_entailment")
+  layouts = _glue_layouts(1, 2, 3, 1, 2)
+
+
+class QqpProcessor(DataProcessor):
+  """Quora Question Pairs (GLUE)."""
+  labels = ("0", "1")
+  extra_metrics = ("f1",)
+  layouts = _glue_layouts(3, 4, 5, 1, 2)
+
+
+class RteProcessor(DataProcessor):
+  """Recognizing Textual Entailment (GLUE)."""
+  labels = ("entailment", "not_entailment")
+  layouts = _glue_layouts(1, 2, 3, 1, 2)
+
+
+class WnliProcessor(DataProcessor):
+  """Winograd NLI (GLUE)."""
+  labels = ("0", "1")
+  layouts = _glue_layouts(1, 2, 3, 1, 2)
+
+
+class StsbProcessor(DataProcessor):
+  """Semantic Textual Similarity Benchmark (GLUE): regression on a 0-5 score."""
+  is_regression = True
+  layouts = _glue_layouts(7, 8, 9, 7, 8)
+
+
+class GenericProcessor(DataProcessor):
+  """The user's own data: `train`, `dev` and `test` files (.tsv, .csv or .jsonl) in data_dir.
+
+  Columns are named by header (or JSON key), or by 0-based index in files without header. Test files
+  need no label column. The class names are the distinct labels of the training file, sorted;
+  `load_or_create_label_list` saves them in output_dir so that later predictions and exports (which may
+  run without the training file) use the same order.
+  """
+
+  def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
+               label_column: str = "label", has_header: bool = True, skip_bad_rows: bool = False):
+    super().__init__(skip_bad_rows)
+    self.columns = {"text_a_column": text_a_column, "text_b_column": text_b_column or None,
+                    "label_column": label_column}
+    self.has_header = has_header
+    self.is_pair = bool(text_b_column)
+    self.labels = ()
+
+  def get_labels(self) -> list[str]:
+    if not self.labels:
+      raise ValueError("the generic task's labels are not known yet: call load_or_create_label_list")
+    return list(self.labels)
+
+  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
+    """Reads output_dir's label list, or makes it from the training file and saves it there."""
+    path = os.path.join(output_dir, LABEL_LIST_FILE)
+    if os.path.exists(path):
+      with open(path, encoding="utf-8") as f:
+        self.labels = tuple(line.rstrip("\n") for line in f if line.strip())
+      if not self.labels:
+        raise BadInputError("%s: the label list is empty" % path)
+      return self.get_labels()
+    self.labels = ()
+    labels = sorted(set(example.label for example in self.get_train_examples(data_dir)))
+    if not labels:
+      raise BadInputError("%s: no labeled rows in the training file" % data_dir)
+    os.makedirs(output_dir, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.writelines(label + "\n" for label in labels)
+    self.labels = tuple(labels)
+    return self.get_labels()
+
+  def _label_of(self, layout: SplitLayout, row: Row) -> str:
+    if not self.labels and layout.label is not None:  # Collecting the training file's labels.
+      return row.get(layout.label).strip()
+    return super()._label_of(layout, row)
+
+  def _layout(self, data_dir: str, split: str) -> SplitLayout:
+    path, file_format = self._file_of(data_dir, split)
+    wanted = [flag for flag, column in self.columns.items()
+              if column is not None and not (flag == "label_column" and split == "test")]
+    if file_format == "jsonl":
+      index = {flag: i for i, flag in enumerate(wanted)}
+      keys = tuple(self.columns[flag] for flag in wanted)
+      has_header = False
+    else:
+      header = read_header(path, file_format) if self.has_header else None
+      index = {flag: self._column_index(flag, header, path) for flag in wanted}
+      keys = ()
+      has_header = self.has_header
+    return SplitLayout(os.path.basename(path), index["text_a_column"], index.get("text_b_column"),
+                       index.get("label_column"), has_header=has_header,
+                       file_format=file_format, jsonl_keys=keys)
+
+  def _column_index(self, flag: str, header: Optional[list[str]], path: str) -> int:
+    column = self.columns[flag]
+    if header is not None and column in header:
+      return header.index(column)
+    if column.isdigit():
+      return int(column)
+    raise BadInputError("%s: no column %r (--%s); %s" % (
+        path, column, flag, "the header has %s" % header if header is not None
+        else "without header (--has_header=false) columns are 0-based indices"))
+
+  def _file_of(self, data_dir: str, split: str) -> tuple[str, str]:
+    """Returns (path, format) of the split's file, which must be unique."""
+    check_data_dir(data_dir)
+    found = [(os.path.join(data_dir, split + "." + fmt), fmt) for fmt in ("tsv", "csv", "jsonl")
+             if os.path.isfile(os.path.join(data_dir, split + "." + fmt))]
+    if len(found) != 1:
+      raise BadInputError("%s: expected exactly one of %s.tsv, %s.csv, %s.jsonl, found %s" % (
+          data_dir, split, split, split, [os.path.basename(p) for p, _ in found] or "none"))
+    return found[0]
+
+
+PROCESSORS = {
+    "xnli": XnliProcessor,
+    "mnli": MnliProcessor,
+    "mrpc": MrpcProcessor,
+    "cola": ColaProcessor,
+    "sst-2": Sst2Processor,
+    "qnli": QnliProcessor,
+    "qqp": QqpProcessor,
+    "rte": RteProcessor,
+    "wnli": WnliProcessor,
+    "sts-b": StsbProcessor,
+    "generic": GenericProcessor,
+}
+
+
+def get_processor(task_name: str, **options) -> DataProcessor:
+  """Returns the processor of a task (case-insensitive; "sst2" and "stsb" are accepted too).
+
+  `options` are passed to the processor's constructor when it takes them: `skip_bad_rows` for all,
+  `language` for XNLI, the column options for "generic".
+  """
+  name = task_name.lower()
+  name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
+  if name not in PROCESSORS:
+    raise ValueError("--task_name=%s: unknown task (known: %s)" % (task_name, ", ".join(PROCESSORS)))
+  processor_class = PROCESSORS[name]
+  accepted = processor_class.__init__.__code__.co_varnames
+  return processor_class(**{k: v for k, v in options.items() if k in accepted})
+
+
+# ----------------------------------------------------------------------------------------------------
+# Metrics (NumPy, on the whole evaluation set).
+
+
+def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
+  """Fraction of predictions equal to the labels."""
+  return float(np.mean(np.asarray(labels) == np.asarray(predictions)))
+
+
+def f1_score(labels: np.ndarray, predictions: np.ndarray, positive: int = 1) -> float:
+  """F1 of the positive class (MRPC, QQP): harmonic mean of precision and recall; 0 when undefined."""
+  labels, predictions = np.asarray(labels) == positive, np.asarray(predictions) == positive
+  true_positives = np.sum(labels & predictions)
+  denominator = np.sum(labels) + np.sum(predictions)
+  return float(2 * true_positives / denominator) if denominator else 0.0
+
+
+def matthews_corrcoef(labels: np.ndarray, predictions: np.ndarray) -> float:
+  """Matthews correlation of binary labels (CoLA); 0 when a marginal is constant."""
+  labels, predictions = np.asarray(labels) == 1, np.asarray(predictions) == 1
+  tp = float(np.sum(labels & predictions))
+  tn = float(np.sum(~labels & ~predictions))
+  fp = float(np.sum(~labels & predictions))
+  fn = float(np.sum(labels & ~predictions))
+  denominator = np.sqrt((tp + fp) * (tp + fn) * (tn + fp) * (tn + fn))
+  return float((tp * tn - fp * fn) / denominator) if denominator else 0.0
+
+
+def pearson_correlation(x: np.ndarray, y: np.ndarray) -> float:
+  """Pearson's r; 0 when either side is constant."""
+  x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+  x, y = x - x.mean(), y - y.mean()
+  denominator = np.sqrt(np.sum(x * x) * np.sum(y * y))
+  return float(np.sum(x * y) / denominator) if denominator else 0.0
+
+
+def _average_ranks(values: np.ndarray) -> np.ndarray:
+  """1-based ranks; tied values share the mean of their ranks."""
+  values = np.asarray(values, np.float64)
+  order = np.argsort(values, kind="stable")
+  ranks = np.empty(len(values))
+  ranks[order] = np.arange(1, len(values) + 1)
+  unique, inverse = np.unique(values, return_inverse=True)
+  sums = np.bincount(inverse, weights=ranks, minlength=len(unique))
+  counts = np.bincount(inverse, minlength=len(unique))
+  return (sums / counts)[inverse]
+
+
+def spearman_correlation(x: np.ndarray, y: np.ndarray) -> float:
+  """Spearman's rho: Pearson's r of the (tie-averaged) ranks."""
+  return pearson_correlation(_average_ranks(x), _average_ranks(y))
+
+
+def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
+                    logits: np.ndarray) -> dict[str, float]:
+  """Returns the task's metrics ("eval_accuracy", "eval_f1", ...) for real examples' outputs.
+
+  Classification: accuracy, plus F1 of label "1" for MRPC/QQP and Matthews correlation for CoLA.
+  Regression (STS-B): Pearson and Spearman correlation of the predicted and gold scores.
+  """
+  if processor.is_regression:
+    scores = np.asarray(logits).reshape(-1)
+    return {"eval_pearson": pearson_correlation(scores, label_ids),
+            "eval_spearman": spearman_correlation(scores, label_ids)}
+  predictions = np.argmax(logits, axis=-1)
+  label_ids = np.asarray(label_ids).astype(np.int64)
+  results = {"eval_accuracy": accuracy(label_ids, predictions)}
+  if "f1" in processor.extra_metrics:
+    results["eval_f1"] = f1_score(label_ids, predictions, positive=processor.get_labels().index("1"))
+  if "matthews_corrcoef" in processor.extra_metrics:
+    results["eval_matthews_corrcoef"] = matthews_corrcoef(label_ids, predictions)
+  return results
+

@@ -1,0 +1,349 @@
+"""Tests of classifier.py: processors on their real file layouts, metrics, features, cache, model head."""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+
+import classifier
+from conftest import shared_path
+
+T = "\t"
+
+
+def write_files(directory, files):
+  """Writes {relative path: text} under directory and returns it as a string."""
+  for name, text in files.items():
+    path = os.path.join(directory, name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", encoding="utf-8") as f:
+      f.write(text)
+  return str(directory)
+
+
+def tsv(*rows):
+  return "".join(T.join(row) + "\n" for row in rows)
+
+
+MNLI_PARSES = ["(x)", "(y)", "(ROOT x)", "(ROOT y)"]
+STSB_META = ["main-captions", "MSRvid", "2012test", "0001"]
+XNLI_DEV_HEADER = ["language", "gold_label", "sentence1_binary_parse", "sentence2_binary_parse",
+                   "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "promptID", "pairID",
+                   "genre", "label1", "label2", "label3", "label4", "label5", "sentence1_tokenized",
+                   "sentence2_tokenized"]
+
+
+def xnli_dev_row(language, label, premise, hypothesis):
+  return [language, label, "", "", "", "", premise, hypothesis, "1", "2", "facetoface", label, label,
+          label, label, label, premise, hypothesis]
+
+
+# task -> (files in the task's real layout, {split: [(text_a, text_b, label), ...]}).
+SAMPLES = {
+    "xnli": ({
+        "multinli/multinli.train.zh.tsv": tsv(["premise", "hypo", "label"],
+                                              ["他说", "他没说", "contradictory"],
+                                              ["天很蓝", "天是蓝的", "entailment"]),
+        "xnli.dev.tsv": tsv(XNLI_DEV_HEADER, xnli_dev_row("en", "neutral", "A man.", "A cat."),
+                            xnli_dev_row("zh", "neutral", "一个人", "一只猫")),
+        "xnli.test.tsv": tsv(XNLI_DEV_HEADER, xnli_dev_row("zh", "entailment", "我们", "你们")),
+    }, {
+        "train": [("他说", "他没说", "contradiction"), ("天很蓝", "天是蓝的", "entailment")],
+        "dev": [("一个人", "一只猫", "neutral")],
+        "test": [("我们", "你们", "entailment")],
+    }),
+    "mnli": ({
+        "train.tsv": tsv(["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                          "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+                          "sentence2", "label1", "gold_label"],
+                         ["0", "31193", "31193n", "government"] + MNLI_PARSES +
+                         ["Conceptually cream skimming.", "Product and geography.", "neutral",
+                          "neutral"]),
+        "dev_matched.tsv": tsv(["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                                "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
+                                "sentence1", "sentence2", "label1", "label2", "label3", "label4",
+                                "label5", "gold_label"],
+                               ["0", "63735", "63735n", "slate"] + MNLI_PARSES +
+                               ["The new rights are nice.", "Everyone loves them.", "neutral",
+                                "entailment", "neutral", "neutral", "neutral", "neutral"]),
+        "test_matched.tsv": tsv(["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                                 "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
+                                 "sentence1", "sentence2"],
+                                ["0", "31", "31e", "fiction"] + MNLI_PARSES + ["Hats.", "No hats."]),
+    }, {
+        "train": [("Conceptually cream skimming.", "Product and geography.", "neutral")],
+        "dev": [("The new rights are nice.", "Everyone loves them.", "neutral")],
+        "test": [("Hats.", "No hats.", "contradiction")],
+    }),
+    "mrpc": ({
+        "train.tsv": "\ufeff" + tsv(["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                                    ["1", "702876", "702977", 'He said "yes".', "He agreed."]),
+        "dev.tsv": tsv(["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                       ["0", "1", "2", "Shares rose.", "Shares fell."]),
+        "test.tsv": tsv(["index", "#1 ID", "#2 ID", "#1 String", "#2 String"],
+                        ["0", "3", "4", "It rains.", "It is raining."]),
+    }, {
+        "train": [('He said "yes".', "He agreed.", "1")],
+        "dev": [("Shares rose.", "Shares fell.", "0")],
+        "test": [("It rains.", "It is raining.", "0")],
+    }),
+    "cola": ({
+        "train.tsv": tsv(["gj04", "1", "", "Our friends won't buy this analysis."],
+                         ["gj04", "0", "*", "They drank the pub."]),
+        "dev.tsv": tsv(["bc01", "1", "", "The sailors rode the breeze clear of the rocks."]),
+        "test.tsv": tsv(["index", "sentence"], ["0", "Bill whistled past the house."]),
+    }, {
+        "train": [("Our friends won't buy this analysis.", None, "1"),
+                  ("They drank the pub.", None, "0")],
+        "dev": [("The sailors rode the breeze clear of the rocks.", None, "1")],
+        "test": [("Bill whistled past the house.", None, "0")],
+    }),
+    "sst-2": ({
+        "train.tsv": tsv(["sentence", "label"], ["hide new secretions ", "0"]),
+        "dev.tsv": tsv(["sentence", "label"], ["it 's a charming journey . ", "1"]),
+        "test.tsv": tsv(["index", "sentence"], ["0", "uneasy mishmash of styles ."]),
+    }, {
+        "train": [("hide new secretions ", None, "0")],
+        "dev": [("it 's a charming journey . ", None, "1")],
+        "test": [("uneasy mishmash of styles .", None, "0")],
+    }),
+    "qnli": ({
+        "train.tsv": tsv(["index", "question", "sentence", "label"],
+                         ["0", "When?", "In 1999.", "entailment"]),
+        "dev.tsv": tsv(["index", "question", "sentence", "label"],
+                       ["0", "Who?", "Nobody knows.", "not_entailment"]),
+        "test.tsv": tsv(["index", "question", "sentence"], ["0", "Where?", "Here."]),
+    }, {
+        "train": [("When?", "In 1999.", "entailment")],
+        "dev": [("Who?", "Nobody knows.", "not_entailment")],
+        "test": [("Where?", "Here.", "entailment")],
+    }),
+    "qqp": ({
+        "train.tsv": tsv(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                         ["133273", "213221", "213222", "How is life?", "How's life?", "1"]),
+        "dev.tsv": tsv(["id", "qid1", "qid2", "question1", "question2", "is_duplicate"],
+                       ["1", "2", "3", "Why?", "Why not?", "0"]),
+        "test.tsv": tsv(["id", "question1", "question2"], ["0", "Is it?", "Is it not?"]),
+    }, {
+        "train": [("How is life?", "How's life?", "1")],
+        "dev": [("Why?", "Why not?", "0")],
+        "test": [("Is it?", "Is it not?", "0")],
+    }),
+    "rte": ({
+        "train.tsv": tsv(["index", "sentence1", "sentence2", "label"],
+                         ["0", "No weapons found.", "Weapons found.", "not_entailment"]),
+        "dev.tsv": tsv(["index", "sentence1", "sentence2", "label"],
+                       ["0", "Dana won.", "Dana played.", "entailment"]),
+        "test.tsv": tsv(["index", "sentence1", "sentence2"], ["0", "A.", "B."]),
+    }, {
+        "train": [("No weapons found.", "Weapons found.", "not_entailment")],
+        "dev": [("Dana won.", "Dana played.", "entailment")],
+        "test": [("A.", "B.", "entailment")],
+    }),
+    "wnli": ({
+        "train.tsv": tsv(["index", "sentence1", "sentence2", "label"],
+                         ["0", "I stuck a pin.", "The pin had a hole.", "1"]),
+        "dev.tsv": tsv(["index", "sentence1", "sentence2", "label"], ["0", "X.", "Y.", "0"]),
+        "test.tsv": tsv(["index", "sentence1", "sentence2"], ["0", "P.", "Q."]),
+    }, {
+        "train": [("I stuck a pin.", "The pin had a hole.", "1")],
+        "dev": [("X.", "Y.", "0")],
+        "test": [("P.", "Q.", "0")],
+    }),
+    "sts-b": ({
+        "train.tsv": tsv(["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                          "sentence1", "sentence2", "score"],
+                         ["0"] + STSB_META + ["none", "none", "A plane.", "An air plane.", "5.000"]),
+        "dev.tsv": tsv(["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                        "sentence1", "sentence2", "score"],
+                       ["0"] + STSB_META + ["none", "none", "A man.", "A dog.", "0.500"]),
+        "test.tsv": tsv(["index", "genre", "filename", "year", "old_index", "source1", "source2",
+                         "sentence1", "sentence2"],
+                        ["0"] + STSB_META + ["none", "none", "A girl.", "A boy."]),
+    }, {
+        "train": [("A plane.", "An air plane.", "5.000")],
+        "dev": [("A man.", "A dog.", "0.500")],
+        "test": [("A girl.", "A boy.", "0")],
+    }),
+}
+
+
+def triples(examples):
+  return [(e.text_a, e.text_b, e.label) for e in examples]
+
+
+@pytest.mark.parametrize("task", sorted(SAMPLES))
+def test_processor_reads_its_real_layout(task, tmp_path):
+  files, expected = SAMPLES[task]
+  data_dir = write_files(tmp_path, files)
+  processor = classifier.get_processor(task)
+  assert triples(processor.get_train_examples(data_dir)) == expected["train"]
+  assert triples(processor.get_dev_examples(data_dir)) == expected["dev"]
+  assert triples(processor.get_test_examples(data_dir)) == expected["test"]
+  assert processor.is_pair == (expected["train"][0][1] is not None)
+  if task == "sts-b":
+    assert processor.is_regression and processor.num_outputs == 1
+  else:
+    assert processor.num_outputs == len(processor.get_labels()) >= 2
+
+
+@pytest.mark.parametrize("task,directory,rows,first,labels", [
+    ("sst-2", "SST-2", 67349, ("hide new secretions from the parental units ", None, "0"), {"0", "1"}),
+    ("mrpc", "MRPC", 3668, ("Amrozi accused his brother, whom he called \"the witness\", of deliberately "
+                    "distorting his evidence.", "Referring to him as only \"the witness\", Amrozi "
+                    "accused his brother of deliberately distorting his evidence.", "1"), {"0", "1"}),
+    ("cola", "CoLA", 8551, ("Our friends won't buy this analysis, let alone the next one we propose.", None,
+                    "1"), {"0", "1"}),
+])
+def test_processor_reads_the_shared_glue_training_file(task, directory, rows, first, labels):
+  data_dir = os.path.dirname(shared_path("glue", directory, "train.tsv"))
+  examples = classifier.get_processor(task).get_train_examples(data_dir)
+  assert len(examples) == rows
+  assert triples(examples[:1]) == [first]
+  assert {e.label for e in examples} == labels
+
+
+def test_wrong_column_count_names_file_and_line(tmp_path):
+  data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["good", "1"],
+                                                     ["bad", "0", "extra"], ["fine", "0"])})
+  with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: 3 columns, expected 2"):
+    classifier.get_processor("sst-2").get_train_examples(data_dir)
+
+
+def test_unknown_label_names_file_and_line(tmp_path):
+  data_dir = write_files(tmp_path, {"dev.tsv": tsv(["x", "0", "", "a"], ["x", "2", "", "b"])})
+  with pytest.raises(classifier.BadInputError, match=r"dev\.tsv:2: unknown label '2'"):
+    classifier.get_processor("cola").get_dev_examples(data_dir)
+
+
+def test_bad_score_names_file_and_line(tmp_path):
+  row = ["0"] + STSB_META + ["none", "none", "A.", "B."]
+  data_dir = write_files(tmp_path, {"train.tsv": tsv(["h"] * 10, row + ["4.2"], row + ["high"])})
+  with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: score 'high' is not a number"):
+    classifier.get_processor("sts-b").get_train_examples(data_dir)
+
+
+def test_bad_rows_are_skipped_and_counted_on_request(tmp_path):
+  data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["a", "1"], ["b"],
+                                                     ["c", "7"], ["d", "0"])})
+  processor = classifier.get_processor("sst-2", skip_bad_rows=True)
+  assert triples(processor.get_train_examples(data_dir)) == [("a", None, "1"), ("d", None, "0")]
+  assert processor.skipped_rows[os.path.join(data_dir, "train.tsv")] == 2
+
+
+def test_missing_or_empty_data_dir_is_a_clear_error(tmp_path):
+  processor = classifier.get_processor("mrpc")
+  with pytest.raises(classifier.BadInputError, match="no such directory"):
+    processor.get_train_examples(str(tmp_path / "absent"))
+  with pytest.raises(classifier.BadInputError, match="the directory is empty"):
+    processor.get_train_examples(str(tmp_path))
+  with pytest.raises(classifier.BadInputError, match="--data_dir is required"):
+    processor.get_train_examples("")
+  write_files(tmp_path, {"dev.tsv": ""})
+  with pytest.raises(classifier.BadInputError, match=r"train\.tsv: no such file"):
+    processor.get_train_examples(str(tmp_path))
+
+
+def test_unknown_task_is_a_clear_error():
+  with pytest.raises(ValueError, match="--task_name=glue9: unknown task"):
+    classifier.get_processor("glue9")
+
+
+def test_generic_tsv_with_named_columns_saves_the_label_list(tmp_path):
+  data_dir = write_files(tmp_path / "data", {
+      "train.tsv": tsv(["id", "review", "stars"], ["1", "great", "pos"], ["2", "awful", "neg"],
+                       ["3", "meh", "mid"]),
+      "test.tsv": tsv(["id", "review"], ["9", "nice"]),
+  })
+  output_dir = str(tmp_path / "out")
+  processor = classifier.get_processor("generic", text_a_column="review", label_column="stars")
+  assert processor.load_or_create_label_list(data_dir, output_dir) == ["mid", "neg", "pos"]
+  with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
+    assert f.read() == "mid\nneg\npos\n"
+  assert triples(processor.get_test_examples(data_dir)) == [("nice", None, "mid")]
+  # A later run (e.g. predict or export only) reads the saved order, even without the training file.
+  os.remove(os.path.join(data_dir, "train.tsv"))
+  again = classifier.get_processor("generic", text_a_column="review", label_column="stars")
+  assert again.load_or_create_label_list(data_dir, output_dir) == ["mid", "neg", "pos"]
+
+
+def test_generic_csv_quoting_and_pairs(tmp_path):
+  data_dir = write_files(tmp_path, {"dev.csv": 'q,a,y\n"Hi, you","multi\nline",yes\nx,"",no\n'})
+  processor = classifier.get_processor("generic", text_a_column="q", text_b_column="a",
+                                       label_column="y")
+  processor.labels = ("no", "yes")
+  assert triples(processor.get_dev_examples(data_dir)) == [("Hi, you", "multi\nline", "yes"),
+                                                           ("x", "", "no")]
+  assert processor.is_pair
+
+
+def test_generic_without_header_uses_column_indices(tmp_path):
+  data_dir = write_files(tmp_path, {"train.tsv": tsv(["b", "text one"], ["a", "text two"])})
+  processor = classifier.get_processor("generic", text_a_column="1", label_column="0",
+                                       has_header=False)
+  assert processor.load_or_create_label_list(data_dir, str(tmp_path / "out")) == ["a", "b"]
+  assert triples(processor.get_train_examples(data_dir)) == [("text one", None, "b"),
+                                                             ("text two", None, "a")]
+
+
+def test_generic_jsonl_and_its_errors(tmp_path):
+  lines = [{"text": "good", "label": 1}, {"text": None, "label": 0}, "not json", {"label": 1}]
+  data_dir = write_files(tmp_path, {"train.jsonl": "".join(
+      (json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines)})
+  processor = classifier.get_processor("generic", text_a_column="text", skip_bad_rows=True)
+  assert processor.load_or_create_label_list(data_dir, str(tmp_path / "out")) == ["0", "1"]
+  assert triples(processor.get_train_examples(data_dir)) == [("good", None, "1"), ("", None, "0")]
+  assert processor.skipped_rows[os.path.join(data_dir, "train.jsonl")] == 2
+  strict = classifier.get_processor("generic", text_a_column="text")
+  strict.labels = ("0", "1")
+  with pytest.raises(classifier.BadInputError, match=r"train\.jsonl:3: invalid JSON"):
+    strict.get_train_examples(data_dir)
+
+
+def test_generic_column_and_file_errors(tmp_path):
+  data_dir = write_files(tmp_path, {"train.csv": "a,b\nx,y\n", "dev.csv": "a\n", "dev.tsv": "a\n"})
+  processor = classifier.get_processor("generic", text_a_column="text")
+  with pytest.raises(classifier.BadInputError, match=r"train\.csv: no column 'text' \(--text_a_column\)"):
+    processor.load_or_create_label_list(data_dir, str(tmp_path / "out"))
+  with pytest.raises(classifier.BadInputError, match="exactly one of dev.tsv, dev.csv, dev.jsonl"):
+    processor.get_dev_examples(data_dir)
+
+
+# Metrics, against values computed by hand: labels 1 1 0 0 1 0, predictions 1 0 0 1 1 0 give
+# TP=2 TN=2 FP=1 FN=1.
+LABELS = np.array([1, 1, 0, 0, 1, 0])
+PREDICTIONS = np.array([1, 0, 0, 1, 1, 0])
+
+
+def test_classification_metrics_by_hand():
+  assert classifier.accuracy(LABELS, PREDICTIONS) == pytest.approx(4 / 6)
+  assert classifier.f1_score(LABELS, PREDICTIONS) == pytest.approx(2 / 3)  # P = R = 2/3.
+  # (TP*TN - FP*FN) / sqrt(3 * 3 * 3 * 3) = 3 / 9.
+  assert classifier.matthews_corrcoef(LABELS, PREDICTIONS) == pytest.approx(1 / 3)
+  assert classifier.matthews_corrcoef(LABELS, np.zeros(6)) == 0.0
+  assert classifier.f1_score(np.zeros(3), np.zeros(3)) == 0.0
+
+
+def test_correlations_by_hand():
+  # Deviations (-1.5, -.5, .5, 1.5) and (-3, -1, 0, 4): r = 11 / sqrt(5 * 26).
+  assert classifier.pearson_correlation([1, 2, 3, 4], [2, 4, 5, 9]) == pytest.approx(
+      11 / math.sqrt(130))
+  # Ranks with a tie: (1, 2.5, 2.5, 4) and (1, 3, 2, 4): rho = 4.5 / sqrt(4.5 * 5).
+  assert classifier.spearman_correlation([1, 2, 2, 3], [1, 3, 2, 4]) == pytest.approx(
+      4.5 / math.sqrt(22.5))
+  assert classifier.pearson_correlation([1, 1, 1], [1, 2, 3]) == 0.0
+
+
+def test_compute_metrics_per_task():
+  logits = np.eye(2)[PREDICTIONS] * 3.0 - 1.0
+  mrpc = classifier.compute_metrics(classifier.get_processor("mrpc"), LABELS, logits)
+  assert mrpc == pytest.approx({"eval_accuracy": 4 / 6, "eval_f1": 2 / 3})
+  cola = classifier.compute_metrics(classifier.get_processor("cola"), LABELS, logits)
+  assert cola == pytest.approx({"eval_accuracy": 4 / 6, "eval_matthews_corrcoef": 1 / 3})
+  assert set(classifier.compute_metrics(classifier.get_processor("rte"), LABELS, logits)) == {
+      "eval_accuracy"}
+  stsb = classifier.compute_metrics(classifier.get_processor("sts-b"), np.array([2., 4., 5., 9.]),
+                                    np.array([[1.], [2.], [3.], [4.]]))
+  assert stsb == pytest.approx({"eval_pearson": 11 / math.sqrt(130), "eval_spearman": 1.0})
