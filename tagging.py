@@ -18,6 +18,10 @@ import os
 import re
 from typing import Iterable, Optional, Sequence
 
+import numpy as np
+
+import tokenization
+
 DOCSTART = "-DOCSTART-"
 OUTSIDE_TAG = "O"
 # Label id of sub-tokens that are not the first piece of a word ([CLS], [SEP], padding, "##" pieces).
@@ -89,6 +93,131 @@ def read_tag_list(directory: str) -> list[str]:
                             "the tag list of the model there" % path)
   with open(path, encoding="utf-8") as reader:
     return [line.rstrip("\n") for line in reader if line.strip()]
+
+
+# ---------------------------------------------------------------------------------------------
+# Words -> WordPiece features.
+# ---------------------------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class TaggingFeature:
+  """One window of a sentence as model input.
+
+  `label_ids` holds the tag id on the first piece of every word of the window and `IGNORE_LABEL`
+  elsewhere, so the positions of the window's words are `label_ids != IGNORE_LABEL` in order.
+  """
+  input_ids: list[int]
+  input_mask: list[int]
+  segment_ids: list[int]
+  label_ids: list[int]
+  sentence_index: int
+  word_start: int
+  num_words: int
+
+
+def tokenize_words(words: Sequence[str], tokenizer: tokenization.FullTokenizer,
+                   max_pieces: int) -> list[list[str]]:
+  """Sub-tokens of each word, at least one and at most `max_pieces`.
+
+  A word the tokenizer drops entirely (e.g. a control character) becomes "[UNK]" and a longer word
+  keeps its first pieces, so that every word has a first sub-token to carry its tag.
+  """
+  pieces = []
+  for word in words:
+    word_pieces = tokenizer.tokenize(word) or [tokenization.UNK_TOKEN]
+    pieces.append(word_pieces[:max_pieces])
+  return pieces
+
+
+def window_word_ranges(piece_counts: Sequence[int], max_pieces: int) -> list[tuple[int, int]]:
+  """Splits a sentence into `[start, end)` word ranges of at most `max_pieces` pieces each.
+
+  Greedy: a window takes words until the next one would not fit. Every word lands in exactly one
+  window (each word must have 1..max_pieces pieces, as `tokenize_words` guarantees). The exported
+  SavedModel applies the same rule in the graph.
+  """
+  ranges = []
+  start = 0
+  used = 0
+  for index, count in enumerate(piece_counts):
+    if not 0 < count <= max_pieces:
+      raise ValueError("word %d has %d pieces; expected 1..%d" % (index, count, max_pieces))
+    if index > start and used + count > max_pieces:
+      ranges.append((start, index))
+      start, used = index, 0
+    used += count
+  if piece_counts:
+    ranges.append((start, len(piece_counts)))
+  return ranges
+
+
+def convert_sentences_to_features(sentences: Sequence[TaggedSentence], tag_list: Sequence[str],
+                                  max_seq_length: int, tokenizer: tokenization.FullTokenizer
+                                  ) -> list[TaggingFeature]:
+  """Turns sentences into `[CLS] pieces [SEP]` windows with tags on first sub-tokens.
+
+  Sentences without tags (prediction on raw text) get tag id 0 on first sub-tokens; that value is
+  never read, only its position. Raises ValueError for a tag missing from `tag_list`.
+  """
+  if max_seq_length < 3:
+    raise ValueError("max_seq_length=%d leaves no room for a word between [CLS] and [SEP]" %
+                     max_seq_length)
+  tag_ids = {tag: index for index, tag in enumerate(tag_list)}
+  cls_id = tokenizer.special_token_id(tokenization.CLS_TOKEN)
+  sep_id = tokenizer.special_token_id(tokenization.SEP_TOKEN)
+  max_pieces = max_seq_length - 2
+  features = []
+  for sentence_index, sentence in enumerate(sentences):
+    word_pieces = tokenize_words(sentence.words, tokenizer, max_pieces)
+    for start, end in window_word_ranges([len(p) for p in word_pieces], max_pieces):
+      input_ids = [cls_id]
+      label_ids = [IGNORE_LABEL]
+      for word_index in range(start, end):
+        pieces = word_pieces[word_index]
+        input_ids.extend(tokenizer.convert_tokens_to_ids(pieces))
+        label_ids.append(_tag_id(sentence, word_index, tag_ids))
+        label_ids.extend([IGNORE_LABEL] * (len(pieces) - 1))
+      input_ids.append(sep_id)
+      label_ids.append(IGNORE_LABEL)
+      padding = max_seq_length - len(input_ids)
+      features.append(TaggingFeature(
+          input_ids=input_ids + [0] * padding,
+          input_mask=[1] * len(input_ids) + [0] * padding,
+          segment_ids=[0] * max_seq_length,
+          label_ids=label_ids + [IGNORE_LABEL] * padding,
+          sentence_index=sentence_index, word_start=start, num_words=end - start))
+  return features
+
+
+def _tag_id(sentence: TaggedSentence, word_index: int, tag_ids: dict[str, int]) -> int:
+  if sentence.tags is None:
+    return 0
+  tag = sentence.tags[word_index]
+  if tag not in tag_ids:
+    raise ValueError("%s: word %d (%r) has tag %r, which is not in the training tag list %s" %
+                     (sentence.guid, word_index, sentence.words[word_index], tag, sorted(tag_ids)))
+  return tag_ids[tag]
+
+
+def features_to_arrays(features: Sequence[TaggingFeature]) -> dict[str, np.ndarray]:
+  """Stacks features into int32 arrays keyed `input_ids`, `input_mask`, `segment_ids`, `label_ids`."""
+  names = ("input_ids", "input_mask", "segment_ids", "label_ids")
+  return {name: np.array([getattr(f, name) for f in features], dtype=np.int32).reshape(
+      len(features), -1) for name in names}
+
+
+def words_tag_ids(features: Sequence[TaggingFeature], position_tag_ids: np.ndarray,
+                  sentences: Sequence[TaggedSentence]) -> list[list[int]]:
+  """Reassembles per-position predictions [num_features, seq] into one tag id per word.
+
+  Each word takes the prediction at its first sub-token in the window that holds it.
+  """
+  result = [[0] * len(sentence.words) for sentence in sentences]
+  for feature, row in zip(features, position_tag_ids):
+    positions = [i for i, label in enumerate(feature.label_ids) if label != IGNORE_LABEL]
+    for offset, position in enumerate(positions):
+      result[feature.sentence_index][feature.word_start + offset] = int(row[position])
+  return result
 
 
 # ---------------------------------------------------------------------------------------------

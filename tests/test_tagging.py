@@ -2,6 +2,7 @@
 import os
 
 import hypothesis
+import numpy as np
 from hypothesis import strategies as st
 import pytest
 
@@ -195,3 +196,76 @@ def test_write_conll_predictions(tmp_path):
   tagging.write_conll_predictions(path, sentences, [["B-ORG", "B-PER"], ["B-LOC"]])
   with open(path, encoding="utf-8") as reader:
     assert reader.read() == "EU B-ORG B-ORG\nrejects O B-PER\n\nParis O B-LOC\n\n"
+
+
+# --- features: first-sub-token labels and windows ------------------------------------------------
+
+_VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "un", "##aff",
+          "##able", "new", "york", ",", ".", "##s"]
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+  import tokenization  # pylint: disable=g-import-not-at-top
+  return tokenization.FullTokenizer(_write(tmp_path, "vocab.txt", "\n".join(_VOCAB) + "\n"),
+                                    do_lower_case=True)
+
+
+def test_first_sub_token_carries_the_tag(tokenizer):
+  tag_list = ["O", "B-LOC", "I-LOC", "B-MISC"]
+  sentence = tagging.TaggedSentence(["The", "unaffable", "New", "York", "cats", "."],
+                                    ["O", "B-MISC", "B-LOC", "I-LOC", "O", "O"])
+  (feature,) = tagging.convert_sentences_to_features([sentence], tag_list, 12, tokenizer)
+  # [CLS] the un ##aff ##able new york cat ##s . [SEP] [PAD]
+  assert feature.input_ids == [2, 5, 8, 9, 10, 11, 12, 6, 15, 14, 3, 0]
+  assert feature.input_mask == [1] * 11 + [0]
+  assert feature.segment_ids == [0] * 12
+  assert feature.label_ids == [-1, 0, 3, -1, -1, 1, 2, 0, -1, 0, -1, -1]
+  assert (feature.sentence_index, feature.word_start, feature.num_words) == (0, 0, 6)
+
+
+def test_unknown_tag_is_named(tokenizer):
+  sentence = tagging.TaggedSentence(["the"], ["B-XYZ"], guid="dev.txt-7")
+  with pytest.raises(ValueError, match=r"dev\.txt-7.*B-XYZ"):
+    tagging.convert_sentences_to_features([sentence], ["O"], 8, tokenizer)
+
+
+def test_dropped_and_overlong_words_keep_a_first_piece(tokenizer):
+  pieces = tagging.tokenize_words(["\u200b", "unaffable"], tokenizer, max_pieces=2)
+  assert pieces == [["[UNK]"], ["un", "##aff"]]
+
+
+def test_window_word_ranges_greedy():
+  assert tagging.window_word_ranges([1, 2, 1, 3, 1], 4) == [(0, 3), (3, 5)]
+  assert tagging.window_word_ranges([4, 4], 4) == [(0, 1), (1, 2)]
+  assert tagging.window_word_ranges([], 4) == []
+  with pytest.raises(ValueError, match="word 1"):
+    tagging.window_word_ranges([1, 5], 4)
+
+
+@hypothesis.settings(max_examples=100, deadline=None)
+@hypothesis.given(st.lists(st.integers(1, 5), max_size=30), st.integers(5, 12))
+def test_windows_cover_every_word_once_within_budget(counts, max_pieces):
+  ranges = tagging.window_word_ranges(counts, max_pieces)
+  covered = [i for start, end in ranges for i in range(start, end)]
+  assert covered == list(range(len(counts)))
+  assert all(sum(counts[start:end]) <= max_pieces for start, end in ranges)
+  # Greedy: the next window's first word would not have fitted in the previous window.
+  for (start, end), (next_start, _) in zip(ranges, ranges[1:]):
+    assert sum(counts[start:end]) + counts[next_start] > max_pieces
+
+
+def test_long_sentence_is_split_and_reassembled(tokenizer):
+  words = ["unaffable", "the", "cat", "sat", "New", "York", ","] * 5
+  tag_list = ["O", "B-LOC", "I-LOC"]
+  tags = ["O", "O", "O", "O", "B-LOC", "I-LOC", "O"] * 5
+  sentences = [tagging.TaggedSentence(["the"], ["O"]), tagging.TaggedSentence(words, tags)]
+  features = tagging.convert_sentences_to_features(sentences, tag_list, 10, tokenizer)
+  assert len(features) > 3
+  assert all(len(f.input_ids) == 10 and f.input_ids[0] == 2 for f in features)
+  long_windows = [f for f in features if f.sentence_index == 1]
+  assert sum(f.num_words for f in long_windows) == len(words)
+  # Predictions equal to the gold labels must reassemble into exactly the gold tags.
+  position_ids = np.array([np.maximum(f.label_ids, 0) for f in features])
+  assembled = tagging.words_tag_ids(features, position_ids, sentences)
+  assert [[tag_list[i] for i in ids] for ids in assembled] == [["O"], tags]
