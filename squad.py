@@ -1,0 +1,846 @@
+"""SQuAD v1.1 / v2.0 question answering: examples, windowed features, head, post-processing, metrics.
+
+The data handling reproduces the original run_squad.py decision for decision, because the published
+numbers depend on them: the context is split on whitespace with a character-to-word map, answers are
+mapped to word spans and then to tightened sub-token spans, long contexts are cut into windows of
+`max_seq_length` every `doc_stride` tokens, and every token is scored only in the window where it has
+the most context. Predictions are mapped back onto the original text with the original's
+`get_final_text` alignment. The metrics are those of the official SQuAD v1.1 and v2.0 scripts.
+"""
+import collections
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import re
+import string
+import time
+from typing import Any, Callable, Iterable, Iterator, Sequence
+
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+import tokenization
+
+# The first feature id, as in the original, so feature ids never collide with small integers.
+FIRST_UNIQUE_ID = 1000000000
+
+
+class SquadFormatError(ValueError):
+  """A SQuAD JSON file is malformed; the message names the file and the place."""
+
+
+@dataclasses.dataclass
+class SquadExample:
+  """One question about one context, with the context split on whitespace.
+
+  `start_position`/`end_position` index `doc_tokens` (inclusive) and are set for training examples
+  that have an answer; `char_to_word_offset[i]` is the index of the word holding context char `i`.
+  """
+  qas_id: str
+  question_text: str
+  context_text: str
+  doc_tokens: list[str]
+  char_to_word_offset: list[int]
+  orig_answer_text: str = ""
+  start_position: int = -1
+  end_position: int = -1
+  is_impossible: bool = False
+
+
+@dataclasses.dataclass
+class ReadStats:
+  """Counts of what `read_squad_examples` had to skip or adjust, for the log and the tests."""
+  questions: int = 0
+  skipped_empty_context: int = 0
+  skipped_answer_not_found: int = 0
+  skipped_no_answer: int = 0
+  several_answers: int = 0
+
+
+def is_squad_whitespace(char: str) -> bool:
+  """Whitespace as the original splits SQuAD contexts (includes the narrow no-break space)."""
+  return char in (" ", "\t", "\r", "\n") or ord(char) == 0x202F
+
+
+def split_context(context: str) -> tuple[list[str], list[int]]:
+  """Splits a context on whitespace; returns the words and the word index of every character.
+
+  Whitespace characters map to the word before them (-1 before the first word), as in the original.
+  """
+  words = []
+  char_to_word_offset = []
+  after_space = True
+  for char in context:
+    if is_squad_whitespace(char):
+      after_space = True
+    else:
+      if after_space:
+        words.append(char)
+      else:
+        words[-1] += char
+      after_space = False
+    char_to_word_offset.append(len(words) - 1)
+  return words, char_to_word_offset
+
+
+def _require(mapping: Any, key: str, where: str) -> Any:
+  """Returns mapping[key] or raises SquadFormatError naming the place of the missing key."""
+  if not isinstance(mapping, dict):
+    raise SquadFormatError("%s: expected a JSON object, got %s" % (where, type(mapping).__name__))
+  if key not in mapping:
+    raise SquadFormatError("%s: missing key %r" % (where, key))
+  return mapping[key]
+
+
+def load_squad_json(input_file: str) -> list[dict]:
+  """Reads a SQuAD JSON file and returns its `data` list; errors name the file and position."""
+  with open(input_file, "r", encoding="utf-8") as reader:
+    try:
+      dataset = json.load(reader)
+    except json.JSONDecodeError as e:
+      raise SquadFormatError("%s: not valid JSON (line %d, column %d): %s" %
+                             (input_file, e.lineno, e.colno, e.msg)) from e
+  data = _require(dataset, "data", input_file)
+  if not isinstance(data, list):
+    raise SquadFormatError("%s: 'data' must be a list of articles" % input_file)
+  return data
+
+
+def _example_from_qa(qa: dict, context: str, words: list[str], char_to_word_offset: list[int],
+                     is_training: bool, version_2_with_negative: bool, where: str,
+                     stats: ReadStats) -> SquadExample | None:
+  """Builds one example from a `qas` entry, or returns None (counted in stats) to skip it."""
+  qas_id = str(_require(qa, "id", where))
+  where = "%s, question %s" % (where, qas_id)
+  question = _require(qa, "question", where)
+  example = SquadExample(qas_id=qas_id, question_text=question, context_text=context,
+                         doc_tokens=words, char_to_word_offset=char_to_word_offset)
+  if not is_training:
+    return example
+  if version_2_with_negative:
+    example.is_impossible = bool(_require(qa, "is_impossible", where))
+  if example.is_impossible:
+    return example
+  answers = _require(qa, "answers", where)
+  if not answers:
+    logging.warning("%s: no answer, skipped", where)
+    stats.skipped_no_answer += 1
+    return None
+  if len(answers) > 1:
+    stats.several_answers += 1
+  answer = answers[0]
+  answer_text = _require(answer, "text", where)
+  answer_start = _require(answer, "answer_start", where)
+  answer_end = answer_start + len(answer_text) - 1
+  if (not isinstance(answer_start, int) or answer_start < 0 or not answer_text or
+      answer_end >= len(context)):
+    logging.warning("%s: answer_start %r outside the context, skipped", where, answer_start)
+    stats.skipped_answer_not_found += 1
+    return None
+  start_word = char_to_word_offset[answer_start]
+  end_word = char_to_word_offset[answer_end]
+  # Only keep answers whose text can be found in the words they map to (as the original does);
+  # this drops annotations with wrong offsets or odd whitespace.
+  found_text = " ".join(words[start_word:end_word + 1]) if start_word >= 0 else ""
+  wanted_text = " ".join(answer_text.split())
+  if not found_text or found_text.find(wanted_text) == -1:
+    logging.warning("%s: could not find answer %r in %r, skipped", where, wanted_text, found_text)
+    stats.skipped_answer_not_found += 1
+    return None
+  example.orig_answer_text = answer_text
+  example.start_position = start_word
+  example.end_position = end_word
+  return example
+
+
+def examples_from_data(data: list[dict], is_training: bool, version_2_with_negative: bool = False,
+                       source: str = "<data>") -> tuple[list[SquadExample], ReadStats]:
+  """Turns a SQuAD `data` list into examples; returns them with counts of what was skipped.
+
+  For training, a question with several answers is trained on its first one (the original
+  rejected such files; dev files have several answers per question).
+  """
+  examples = []
+  stats = ReadStats()
+  for article_index, article in enumerate(data):
+    article_where = "%s: article %d" % (source, article_index)
+    for paragraph_index, paragraph in enumerate(_require(article, "paragraphs", article_where)):
+      where = "%s, paragraph %d" % (article_where, paragraph_index)
+      context = _require(paragraph, "context", where)
+      qas = _require(paragraph, "qas", where)
+      words, char_to_word_offset = split_context(context)
+      stats.questions += len(qas)
+      if not words:
+        logging.warning("%s: empty context, %d questions skipped", where, len(qas))
+        stats.skipped_empty_context += len(qas)
+        continue
+      for qa in qas:
+        example = _example_from_qa(qa, context, words, char_to_word_offset, is_training,
+                                   version_2_with_negative, where, stats)
+        if example is not None:
+          examples.append(example)
+  return examples, stats
+
+
+def read_squad_examples(input_file: str, is_training: bool,
+                        version_2_with_negative: bool = False) -> list[SquadExample]:
+  """Reads a SQuAD JSON file into examples, logging how many questions were skipped and why."""
+  examples, stats = examples_from_data(load_squad_json(input_file), is_training,
+                                       version_2_with_negative, source=input_file)
+  logging.info("%s: %d questions, %d examples; skipped: %d empty context, %d answer not found, "
+               "%d without answer; %d with several answers", input_file, stats.questions,
+               len(examples), stats.skipped_empty_context, stats.skipped_answer_not_found,
+               stats.skipped_no_answer, stats.several_answers)
+  return examples
+
+
+# ---------------------------------------------------------------------------------------------
+# Features: sub-tokens, windows, max-context.
+
+
+@dataclasses.dataclass
+class InputFeatures:
+  """One window of one example, as the model sees it, plus what post-processing needs.
+
+  `token_to_orig_map` maps a position in `tokens` to the word index in the example's `doc_tokens`;
+  `token_is_max_context` says whether this window is the best one to score that position in.
+  """
+  unique_id: int
+  example_index: int
+  doc_span_index: int
+  tokens: list[str]
+  token_to_orig_map: dict[int, int]
+  token_is_max_context: dict[int, bool]
+  input_ids: list[int]
+  input_mask: list[int]
+  segment_ids: list[int]
+  start_position: int = 0
+  end_position: int = 0
+  is_impossible: bool = False
+
+
+DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
+
+
+def improve_answer_span(doc_tokens: Sequence[str], input_start: int, input_end: int,
+                        tokenizer: Any, orig_answer_text: str) -> tuple[int, int]:
+  """Returns the smallest sub-token span inside [input_start, input_end] equal to the answer.
+
+  Word-level answer spans can be too wide: for the answer "1895" in "(1895-1943)." the word span
+  covers the whole word, while its sub-tokens "( 1895 - 1943 ) ." allow the exact span.
+  """
+  answer_tokens = " ".join(tokenizer.tokenize(orig_answer_text))
+  for new_start in range(input_start, input_end + 1):
+    for new_end in range(input_end, new_start - 1, -1):
+      if " ".join(doc_tokens[new_start:new_end + 1]) == answer_tokens:
+        return new_start, new_end
+  return input_start, input_end
+
+
+def doc_spans_for(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
+  """Windows over `num_tokens` context tokens: each at most `max_tokens_for_doc` long, starting
+  every `doc_stride` tokens, the last one ending at the end of the context."""
+  spans = []
+  start = 0
+  while start < num_tokens:
+    length = min(num_tokens - start, max_tokens_for_doc)
+    spans.append(DocSpan(start=start, length=length))
+    if start + length == num_tokens:
+      break
+    start += min(length, doc_stride)
+  return spans
+
+
+def check_is_max_context(doc_spans: Sequence[DocSpan], cur_span_index: int, position: int) -> bool:
+  """Whether window `cur_span_index` is the one where token `position` has the most context.
+
+  A token's context in a window is min(tokens to its left, tokens to its right), plus a small bonus
+  for longer windows; ties go to the earlier window.
+  """
+  best_score = None
+  best_span_index = None
+  for span_index, span in enumerate(doc_spans):
+    end = span.start + span.length - 1
+    if position < span.start or position > end:
+      continue
+    score = min(position - span.start, end - position) + 0.01 * span.length
+    if best_score is None or score > best_score:
+      best_score = score
+      best_span_index = span_index
+  return cur_span_index == best_span_index
+
+
+def check_feature_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
+  """Raises ValueError (naming the flags) when the window settings cannot produce features."""
+  if max_seq_length <= max_query_length + 3:
+    raise ValueError("The max_seq_length (%d) must be greater than max_query_length (%d) + 3" %
+                     (max_seq_length, max_query_length))
+  if doc_stride <= 0:
+    raise ValueError("doc_stride must be positive, got %d" % doc_stride)
+
+
+class _Progress:
+  """Logs a progress line (count, rate, ETA) at most every `every_seconds`."""
+
+  def __init__(self, what: str, total: int, every_seconds: float = 10.0):
+    self._what = what
+    self._total = total
+    self._every = every_seconds
+    self._start = self._last = time.time()
+
+  def update(self, done: int) -> None:
+    now = time.time()
+    if now - self._last < self._every:
+      return
+    self._last = now
+    rate = done / max(now - self._start, 1e-9)
+    logging.info("%s: %d/%d (%.0f/s, ETA %.0fs)", self._what, done, self._total, rate,
+                 (self._total - done) / max(rate, 1e-9))
+
+
+def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,
+                                 max_seq_length: int, doc_stride: int, max_query_length: int,
+                                 is_training: bool) -> Iterator[InputFeatures]:
+  """Yields the windowed features of `examples`, in order, with consecutive unique ids.
+
+  Layout: `[CLS] question [SEP] context window [SEP]`, zero-padded to `max_seq_length`. Questions
+  longer than `max_query_length` sub-tokens are truncated (counted in the log). For training, a
+  window that does not contain the whole answer (and every window of an impossible question)
+  points at `[CLS]` (position 0).
+  """
+  check_feature_settings(max_seq_length, doc_stride, max_query_length)
+  unique_id = FIRST_UNIQUE_ID
+  truncated_questions = 0
+  progress = _Progress("Converting examples to features", len(examples))
+  for example_index, example in enumerate(examples):
+    progress.update(example_index)
+    query_tokens = tokenizer.tokenize(example.question_text)
+    if len(query_tokens) > max_query_length:
+      truncated_questions += 1
+      query_tokens = query_tokens[:max_query_length]
+
+    tok_to_orig_index = []
+    orig_to_tok_index = []
+    all_doc_tokens = []
+    for word_index, word in enumerate(example.doc_tokens):
+      orig_to_tok_index.append(len(all_doc_tokens))
+      for sub_token in tokenizer.tokenize(word):
+        tok_to_orig_index.append(word_index)
+        all_doc_tokens.append(sub_token)
+
+    tok_start_position = tok_end_position = -1
+    if is_training and not example.is_impossible:
+      tok_start_position = orig_to_tok_index[example.start_position]
+      if example.end_position < len(example.doc_tokens) - 1:
+        tok_end_position = orig_to_tok_index[example.end_position + 1] - 1
+      else:
+        tok_end_position = len(all_doc_tokens) - 1
+      tok_start_position, tok_end_position = improve_answer_span(
+          all_doc_tokens, tok_start_position, tok_end_position, tokenizer,
+          example.orig_answer_text)
+
+    max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
+    doc_spans = doc_spans_for(len(all_doc_tokens), max_tokens_for_doc, doc_stride)
+    for doc_span_index, doc_span in enumerate(doc_spans):
+      tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
+      doc_offset = len(tokens)
+      token_to_orig_map = {}
+      token_is_max_context = {}
+      for i in range(doc_span.length):
+        split_token_index = doc_span.start + i
+        token_to_orig_map[len(tokens)] = tok_to_orig_index[split_token_index]
+        token_is_max_context[len(tokens)] = check_is_max_context(doc_spans, doc_span_index,
+                                                                 split_token_index)
+        tokens.append(all_doc_tokens[split_token_index])
+      tokens.append("[SEP]")
+      segment_ids = [0] * doc_offset + [1] * (len(tokens) - doc_offset)
+      input_ids = tokenizer.convert_tokens_to_ids(tokens)
+      input_mask = [1] * len(input_ids)
+      padding = [0] * (max_seq_length - len(input_ids))
+
+      start_position = end_position = 0
+      if is_training and not example.is_impossible:
+        doc_end = doc_span.start + doc_span.length - 1
+        if doc_span.start <= tok_start_position and tok_end_position <= doc_end:
+          start_position = tok_start_position - doc_span.start + doc_offset
+          end_position = tok_end_position - doc_span.start + doc_offset
+
+      yield InputFeatures(
+          unique_id=unique_id, example_index=example_index, doc_span_index=doc_span_index,
+          tokens=tokens, token_to_orig_map=token_to_orig_map,
+          token_is_max_context=token_is_max_context, input_ids=input_ids + padding,
+          input_mask=input_mask + padding, segment_ids=segment_ids + padding,
+          start_position=start_position, end_position=end_position,
+          is_impossible=example.is_impossible)
+      unique_id += 1
+  if truncated_questions:
+    logging.warning("%d of %d questions were longer than max_query_length=%d sub-tokens and were "
+                    "truncated", truncated_questions, len(examples), max_query_length)
+
+
+# ---------------------------------------------------------------------------------------------
+# TFRecords of features (the original's feature names) and their input pipeline.
+
+
+def _int64_feature(values: Sequence[int]) -> tf.train.Feature:
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def write_features_tfrecord(features: Iterable[InputFeatures], path: str,
+                            is_training: bool) -> int:
+  """Writes features as tf.train.Examples (as the original) and returns how many were written."""
+  count = 0
+  with tf.io.TFRecordWriter(path) as writer:
+    for feature in features:
+      record = {
+          "unique_ids": _int64_feature([feature.unique_id]),
+          "input_ids": _int64_feature(feature.input_ids),
+          "input_mask": _int64_feature(feature.input_mask),
+          "segment_ids": _int64_feature(feature.segment_ids),
+      }
+      if is_training:
+        record["start_positions"] = _int64_feature([feature.start_position])
+        record["end_positions"] = _int64_feature([feature.end_position])
+        record["is_impossible"] = _int64_feature([int(feature.is_impossible)])
+      writer.write(tf.train.Example(features=tf.train.Features(feature=record))
+                   .SerializeToString())
+      count += 1
+  return count
+
+
+def feature_spec(seq_length: int, is_training: bool) -> dict[str, tf.io.FixedLenFeature]:
+  """The parsing spec of the TFRecords `write_features_tfrecord` writes."""
+  spec = {
+      "unique_ids": tf.io.FixedLenFeature([], tf.int64),
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+  }
+  if is_training:
+    spec["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
+    spec["end_positions"] = tf.io.FixedLenFeature([], tf.int64)
+  return spec
+
+
+def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int,
+                  seed: int | None = None) -> tf.data.Dataset:
+  """Batches of int32 feature dicts from a TFRecord file.
+
+  Training data repeats forever and is shuffled (buffer 100, like the original) with full batches
+  only; prediction data is read once, in order, keeping the last partial batch.
+  """
+  spec = feature_spec(seq_length, is_training)
+
+  def parse(record):
+    parsed = tf.io.parse_single_example(record, spec)
+    return {name: tf.cast(value, tf.int32) if name != "unique_ids" else value
+            for name, value in parsed.items()}
+
+  dataset = tf.data.TFRecordDataset(path)
+  if is_training:
+    dataset = dataset.repeat().shuffle(buffer_size=100, seed=seed)
+  dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+  return dataset.batch(batch_size, drop_remainder=is_training).prefetch(tf.data.AUTOTUNE)
+
+
+def _file_signature(path: str | None) -> str:
+  """Path, size and modification time of a file: enough to notice it changed."""
+  if not path:
+    return ""
+  stat = os.stat(path)
+  return "%s:%d:%d" % (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
+
+
+def cached_train_features(train_file: str, output_dir: str, tokenizer: Any, settings: dict,
+                          version_2_with_negative: bool, seed: int = 12345) -> tuple[str, int, int]:
+  """Returns (TFRecord path, number of examples, number of features) of the training features.
+
+  The features are written once to `output_dir/train.tf_record` with a `.json` note of everything
+  they depend on (`settings`: window sizes, vocab and case; the train file's size and time); a
+  later run with the same inputs (e.g. a resumed run) reuses them instead of re-tokenizing.
+  Examples are shuffled with a fixed seed before windowing, as in the original.
+  """
+  path = os.path.join(output_dir, "train.tf_record")
+  key_source = json.dumps(dict(settings, train_file=_file_signature(train_file),
+                               version_2_with_negative=version_2_with_negative, seed=seed),
+                          sort_keys=True)
+  key = hashlib.sha256(key_source.encode("utf-8")).hexdigest()
+  note_path = path + ".json"
+  if os.path.exists(path) and os.path.exists(note_path):
+    with open(note_path, encoding="utf-8") as reader:
+      note = json.load(reader)
+    if note.get("key") == key:
+      logging.info("Reusing cached training features %s (%d examples, %d features)", path,
+                   note["num_examples"], note["num_features"])
+      return path, note["num_examples"], note["num_features"]
+  examples = read_squad_examples(train_file, is_training=True,
+                                 version_2_with_negative=version_2_with_negative)
+  np.random.default_rng(seed).shuffle(examples)
+  features = convert_examples_to_features(
+      examples, tokenizer, settings["max_seq_length"], settings["doc_stride"],
+      settings["max_query_length"], is_training=True)
+  num_features = write_features_tfrecord(features, path, is_training=True)
+  with open(note_path, "w", encoding="utf-8") as writer:
+    json.dump({"key": key, "num_examples": len(examples), "num_features": num_features,
+               "settings": json.loads(key_source)}, writer, indent=2)
+  logging.info("Wrote %d training features of %d examples to %s", num_features, len(examples), path)
+  return path, len(examples), num_features
+
+
+# ---------------------------------------------------------------------------------------------
+# Post-processing: logits -> answer text.
+
+RawResult = collections.namedtuple("RawResult", ["unique_id", "start_logits", "end_logits"])
+
+_PrelimPrediction = collections.namedtuple(
+    "_PrelimPrediction", ["feature_index", "start_index", "end_index", "start_logit", "end_logit"])
+
+NbestPrediction = collections.namedtuple("NbestPrediction", ["text", "start_logit", "end_logit"])
+
+
+def best_indexes(logits: Sequence[float], n_best_size: int) -> list[int]:
+  """Indexes of the `n_best_size` largest logits, largest first (ties: lower index first)."""
+  ranked = sorted(enumerate(logits), key=lambda pair: pair[1], reverse=True)
+  return [index for index, _ in ranked[:n_best_size]]
+
+
+def softmax(scores: Sequence[float]) -> list[float]:
+  """Softmax of a list of floats, in float64 (empty list for no scores)."""
+  if not scores:
+    return []
+  values = np.asarray(scores, dtype=np.float64)
+  exps = np.exp(values - values.max())
+  return (exps / exps.sum()).tolist()
+
+
+def _strip_spaces(text: str) -> tuple[str, dict[int, int]]:
+  """Removes spaces; returns the text and a map from its positions to those in `text`."""
+  chars = []
+  ns_to_s_map = {}
+  for index, char in enumerate(text):
+    if char == " ":
+      continue
+    ns_to_s_map[len(chars)] = index
+    chars.append(char)
+  return "".join(chars), ns_to_s_map
+
+
+def get_final_text(pred_text: str, orig_text: str, basic_tokenizer: Any,
+                   verbose_logging: bool = False) -> str:
+  """Projects a predicted (normalized, sub-token-joined) answer back onto the original words.
+
+  `orig_text` is the original words the prediction spans; `pred_text` is its tokenized form
+  (lower-cased, accents stripped, punctuation split off). Both are aligned character by character
+  after removing spaces; if the alignment fails the whole `orig_text` is returned, as the original
+  does. E.g. pred "steve smith" in orig "Steve Smith's" gives "Steve Smith".
+  """
+  tok_text = " ".join(basic_tokenizer.tokenize(orig_text))
+  start_position = tok_text.find(pred_text)
+  if start_position == -1:
+    if verbose_logging:
+      logging.info("Unable to find text: %r in %r", pred_text, orig_text)
+    return orig_text
+  end_position = start_position + len(pred_text) - 1
+
+  orig_ns_text, orig_ns_to_s_map = _strip_spaces(orig_text)
+  tok_ns_text, tok_ns_to_s_map = _strip_spaces(tok_text)
+  if len(orig_ns_text) != len(tok_ns_text):
+    if verbose_logging:
+      logging.info("Length not equal after stripping spaces: %r vs %r", orig_ns_text, tok_ns_text)
+    return orig_text
+  tok_s_to_ns_map = {s_index: ns_index for ns_index, s_index in tok_ns_to_s_map.items()}
+
+  def to_orig(tok_position: int) -> int | None:
+    ns_position = tok_s_to_ns_map.get(tok_position)
+    return None if ns_position is None else orig_ns_to_s_map.get(ns_position)
+
+  orig_start_position = to_orig(start_position)
+  orig_end_position = to_orig(end_position)
+  if orig_start_position is None or orig_end_position is None:
+    if verbose_logging:
+      logging.info("Couldn't map the prediction %r back onto %r", pred_text, orig_text)
+    return orig_text
+  return orig_text[orig_start_position:orig_end_position + 1]
+
+
+def _detokenize(sub_tokens: Sequence[str]) -> str:
+  """Joins WordPiece sub-tokens into words ("un ##aff ##able" -> "unaffable")."""
+  text = " ".join(sub_tokens).replace(" ##", "").replace("##", "")
+  return " ".join(text.strip().split())
+
+
+def _prelim_predictions(features: Sequence[InputFeatures], results: dict[int, RawResult],
+                        n_best_size: int, max_answer_length: int) -> list[_PrelimPrediction]:
+  """Valid candidate spans of one example over all its windows, best first.
+
+  A span is valid when both ends are context tokens of the window, start <= end, its length is at
+  most `max_answer_length` and its start token has its maximum context in this window.
+  """
+  prelim = []
+  for feature_index, feature in enumerate(features):
+    result = results[feature.unique_id]
+    start_indexes = best_indexes(result.start_logits, n_best_size)
+    end_indexes = best_indexes(result.end_logits, n_best_size)
+    for start_index in start_indexes:
+      for end_index in end_indexes:
+        if (start_index not in feature.token_to_orig_map or
+            end_index not in feature.token_to_orig_map or
+            not feature.token_is_max_context.get(start_index, False) or
+            end_index < start_index or end_index - start_index + 1 > max_answer_length):
+          continue
+        prelim.append(_PrelimPrediction(feature_index, start_index, end_index,
+                                        result.start_logits[start_index],
+                                        result.end_logits[end_index]))
+  return prelim
+
+
+def _null_prediction(features: Sequence[InputFeatures],
+                     results: dict[int, RawResult]) -> _PrelimPrediction:
+  """The smallest [CLS] score (start + end logit at position 0) over the windows (v2.0)."""
+  best = None
+  for feature_index, feature in enumerate(features):
+    result = results[feature.unique_id]
+    score = result.start_logits[0] + result.end_logits[0]
+    if best is None or score < best.start_logit + best.end_logit:
+      best = _PrelimPrediction(feature_index, 0, 0, result.start_logits[0], result.end_logits[0])
+  return best
+
+
+def _nbest_for_example(example: SquadExample, features: Sequence[InputFeatures],
+                       prelim: list[_PrelimPrediction], n_best_size: int,
+                       basic_tokenizer: Any, verbose_logging: bool) -> list[NbestPrediction]:
+  """Turns the sorted candidate spans into at most `n_best_size` distinct answer texts."""
+  nbest = []
+  seen_texts = set()
+  for pred in prelim:
+    if len(nbest) >= n_best_size:
+      break
+    if pred.start_index > 0:
+      feature = features[pred.feature_index]
+      tok_text = _detokenize(feature.tokens[pred.start_index:pred.end_index + 1])
+      orig_words = example.doc_tokens[feature.token_to_orig_map[pred.start_index]:
+                                      feature.token_to_orig_map[pred.end_index] + 1]
+      text = get_final_text(tok_text, " ".join(orig_words), basic_tokenizer, verbose_logging)
+    else:
+      text = ""
+    if text in seen_texts:
+      continue
+    seen_texts.add(text)
+    nbest.append(NbestPrediction(text, pred.start_logit, pred.end_logit))
+  return nbest
+
+
+def compute_predictions(examples: Sequence[SquadExample], features: Sequence[InputFeatures],
+                        results: Iterable[RawResult], n_best_size: int, max_answer_length: int,
+                        do_lower_case: bool, version_2_with_negative: bool = False,
+                        null_score_diff_threshold: float = 0.0, verbose_logging: bool = False
+                        ) -> tuple[dict[str, str], dict[str, list[dict]], dict[str, float]]:
+  """Chooses the answer of every example from the logits of its windows, as the original does.
+
+  Returns (predictions: id -> text, nbest: id -> list of {text, probability, start_logit,
+  end_logit}, null_odds: id -> null score minus best span score, only for v2.0). For v2.0 the answer
+  is "" when the null score beats the best span score by more than `null_score_diff_threshold`.
+  """
+  basic_tokenizer = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
+  results_by_id = {result.unique_id: result for result in results}
+  features_by_example = collections.defaultdict(list)
+  for feature in features:
+    features_by_example[feature.example_index].append(feature)
+
+  predictions = {}
+  all_nbest = {}
+  null_odds = {}
+  for example_index, example in enumerate(examples):
+    example_features = features_by_example[example_index]
+    prelim = _prelim_predictions(example_features, results_by_id, n_best_size, max_answer_length)
+    null_pred = None
+    if version_2_with_negative and example_features:
+      null_pred = _null_prediction(example_features, results_by_id)
+      prelim.append(null_pred)
+    prelim.sort(key=lambda p: p.start_logit + p.end_logit, reverse=True)
+    nbest = _nbest_for_example(example, example_features, prelim, n_best_size, basic_tokenizer,
+                               verbose_logging)
+    if null_pred is not None:
+      if all(entry.text for entry in nbest):
+        nbest.append(NbestPrediction("", null_pred.start_logit, null_pred.end_logit))
+      if len(nbest) == 1:
+        # Only the null answer survived: keep a non-null entry so there is a best span to compare.
+        nbest.insert(0, NbestPrediction("empty", 0.0, 0.0))
+    if not nbest:
+      nbest.append(NbestPrediction("empty", 0.0, 0.0))
+
+    probabilities = softmax([entry.start_logit + entry.end_logit for entry in nbest])
+    all_nbest[example.qas_id] = [
+        collections.OrderedDict(text=entry.text, probability=probability,
+                                start_logit=float(entry.start_logit),
+                                end_logit=float(entry.end_logit))
+        for entry, probability in zip(nbest, probabilities)]
+    if not version_2_with_negative:
+      predictions[example.qas_id] = nbest[0].text
+      continue
+    best_non_null = next(entry for entry in nbest if entry.text)
+    null_score = null_pred.start_logit + null_pred.end_logit if null_pred else 0.0
+    score_diff = null_score - best_non_null.start_logit - best_non_null.end_logit
+    null_odds[example.qas_id] = float(score_diff)
+    predictions[example.qas_id] = "" if score_diff > null_score_diff_threshold else (
+        best_non_null.text)
+  return predictions, all_nbest, null_odds
+
+
+def write_predictions(output_dir: str, predictions: dict[str, str], nbest: dict[str, list[dict]],
+                      null_odds: dict[str, float] | None = None) -> None:
+  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json to output_dir."""
+  outputs = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
+  if null_odds is not None:
+    outputs.append(("null_odds.json", null_odds))
+  for name, content in outputs:
+    path = os.path.join(output_dir, name)
+    with open(path, "w", encoding="utf-8") as writer:
+      writer.write(json.dumps(content, indent=4) + "\n")
+    logging.info("Wrote %s", path)
+
+
+# ---------------------------------------------------------------------------------------------
+# Official evaluation (the SQuAD v1.1 and v2.0 scripts' definitions).
+
+_ARTICLES = re.compile(r"\b(a|an|the)\b", re.UNICODE)
+_PUNCTUATION = frozenset(string.punctuation)
+
+
+def normalize_answer(text: str) -> str:
+  """Lower-cases, removes punctuation and the articles a/an/the, and collapses whitespace."""
+  text = "".join(char for char in text.lower() if char not in _PUNCTUATION)
+  return " ".join(_ARTICLES.sub(" ", text).split())
+
+
+def exact_match_score(prediction: str, ground_truth: str) -> float:
+  """1.0 when the normalized texts are equal, else 0.0."""
+  return float(normalize_answer(prediction) == normalize_answer(ground_truth))
+
+
+def f1_score(prediction: str, ground_truth: str) -> float:
+  """Token-level F1 of the normalized texts (v2.0 rule: two empty answers score 1)."""
+  prediction_tokens = normalize_answer(prediction).split()
+  truth_tokens = normalize_answer(ground_truth).split()
+  if not prediction_tokens or not truth_tokens:
+    return float(prediction_tokens == truth_tokens)
+  num_same = sum((collections.Counter(prediction_tokens) &
+                  collections.Counter(truth_tokens)).values())
+  if num_same == 0:
+    return 0.0
+  precision = num_same / len(prediction_tokens)
+  recall = num_same / len(truth_tokens)
+  return 2 * precision * recall / (precision + recall)
+
+
+def _questions(dataset: list[dict]) -> Iterator[dict]:
+  for article in dataset:
+    for paragraph in article["paragraphs"]:
+      yield from paragraph["qas"]
+
+
+def evaluate_v1(dataset: list[dict], predictions: dict[str, str]) -> dict[str, float]:
+  """The official SQuAD v1.1 evaluation: EM and F1 (0-100), best over the gold answers.
+
+  A question without a prediction scores 0 (the official script warns and does the same).
+  """
+  total = exact_match = f1 = 0.0
+  missing = 0
+  for qa in _questions(dataset):
+    total += 1
+    if qa["id"] not in predictions:
+      missing += 1
+      continue
+    truths = [answer["text"] for answer in qa["answers"]]
+    prediction = predictions[qa["id"]]
+    exact_match += max(exact_match_score(prediction, truth) for truth in truths)
+    f1 += max(_f1_v1(prediction, truth) for truth in truths)
+  if missing:
+    logging.warning("%d questions have no prediction and score 0", missing)
+  return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
+
+
+def _f1_v1(prediction: str, ground_truth: str) -> float:
+  """F1 as the v1.1 script computes it: no overlap (including an empty side) scores 0."""
+  if not normalize_answer(prediction).split() or not normalize_answer(ground_truth).split():
+    return 0.0
+  return f1_score(prediction, ground_truth)
+
+
+def _best_threshold(predictions: dict[str, str], scores: dict[str, float],
+                    na_probs: dict[str, float],
+                    qid_to_has_ans: dict[str, bool]) -> tuple[float, float]:
+  """The no-answer threshold that maximizes the score, and that score (0-100)."""
+  # As the official script: start from "no answer anywhere" over all questions of the dataset.
+  score = best_score = float(sum(1 for has_ans in qid_to_has_ans.values() if not has_ans))
+  best_threshold = 0.0
+  for qid in sorted(na_probs, key=lambda k: na_probs[k]):
+    if qid not in scores:
+      continue
+    if qid_to_has_ans[qid]:
+      score += scores[qid]
+    elif predictions[qid]:
+      score -= 1
+    if score > best_score:
+      best_score = score
+      best_threshold = na_probs[qid]
+  return 100.0 * best_score / len(scores), best_threshold
+
+
+def evaluate_v2(dataset: list[dict], predictions: dict[str, str],
+                na_probs: dict[str, float] | None = None,
+                na_prob_thresh: float = 1.0) -> dict[str, float]:
+  """The official SQuAD v2.0 evaluation: overall, HasAns and NoAns EM/F1 (0-100) and best thresholds.
+
+  `na_probs` (here the null odds) above `na_prob_thresh` count as predicting no answer. Keys follow
+  the official script except that its `exact` is named `exact_match` like v1.1's.
+  """
+  qid_to_has_ans = {qa["id"]: bool(qa["answers"]) for qa in _questions(dataset)}
+  exact_raw = {}
+  f1_raw = {}
+  for qa in _questions(dataset):
+    qid = qa["id"]
+    if qid not in predictions:
+      logging.warning("Missing prediction for %s", qid)
+      continue
+    truths = [a["text"] for a in qa["answers"] if normalize_answer(a["text"])] or [""]
+    exact_raw[qid] = max(exact_match_score(predictions[qid], truth) for truth in truths)
+    f1_raw[qid] = max(f1_score(predictions[qid], truth) for truth in truths)
+  probs = na_probs if na_probs is not None else {qid: 0.0 for qid in predictions}
+
+  def thresholded(scores: dict[str, float]) -> dict[str, float]:
+    return {qid: float(not qid_to_has_ans[qid]) if probs[qid] > na_prob_thresh else score
+            for qid, score in scores.items()}
+
+  exact = thresholded(exact_raw)
+  f1 = thresholded(f1_raw)
+
+  def summary(qids: Sequence[str], prefix: str = "") -> dict[str, float]:
+    # Like the official script, questions without a prediction are skipped in the sums but
+    # counted in the total.
+    return {prefix + "exact_match": 100.0 * sum(exact.get(q, 0.0) for q in qids) / len(qids),
+            prefix + "f1": 100.0 * sum(f1.get(q, 0.0) for q in qids) / len(qids),
+            prefix + "total": len(qids)}
+
+  results = summary(list(exact)) if exact else {"exact_match": 0.0, "f1": 0.0, "total": 0}
+  for prefix, has_answer in (("HasAns_", True), ("NoAns_", False)):
+    qids = [qid for qid, has in qid_to_has_ans.items() if has == has_answer]
+    if qids:
+      results.update(summary(qids, prefix))
+  if na_probs is not None and exact_raw:
+    results["best_exact"], results["best_exact_thresh"] = _best_threshold(
+        predictions, exact_raw, na_probs, qid_to_has_ans)
+    results["best_f1"], results["best_f1_thresh"] = _best_threshold(
+        predictions, f1_raw, na_probs, qid_to_has_ans)
+  return results
+
+
+def write_eval_results(path: str, results: dict[str, float]) -> None:
+  """Writes `key = value` lines (exact_match, f1, ...) like the original's eval_results.txt."""
+  with open(path, "w", encoding="utf-8") as writer:
+    for key, value in results.items():
+      logging.info("  %s = %s", key, value)
+      writer.write("%s = %s\n" % (key, value))
