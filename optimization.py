@@ -1,0 +1,254 @@
+# coding=utf-8
+"""The original BERT's optimizer on Keras 3: AdamW without bias correction, warmup + linear decay.
+
+Google's BERT was pre-trained and fine-tuned with `AdamWeightDecayOptimizer`, a hand-written TF1
+optimizer. `AdamWeightDecay` reproduces its update rule exactly, including its two departures from
+textbook Adam that matter when continuing from Google's checkpoints or reproducing their numbers:
+
+- no bias correction of the first and second moments, and
+- weight decay that is decoupled from the moments and skipped for variables whose name contains
+  `LayerNorm`, `layer_norm` or `bias`.
+
+Gradients are clipped by their global norm (1.0) before the update, as the original did, and the
+learning rate follows `WarmupLinearDecay`. `create_optimizer` assembles all of this the way the
+original's `create_optimizer` did, and wraps it in a loss-scaling optimizer for float16 training.
+
+Optimizer slots can be saved under the original's checkpoint names (`<variable>/adam_m`,
+`<variable>/adam_v`) with `named_slot_variables`.
+"""
+
+import re
+from typing import Mapping, Optional, Sequence
+
+import keras
+import tensorflow as tf
+
+# Substrings of a variable's Google name that exempt it from weight decay (as the original).
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+SLOT_NAMES = ("adam_m", "adam_v")
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
+  """The original's learning rate: linear warmup, then linear decay to zero.
+
+  For `step < num_warmup_steps` the rate is `init_lr * step / num_warmup_steps`. Otherwise it is
+  `init_lr * (1 - min(step, num_train_steps) / num_train_steps)`: the decay is measured from step 0,
+  not from the end of warmup, so right after warmup the rate is already slightly below `init_lr`
+  (this is what the original's `polynomial_decay(power=1.0)` combined with warmup computes). The step
+  is the number of updates already applied, so the very first update uses step 0 (rate 0 when there
+  is warmup).
+  """
+
+  def __init__(self, init_lr: float, num_train_steps: int, num_warmup_steps: int = 0):
+    if num_train_steps <= 0:
+      raise ValueError("num_train_steps must be positive, got %r" % (num_train_steps,))
+    if num_warmup_steps < 0:
+      raise ValueError("num_warmup_steps must not be negative, got %r" % (num_warmup_steps,))
+    self.init_lr = float(init_lr)
+    self.num_train_steps = int(num_train_steps)
+    self.num_warmup_steps = int(num_warmup_steps)
+
+  def __call__(self, step):
+    step = tf.cast(step, tf.float32)
+    done = tf.minimum(step, float(self.num_train_steps)) / float(self.num_train_steps)
+    decayed_lr = self.init_lr * (1.0 - done)
+    if not self.num_warmup_steps:
+      return decayed_lr
+    warmup_lr = self.init_lr * step / float(self.num_warmup_steps)
+    return tf.where(step < float(self.num_warmup_steps), warmup_lr, decayed_lr)
+
+  def get_config(self) -> dict:
+    return {"init_lr": self.init_lr, "num_train_steps": self.num_train_steps,
+            "num_warmup_steps": self.num_warmup_steps}
+
+
+def google_name(variable) -> str:
+  """The name weight-decay exclusions are matched against: the Keras path minus its first part.
+
+  Paths are `<model name>/<google name>` for task models (see DESIGN.md), and the first part of a
+  bare `BertModel`'s path is `bert`, which no exclusion pattern matches; dropping it keeps a model
+  named e.g. `bias_probe` from exempting all of its variables.
+  """
+  path = getattr(variable, "path", None) or variable.name
+  path = re.sub(r":\d+$", "", path)
+  return path.split("/", 1)[1] if "/" in path else path
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class AdamWeightDecay(keras.optimizers.Optimizer):
+  """Adam with decoupled weight decay and no bias correction, as the original BERT's optimizer.
+
+  For each variable `p` with gradient `g` (after global-norm clipping):
+
+      m = beta_1 * m + (1 - beta_1) * g
+      v = beta_2 * v + (1 - beta_2) * g**2
+      update = m / (sqrt(v) + epsilon)           # no bias correction, as the original
+      update += weight_decay_rate * p            # unless the name matches an exclusion
+      p -= learning_rate * update
+
+  Under `tf.distribute`, per-replica gradients are summed across replicas first and the sum is
+  clipped, so N replicas with loss scaled by 1/global_batch give the update of one device.
+  """
+
+  def __init__(self,
+               learning_rate=0.001,
+               weight_decay_rate: float = 0.0,
+               beta_1: float = 0.9,
+               beta_2: float = 0.999,
+               epsilon: float = 1e-6,
+               exclude_from_weight_decay: Optional[Sequence[str]] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               clip_norm: Optional[float] = 1.0,
+               name: str = "AdamWeightDecay",
+               **kwargs):
+    super().__init__(learning_rate=learning_rate, name=name, **kwargs)
+    self.weight_decay_rate = weight_decay_rate
+    self.beta_1 = beta_1
+    self.beta_2 = beta_2
+    self.epsilon = epsilon
+    self.exclude_from_weight_decay = tuple(exclude_from_weight_decay or ())
+    self.clip_norm = clip_norm
+
+  def build(self, var_list):
+    """Creates the zero-initialised first and second moment slots of every variable."""
+    if self.built:
+      return
+    super().build(var_list)
+    self._adam_m = [self.add_variable_from_reference(v, name="adam_m") for v in var_list]
+    self._adam_v = [self.add_variable_from_reference(v, name="adam_v") for v in var_list]
+    # Decided here from the Keras variables' paths: update_step sees per-device tf.Variables.
+    self._decays = [self.uses_weight_decay(v) for v in var_list]
+
+  def uses_weight_decay(self, variable) -> bool:
+    """Whether `variable` is decayed: a rate is set and no exclusion pattern is in its name."""
+    if not self.weight_decay_rate:
+      return False
+    name = google_name(variable)
+    return not any(re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
+
+  def slot_variables(self, variable) -> dict:
+    """Returns `{"adam_m": m, "adam_v": v}` for a model variable the optimizer was built with."""
+    index = self._get_variable_index(variable)
+    return {"adam_m": self._adam_m[index], "adam_v": self._adam_v[index]}
+
+  def _backend_update_step(self, grads, trainable_variables, learning_rate):
+    """Sums gradients across replicas, clips the sum by global norm, then updates each variable.
+
+    Keras clips before its own cross-replica sum (each replica's gradients separately), which would
+    make the update depend on the number of replicas; this override keeps it device-independent.
+    """
+    grads = [tf.convert_to_tensor(g) for g in grads]  # Embedding gradients arrive as IndexedSlices.
+    replica_context = tf.distribute.get_replica_context()
+    if replica_context is not None:
+      grads = replica_context.all_reduce(tf.distribute.ReduceOp.SUM, grads)
+    if self.clip_norm:
+      grads, _ = tf.clip_by_global_norm(grads, self.clip_norm)
+    variables = [v.value if isinstance(v, keras.Variable) else v for v in trainable_variables]
+
+    def update_one(variable, grad):  # The strategy passes each device's copy of the variable first.
+      self.update_step(grad, variable, learning_rate)
+
+    def update_all(strategy, grads):
+      for grad, variable in zip(grads, variables):
+        strategy.extended.update(variable, update_one, args=(grad,), group=False)
+
+    if replica_context is None:
+      update_all(tf.distribute.get_strategy(), grads)
+    else:
+      replica_context.merge_call(update_all, args=(grads,))
+
+  def update_step(self, gradient, variable, learning_rate):
+    """Applies the original's update rule to one variable (see the class docstring)."""
+    dtype = variable.dtype
+    gradient = tf.cast(gradient, dtype)
+    learning_rate = tf.cast(learning_rate, dtype)
+    index = self._get_variable_index(variable)
+    slots = {"adam_m": self._adam_m[index], "adam_v": self._adam_v[index]}
+    next_m = self.beta_1 * slots["adam_m"] + (1.0 - self.beta_1) * gradient
+    next_v = self.beta_2 * slots["adam_v"] + (1.0 - self.beta_2) * tf.square(gradient)
+    update = next_m / (tf.sqrt(next_v) + self.epsilon)
+    if self._decays[index]:
+      update += self.weight_decay_rate * variable
+    self.assign_sub(variable, learning_rate * update)
+    self.assign(slots["adam_m"], next_m)
+    self.assign(slots["adam_v"], next_v)
+
+  def get_config(self) -> dict:
+    config = super().get_config()
+    config.update({
+        "weight_decay_rate": self.weight_decay_rate,
+        "beta_1": self.beta_1,
+        "beta_2": self.beta_2,
+        "epsilon": self.epsilon,
+        "exclude_from_weight_decay": list(self.exclude_from_weight_decay),
+        "clip_norm": self.clip_norm,
+    })
+    return config
+
+
+def create_optimizer(init_lr: float,
+                     num_train_steps: int,
+                     num_warmup_steps: int,
+                     weight_decay_rate: float = 0.01,
+                     compute_dtype: str = "float32",
+                     clip_norm: Optional[float] = 1.0) -> keras.optimizers.Optimizer:
+  """Creates the original's optimizer: AdamWeightDecay with warmup and linear decay.
+
+  Args:
+    init_lr: peak learning rate, reached at the end of warmup.
+    num_train_steps: step at which the learning rate reaches 0.
+    num_warmup_steps: steps of linear warmup from 0 (0 for none).
+    weight_decay_rate: decoupled weight decay (0.01 in the original).
+    compute_dtype: the model's compute dtype, or a Keras mixed-precision policy name. `float16`
+      (or `mixed_float16`) returns the optimizer wrapped in a dynamic `keras.optimizers.
+      LossScaleOptimizer`: scale the loss with `optimizer.scale_loss(loss)` before taking gradients.
+      `bfloat16` has float32's range and needs no loss scaling.
+    clip_norm: global gradient norm to clip to (1.0 in the original); None disables clipping.
+
+  Returns:
+    An optimizer whose `apply(grads, variables)` applies one step, inside or outside a
+    `tf.distribute` strategy's replica context. Create it under the strategy's scope.
+  """
+  dtype = compute_dtype.replace("mixed_", "")
+  if dtype not in ("float32", "float16", "bfloat16"):
+    raise ValueError("compute_dtype must be float32, float16 or bfloat16 (optionally mixed_...), "
+                     "got %r" % (compute_dtype,))
+  optimizer = AdamWeightDecay(
+      learning_rate=WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps),
+      weight_decay_rate=weight_decay_rate,
+      clip_norm=clip_norm)
+  if dtype == "float16":
+    return keras.optimizers.LossScaleOptimizer(optimizer)
+  return optimizer
+
+
+def _adam_weight_decay(optimizer: keras.optimizers.Optimizer) -> AdamWeightDecay:
+  """Returns `optimizer` itself, or the AdamWeightDecay inside a LossScaleOptimizer."""
+  inner = getattr(optimizer, "inner_optimizer", optimizer)
+  if not isinstance(inner, AdamWeightDecay):
+    raise TypeError("expected an AdamWeightDecay (optionally loss-scaled), got %s" %
+                    type(inner).__name__)
+  return inner
+
+
+def named_slot_variables(optimizer: keras.optimizers.Optimizer,
+                         named_variables: Mapping[str, keras.Variable]) -> dict:
+  """Maps `<google name>/adam_m` and `<google name>/adam_v` to the optimizer's slot variables.
+
+  Args:
+    optimizer: from `create_optimizer` (a LossScaleOptimizer is unwrapped).
+    named_variables: Google name -> model variable, e.g. `modeling.checkpoint_variables(model)`.
+      Only trainable variables have slots. An optimizer that is not built yet is built on them,
+      so slots exist (zero) before a checkpoint is restored into them.
+
+  Returns:
+    A dict to merge with the model's variables for `modeling.write_checkpoint` (after converting
+    to arrays) or to assign from a checkpoint when resuming, as the original's Estimator did.
+  """
+  adam = _adam_weight_decay(optimizer)
+  trainable = {name: v for name, v in named_variables.items() if v.trainable}
+  if not adam.built:
+    adam.build(list(trainable.values()))
+  return {"%s/%s" % (name, slot): slot_variable
+          for name, variable in trainable.items()
+          for slot, slot_variable in adam.slot_variables(variable).items()}
