@@ -1,0 +1,283 @@
+# coding=utf-8
+"""Extracts fixed BERT features (the feature-based approach of the BERT paper).
+
+Reads one text per line (`text_a ||| text_b` for a pair) and writes, as the original script:
+JSON Lines, one object per input line, `{"linex_index": i, "features": [{"token": "[CLS]",
+"layers": [{"index": -1, "values": [...]}, ...]}, ...]}` for every token including [CLS] and
+[SEP], values rounded to 6 decimals, in input order. Layer -1 is the last Transformer layer
+(indexes count encoder layers, not the embeddings).
+
+Additions:
+- `--pooling=cls|mean` writes one vector per text and layer instead of one per token:
+  `{"linex_index": i, "pooled": [{"index": -1, "values": [...]}, ...]}` (`mean` averages the
+  real tokens, [CLS] and [SEP] included, as sentence-transformers' mean pooling does).
+- `--output_format=npz` writes `output_file` as a directory of `features-00000.npz`, ... (one per
+  batch) with float32 arrays instead of text; see `write_npz_batch`.
+Input is read, run and written batch by batch, so memory does not grow with the input.
+"""
+
+import io
+import json
+import os
+import re
+import time
+from typing import Iterable, Iterator, Optional, Sequence
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import tensorflow as tf
+
+import modeling
+import tokenization
+import training
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("input_file", None, "Text file, one example per line (`text_a ||| text_b` "
+                    "for a pair).")
+flags.DEFINE_string("output_file", None, "Output JSON Lines file (a directory for "
+                    "--output_format=npz).")
+flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes to output "
+                    "(-1 is the last layer).")
+flags.DEFINE_string("bert_config_file", None, "The config json file corresponding to the "
+                    "pre-trained BERT model. This specifies the model architecture.")
+flags.DEFINE_integer("max_seq_length", 128, "The maximum total input sequence length after "
+                     "WordPiece tokenization. Longer sequences are truncated.")
+flags.DEFINE_string("init_checkpoint", None, "Initial checkpoint (usually from a pre-trained BERT "
+                    "model).")
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
+                  "for uncased models and False for cased models.")
+flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
+flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npz"], "jsonl: the original's JSON Lines. "
+                  "npz: one uncompressed NumPy .npz file per batch in the --output_file "
+                  "directory.")
+training.define_tpu_flags()
+flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: one vector per token (the "
+                  "original). cls: the [CLS] vector. mean: the mean over real tokens.")
+
+_PAIR_RE = re.compile(r"^(.*) \|\|\| (.*)$")
+NPZ_PATTERN = "features-%05d.npz"
+
+
+def parse_line(line: str) -> tuple[str, Optional[str]]:
+  """Splits an input line into (text_a, text_b) like the original (`a ||| b`, at the last ` ||| `)."""
+  line = line.strip()
+  match = _PAIR_RE.match(line)
+  if match is None:
+    return line, None
+  return match.group(1), match.group(2)
+
+
+def example_tokens(tokenizer: tokenization.FullTokenizer, text_a: str, text_b: Optional[str],
+                   max_seq_length: int) -> tuple[list[str], list[int]]:
+  """The tokens `[CLS] a [SEP] (b [SEP])` and their segment ids, truncated as the original."""
+  tokens_a = tokenizer.tokenize(text_a)
+  tokens_b = tokenizer.tokenize(text_b) if text_b else []
+  if tokens_b:
+    tokenization.truncate_seq_pair(tokens_a, tokens_b, max_seq_length - 3)
+  else:
+    del tokens_a[max_seq_length - 2:]
+  tokens = [tokenization.CLS_TOKEN] + tokens_a + [tokenization.SEP_TOKEN]
+  segment_ids = [0] * len(tokens)
+  if tokens_b:
+    tokens += tokens_b + [tokenization.SEP_TOKEN]
+    segment_ids += [1] * (len(tokens_b) + 1)
+  return tokens, segment_ids
+
+
+def parse_layer_indexes(layers: str, num_hidden_layers: int) -> list[int]:
+  """Parses `--layers`, checking every index against the model's depth."""
+  try:
+    indexes = [int(x) for x in layers.split(",")]
+  except ValueError:
+    raise ValueError("--layers=%r must be comma-separated integers" % layers) from None
+  for index in indexes:
+    if not -num_hidden_layers <= index < num_hidden_layers:
+      raise ValueError("--layers: index %d is out of range for a model with %d layers" %
+                       (index, num_hidden_layers))
+  return indexes
+
+
+class Batch:
+  """A batch of examples: tokens, and int32 arrays padded to the longest example of the batch."""
+
+  def __init__(self, first_index: int, tokens: list[list[str]], segment_ids: list[list[int]],
+               tokenizer: tokenization.FullTokenizer):
+    self.first_index = first_index
+    self.tokens = tokens
+    length = max(len(t) for t in tokens)
+    self.input_ids = np.zeros((len(tokens), length), np.int32)
+    self.input_mask = np.zeros((len(tokens), length), np.int32)
+    self.segment_ids = np.zeros((len(tokens), length), np.int32)
+    for row, (row_tokens, row_segments) in enumerate(zip(tokens, segment_ids)):
+      self.input_ids[row, :len(row_tokens)] = tokenizer.convert_tokens_to_ids(row_tokens)
+      self.input_mask[row, :len(row_tokens)] = 1
+      self.segment_ids[row, :len(row_tokens)] = row_segments
+
+
+def read_batches(lines: Iterable[str], tokenizer: tokenization.FullTokenizer, max_seq_length: int,
+                 batch_size: int) -> Iterator[Batch]:
+  """Tokenizes input lines and groups them into batches, lazily."""
+  tokens, segments = [], []
+  first_index = 0
+  for line in lines:
+    row_tokens, row_segments = example_tokens(tokenizer, *parse_line(line), max_seq_length)
+    tokens.append(row_tokens)
+    segments.append(row_segments)
+    if len(tokens) == batch_size:
+      yield Batch(first_index, tokens, segments, tokenizer)
+      first_index += len(tokens)
+      tokens, segments = [], []
+  if tokens:
+    yield Batch(first_index, tokens, segments, tokenizer)
+
+
+class FeatureExtractor(tf.Module):
+  """Runs BERT and returns the requested encoder layers, per token or pooled."""
+
+  def __init__(self, bert: modeling.BertModel, layer_indexes: Sequence[int], pooling: str = "none"):
+    super().__init__()
+    if pooling not in ("none", "cls", "mean"):
+      raise ValueError("pooling must be none, cls or mean, got %r" % pooling)
+    self.bert = bert
+    self.layer_indexes = list(layer_indexes)
+    self.pooling = pooling
+
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32)] * 3)
+  def __call__(self, input_ids, input_mask, segment_ids):
+    """Returns float32 [batch, layers, seq, hidden], or [batch, layers, hidden] when pooling."""
+    outputs = self.bert(input_ids, input_mask=input_mask, token_type_ids=segment_ids,
+                        training=False)
+    encoder_outputs = outputs["encoder_outputs"]
+    layers = tf.stack([encoder_outputs[i] for i in self.layer_indexes], axis=1)
+    if self.pooling == "cls":
+      return layers[:, :, 0, :]
+    if self.pooling == "mean":
+      weights = tf.cast(input_mask, layers.dtype)[:, tf.newaxis, :, tf.newaxis]
+      return tf.reduce_sum(layers * weights, axis=2) / tf.reduce_sum(weights, axis=2)
+    return layers
+
+
+def _layer_entries(layer_indexes: Sequence[int], vectors: np.ndarray) -> list[dict]:
+  """[{"index": i, "values": [...]}] with values rounded to 6 decimals as the original."""
+  return [{"index": index, "values": [round(x, 6) for x in vector.tolist()]}
+          for index, vector in zip(layer_indexes, vectors)]
+
+
+def json_lines(batch: Batch, layer_indexes: Sequence[int], values: np.ndarray,
+               pooling: str) -> Iterator[str]:
+  """The JSON line of each example of a batch (`values` as `FeatureExtractor` returns them)."""
+  for row, tokens in enumerate(batch.tokens):
+    output = {"linex_index": batch.first_index + row}
+    if pooling == "none":
+      output["features"] = [
+          {"token": token, "layers": _layer_entries(layer_indexes, values[row, :, position])}
+          for position, token in enumerate(tokens)]
+    else:
+      output["pooled"] = _layer_entries(layer_indexes, values[row])
+    yield json.dumps(output) + "\n"
+
+
+def write_npz_batch(directory: str, batch_number: int, batch: Batch,
+                    layer_indexes: Sequence[int], values: np.ndarray) -> str:
+  """Writes one batch as `features-<batch_number>.npz` and returns its path.
+
+  Arrays: `linex_index` int64 [n]; `layer_indexes` int32 [L]; `input_ids`, `input_mask` int32
+  [n, T] (T = longest example of the batch; tokens are `input_ids[i, :input_mask[i].sum()]`);
+  `layers` float32 [n, L, T, H] per token, or `pooled` float32 [n, L, H] with pooling.
+  """
+  path = os.path.join(directory, NPZ_PATTERN % batch_number)
+  key = "layers" if values.ndim == 4 else "pooled"
+  linex_index = np.arange(batch.first_index, batch.first_index + len(batch.tokens), dtype=np.int64)
+  buffer = io.BytesIO()  # np.savez seeks, which GFile (e.g. on GCS) cannot.
+  np.savez(buffer, linex_index=linex_index, layer_indexes=np.array(layer_indexes, np.int32),
+           input_ids=batch.input_ids, input_mask=batch.input_mask, **{key: values})
+  with tf.io.gfile.GFile(path, "wb") as writer:
+    writer.write(buffer.getvalue())
+  return path
+
+
+def count_lines(path: str) -> int:
+  """Number of lines of a text file (one cheap pass, for the progress line's ETA)."""
+  with tf.io.gfile.GFile(path, "rb") as reader:
+    return sum(1 for _ in reader)
+
+
+def read_lines(path: str) -> Iterator[str]:
+  """Lines of the input file as text (invalid UTF-8 dropped, as the tokenizer does)."""
+  with tf.io.gfile.GFile(path, "rb") as reader:
+    for line in reader:
+      yield tokenization.convert_to_unicode(line)
+
+
+def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: str,
+            output_format: str, total_lines: Optional[int] = None) -> int:
+  """Runs every batch and writes its features; returns the number of examples written."""
+  if output_format == "npz":
+    tf.io.gfile.makedirs(output_file)
+    writer = None
+  else:
+    writer = tf.io.gfile.GFile(output_file, "w")
+  start_time = last_log = time.time()
+  done = 0
+  try:
+    for batch_number, batch in enumerate(batches):
+      values = extractor(batch.input_ids, batch.input_mask, batch.segment_ids).numpy()
+      if writer is None:
+        write_npz_batch(output_file, batch_number, batch, extractor.layer_indexes, values)
+      else:
+        for line in json_lines(batch, extractor.layer_indexes, values, extractor.pooling):
+          writer.write(line)
+      done += len(batch.tokens)
+      if time.time() - last_log >= 10:
+        last_log = time.time()
+        _log_progress(done, total_lines, last_log - start_time)
+  finally:
+    if writer is not None:
+      writer.close()
+  elapsed = time.time() - start_time
+  logging.info("Wrote features of %d examples to %s in %.1f s (%.1f examples/s).", done,
+               output_file, elapsed, done / max(elapsed, 1e-9))
+  return done
+
+
+def _log_progress(done: int, total: Optional[int], elapsed: float) -> None:
+  rate = done / max(elapsed, 1e-9)
+  if total:
+    logging.info("%d/%d examples (%.1f%%), %.1f examples/s, ETA %.0f s", done, total,
+                 100.0 * done / total, rate, (total - done) / max(rate, 1e-9))
+  else:
+    logging.info("%d examples, %.1f examples/s", done, rate)
+
+
+def main(_):
+  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
+    raise ValueError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d" %
+                     (FLAGS.max_seq_length, bert_config.max_position_embeddings))
+  layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  tokenizer = tokenization.FullTokenizer(vocab_file=FLAGS.vocab_file,
+                                         do_lower_case=FLAGS.do_lower_case)
+  if FLAGS.use_tpu:
+    raise ValueError("extract_features.py runs on the local CPU or GPU; --use_tpu is not supported")
+  bert = modeling.BertModel(bert_config, name="bert")
+  bert.build()
+  report = modeling.init_from_checkpoint(bert, FLAGS.init_checkpoint)
+  if report.missing:
+    raise ValueError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
+                     (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
+  extractor = FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
+  total = count_lines(FLAGS.input_file)
+  batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
+                         FLAGS.batch_size)
+  extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
+
+
+if __name__ == "__main__":
+  for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint", "output_file"):
+    flags.mark_flag_as_required(name)
+  app.run(main)
