@@ -1,0 +1,88 @@
+# coding=utf-8
+"""Creates masked-LM / next-sentence pretraining TFRecords from plain text (the original's CLI).
+
+Input: one sentence per line, blank lines between documents, any number of files. Output: the
+original's `tf.train.Example` features, instances spread round-robin over the output files.
+
+Unlike the original, the corpus is streamed in chunks of whole documents that `num_workers` processes
+turn into instances independently, so memory stays bounded whatever the corpus size (see DESIGN.md,
+"create_pretraining_data.py"), and one corpus can be split over machines with `--num_shards` and
+`--shard_index`: every machine runs the same command with its own `--shard_index` and writes its own
+files. Prints a JSON summary at the end.
+"""
+
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+
+import pretraining_data
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("input_file", None,
+                    "Input raw text file (or comma-separated list of files or glob patterns).")
+flags.DEFINE_string("output_file", None,
+                    "Output TFRecord file (or comma-separated list of files).")
+flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+flags.DEFINE_bool("do_lower_case", True,
+                  "Whether to lower case the input text. True for uncased models.")
+flags.DEFINE_bool("do_whole_word_mask", False,
+                  "Whether to mask all of a word's pieces together rather than each piece alone.")
+flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per "
+                     "sequence.")
+flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+flags.DEFINE_integer("dupe_factor", 10, "Number of times to duplicate the input data (with "
+                     "different masks).")
+flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences which are shorter "
+                   "than the maximum length.")
+flags.DEFINE_string("spm_model_file", None, "Optional SentencePiece model: tokens are its pieces "
+                    "and ids its ids (vocab_file may then be the model's .vocab file).")
+flags.DEFINE_integer("num_workers", None, "Worker processes (default: all cores). The output does "
+                     "not depend on it.")
+flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards, e.g. one per "
+                     "machine; each output file name then gets a -SSSSS-of-NNNNN suffix.")
+flags.DEFINE_integer("shard_index", 0, "Which shard this run creates, in [0, num_shards).")
+flags.DEFINE_integer("chunk_size_kb", 256, "Text per independent chunk of whole documents: the "
+                     "unit of work and of memory, and the pool NotNext segments are drawn from.")
+flags.DEFINE_integer("shuffle_buffer_size", 10000, "Instances held to mix the output across "
+                     "chunks (the original shuffles all instances of the corpus in memory).")
+
+
+def main(_):
+  logging.set_verbosity(logging.INFO)
+  num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
+  config = pretraining_data.RunConfig(
+      input_file=FLAGS.input_file,
+      output_file=FLAGS.output_file,
+      vocab_file=FLAGS.vocab_file,
+      do_lower_case=FLAGS.do_lower_case,
+      spm_model_file=FLAGS.spm_model_file,
+      options=pretraining_data.InstanceOptions(
+          max_seq_length=FLAGS.max_seq_length,
+          max_predictions_per_seq=FLAGS.max_predictions_per_seq,
+          masked_lm_prob=FLAGS.masked_lm_prob,
+          short_seq_prob=FLAGS.short_seq_prob,
+          dupe_factor=FLAGS.dupe_factor,
+          do_whole_word_mask=FLAGS.do_whole_word_mask),
+      random_seed=FLAGS.random_seed,
+      num_workers=num_workers,
+      shard_index=FLAGS.shard_index,
+      num_shards=FLAGS.num_shards,
+      chunk_bytes=FLAGS.chunk_size_kb * 1024,
+      shuffle_buffer_size=FLAGS.shuffle_buffer_size)
+  try:
+    summary = pretraining_data.run(config)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  print(pretraining_data.summary_json(summary))
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("input_file")
+  flags.mark_flag_as_required("output_file")
+  flags.mark_flag_as_required("vocab_file")
+  app.run(main)

@@ -1,0 +1,851 @@
+# coding=utf-8
+"""Masked-LM / next-sentence pretraining data: the original algorithm, streamed, parallel, bounded.
+
+`create_pretraining_data.py` is the command line; this module holds the algorithm and the pipeline.
+
+The instance algorithm is the original's (document chunks up to a random target length, random split
+point, NotNext with probability 0.5 with unused segments put back, longest-first truncation from the
+front or back, 15% masking with 80/10/10 replacement, optional whole-word masking) and the output is
+the original's `tf.train.Example` TFRecords. What changes is how the corpus flows through memory:
+
+* The main process streams the input files and cuts them into *chunks* of whole documents (about
+  `chunk_bytes` of text each; a file end always ends a document).
+* Each chunk is an independent task: a worker process tokenizes it, creates `dupe_factor` passes of
+  instances from its documents (the random "other document" of a NotNext pair is drawn from the same
+  chunk), shuffles them, serializes each `tf.train.Example` and frames it as a TFRecord (CRC-32C
+  computed with NumPy), all without TensorFlow.
+* The main process receives the chunks in order, passes the records through a bounded shuffle buffer and
+  writes them round-robin to the output files.
+
+Every random choice of a chunk comes from a generator seeded by `(random_seed, chunk index)`, and the
+shuffle buffer's from `(random_seed, shard index)`, so the output bytes depend on the inputs and flags
+only: not on `num_workers`, not on timing.
+"""
+
+import collections
+import dataclasses
+import glob
+import json
+import multiprocessing
+import os
+import random
+import struct
+import time
+from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional, Sequence
+
+from absl import logging
+import numpy as np
+
+import tokenization
+
+SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
+FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
+                 "masked_lm_weights", "next_sentence_labels")
+NUM_LOGGED_INSTANCES = 20
+PROGRESS_INTERVAL_SECONDS = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class InstanceOptions:
+  """The original's knobs of instance creation and masking (its flags of the same names)."""
+  max_seq_length: int = 128
+  max_predictions_per_seq: int = 20
+  masked_lm_prob: float = 0.15
+  short_seq_prob: float = 0.1
+  dupe_factor: int = 10
+  do_whole_word_mask: bool = False
+
+  def validate(self) -> None:
+    """Raises ValueError naming the flag whose value the algorithm cannot work with."""
+    if self.max_seq_length < 5:
+      raise ValueError("max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A and B "
+                       "non-empty), got %d" % self.max_seq_length)
+    if self.max_predictions_per_seq < 0:
+      raise ValueError("max_predictions_per_seq must be >= 0, got %d" %
+                       self.max_predictions_per_seq)
+    if not 0.0 <= self.masked_lm_prob <= 1.0:
+      raise ValueError("masked_lm_prob must be in [0, 1], got %r" % self.masked_lm_prob)
+    if not 0.0 <= self.short_seq_prob <= 1.0:
+      raise ValueError("short_seq_prob must be in [0, 1], got %r" % self.short_seq_prob)
+    if self.dupe_factor < 1:
+      raise ValueError("dupe_factor must be >= 1, got %d" % self.dupe_factor)
+
+
+@dataclasses.dataclass(frozen=True)
+class VocabIds:
+  """What the algorithm needs to know about the vocab, as ids.
+
+  Attributes:
+    cls_id, sep_id, mask_id: ids of `[CLS]`, `[SEP]`, `[MASK]`.
+    random_ids: the ids a random replacement is drawn from: one per distinct vocab token, as the
+      original draws a random token from `tokenizer.vocab`.
+    continues_word: byte per id, 1 when that token continues the previous token's word (WordPiece `##`
+      pieces; SentencePiece pieces without the `▁` word-start mark), for whole-word masking.
+    id_to_token: for the readable log of the first instances.
+  """
+  cls_id: int
+  sep_id: int
+  mask_id: int
+  random_ids: tuple
+  continues_word: bytes
+  id_to_token: dict
+
+  @classmethod
+  def from_tokenizer(cls, tokenizer: Any, vocab_description: str,
+                     is_sentencepiece: bool) -> "VocabIds":
+    """Reads the ids off a FullTokenizer; a vocab without a needed special token is a ValueError."""
+    vocab = tokenizer.vocab
+    # WordPiece maps unknown words to [UNK]; a SentencePiece model has its own unknown piece.
+    needed = SPECIAL_TOKENS + (() if is_sentencepiece else ("[UNK]",))
+    missing = [token for token in needed if token not in vocab]
+    if missing:
+      raise ValueError("%s has no %s token(s); masked-LM pretraining data needs %s" %
+                       (vocab_description, ", ".join(missing), ", ".join(needed)))
+    continues_word = bytearray(max(vocab.values()) + 1)
+    for token, token_id in vocab.items():
+      continues_word[token_id] = _continues_word(token, is_sentencepiece)
+    return cls(cls_id=vocab["[CLS]"], sep_id=vocab["[SEP]"], mask_id=vocab["[MASK]"],
+               random_ids=tuple(vocab.values()), continues_word=bytes(continues_word),
+               id_to_token={token_id: token for token, token_id in vocab.items()})
+
+
+def _continues_word(token: str, is_sentencepiece: bool) -> bool:
+  """Whether a vocab token is a non-initial piece of a word (joins the previous one when masking)."""
+  if not is_sentencepiece:
+    return token.startswith("##")
+  is_special = token.startswith("[") and token.endswith("]") and len(token) > 2
+  is_punctuation = len(token) == 1 and not token.isalnum()
+  return not (token.startswith("\u2581") or is_special or is_punctuation)
+
+
+class TrainingInstance(NamedTuple):
+  """One pretraining example before padding.
+
+  `input_ids` is `[CLS] A [SEP] B [SEP]` with masking applied; the first `first_segment_length` ids
+  (`[CLS] A [SEP]`) have segment id 0, the rest 1. `masked_lm_ids` are the original ids at the sorted
+  `masked_lm_positions`.
+  """
+  input_ids: list
+  first_segment_length: int
+  masked_lm_positions: list
+  masked_lm_ids: list
+  is_random_next: bool
+
+
+# ---------------------------------------------------------------------------------------------------
+# The original algorithm, on token ids.
+
+
+def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
+                      rng: random.Random) -> tuple:
+  """Truncates a pair to `max_num_tokens` in total, as the original does.
+
+  One token at a time from the longer sequence (B on ties), from its front or its back with equal
+  probability. Returns the truncated (a, b) as new lists.
+  """
+  bounds = [[0, len(tokens_a)], [0, len(tokens_b)]]
+  length_a, length_b = len(tokens_a), len(tokens_b)
+  while length_a + length_b > max_num_tokens:
+    if length_a > length_b:
+      side, length_a = bounds[0], length_a - 1
+    else:
+      side, length_b = bounds[1], length_b - 1
+    if rng.random() < 0.5:
+      side[0] += 1
+    else:
+      side[1] -= 1
+  return tokens_a[bounds[0][0]:bounds[0][1]], tokens_b[bounds[1][0]:bounds[1][1]]
+
+
+def _random_order(items: list, rng: random.Random) -> Iterator:
+  """Yields `items` in a uniformly random order, drawing only as many numbers as items consumed.
+
+  The lazy form of the original's `rng.shuffle(cand_indexes)` followed by a scan that usually stops
+  after `num_to_predict` candidates. Shuffles `items` in place.
+  """
+  for position in range(len(items)):
+    chosen = rng.randrange(position, len(items))
+    items[position], items[chosen] = items[chosen], items[position]
+    yield items[position]
+
+
+def create_masked_lm_predictions(input_ids: list, options: InstanceOptions, vocab: VocabIds,
+                                 rng: random.Random) -> tuple:
+  """Masks a `[CLS] A [SEP] B [SEP]` id sequence as the original does.
+
+  Candidates are all positions except `[CLS]`/`[SEP]`; with `do_whole_word_mask` a word's pieces form
+  one candidate. Candidates are taken in random order while they fit in
+  `min(max_predictions_per_seq, max(1, round(len * masked_lm_prob)))` predictions; each chosen position
+  becomes `[MASK]` (80%), stays (10%) or becomes a random vocab token (10%).
+
+  Returns:
+    (masked ids, sorted masked positions, the original ids at those positions).
+  """
+  candidates = []
+  for position, token_id in enumerate(input_ids):
+    if token_id == vocab.cls_id or token_id == vocab.sep_id:
+      continue
+    if options.do_whole_word_mask and candidates and vocab.continues_word[token_id]:
+      candidates[-1].append(position)
+    else:
+      candidates.append([position])
+  num_to_predict = min(options.max_predictions_per_seq,
+                       max(1, int(round(len(input_ids) * options.masked_lm_prob))))
+  output_ids = list(input_ids)
+  positions = []
+  for word_positions in _random_order(candidates, rng):
+    if len(positions) >= num_to_predict:
+      break
+    if len(positions) + len(word_positions) > num_to_predict:
+      continue
+    for position in word_positions:
+      if rng.random() < 0.8:
+        output_ids[position] = vocab.mask_id
+      elif rng.random() >= 0.5:
+        output_ids[position] = vocab.random_ids[rng.randrange(len(vocab.random_ids))]
+      positions.append(position)
+  positions.sort()
+  return output_ids, positions, [input_ids[position] for position in positions]
+
+
+def create_instances_from_document(documents: Sequence[list], document_index: int,
+                                   options: InstanceOptions, vocab: VocabIds, rng: random.Random,
+                                   counts: collections.Counter) -> list:
+  """The original's instances of one document (a list of sentences, each a list of ids).
+
+  `documents` is the pool NotNext segments come from (here: the document's chunk). Adds the pair
+  counts to `counts`.
+  """
+  document = documents[document_index]
+  max_num_tokens = options.max_seq_length - 3
+  target_seq_length = max_num_tokens
+  if rng.random() < options.short_seq_prob:
+    target_seq_length = rng.randint(2, max_num_tokens)
+  instances = []
+  current_chunk = []
+  current_length = 0
+  i = 0
+  while i < len(document):
+    current_chunk.append(document[i])
+    current_length += len(document[i])
+    if i == len(document) - 1 or current_length >= target_seq_length:
+      a_end = rng.randint(1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
+      tokens_a = [token for segment in current_chunk[:a_end] for token in segment]
+      if len(current_chunk) == 1 or rng.random() < 0.5:
+        is_random_next = True
+        tokens_b = _random_continuation(documents, document_index, target_seq_length - len(tokens_a),
+                                        rng, counts)
+        i -= len(current_chunk) - a_end  # The unused segments go back for the next instance.
+      else:
+        is_random_next = False
+        tokens_b = [token for segment in current_chunk[a_end:] for token in segment]
+      tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+      input_ids = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
+      masked_ids, positions, labels = create_masked_lm_predictions(input_ids, options, vocab, rng)
+      instances.append(TrainingInstance(masked_ids, len(tokens_a) + 2, positions, labels,
+                                        is_random_next))
+      counts["not_next" if is_random_next else "is_next"] += 1
+      counts["masked_tokens"] += len(positions)
+      current_chunk = []
+      current_length = 0
+    i += 1
+  return instances
+
+
+def _random_continuation(documents: Sequence[list], document_index: int, target_length: int,
+                         rng: random.Random, counts: collections.Counter) -> list:
+  """Segment B of a NotNext pair: sentences from a random start in a random other document.
+
+  As the original: up to 10 draws to find another document (with a single document in the pool, B
+  comes from the same one: counted), then sentences until B reaches `target_length`.
+  """
+  for _ in range(10):
+    random_index = rng.randint(0, len(documents) - 1)
+    if random_index != document_index:
+      break
+  else:
+    counts["not_next_from_same_document"] += 1
+  random_document = documents[random_index]
+  tokens_b = []
+  for sentence in random_document[rng.randint(0, len(random_document) - 1):]:
+    tokens_b.extend(sentence)
+    if len(tokens_b) >= target_length:
+      break
+  return tokens_b
+
+
+# ---------------------------------------------------------------------------------------------------
+# tf.train.Example and TFRecord encoding without TensorFlow.
+
+
+def _varint(value: int) -> bytes:
+  """Protocol-buffer base-128 varint of a non-negative int."""
+  out = bytearray()
+  while value > 0x7F:
+    out.append((value & 0x7F) | 0x80)
+    value >>= 7
+  out.append(value)
+  return bytes(out)
+
+
+def _length_delimited(field_tag: bytes, payload: bytes) -> bytes:
+  """A length-delimited protobuf field (wire type 2) with its one-byte tag."""
+  return field_tag + _varint(len(payload)) + payload
+
+
+# Field tags of feature.proto / example.proto (field number << 3 | wire type 2).
+_TAG_1, _TAG_2, _TAG_3 = b"\x0a", b"\x12", b"\x1a"
+
+
+def _feature_entry(name: str, list_tag: bytes, packed_values: bytes) -> bytes:
+  """One `Features.feature` map entry: key `name`, value a Feature holding one packed value list.
+
+  Feature.int64_list is field 3 and Feature.float_list field 2; the list's `value` is field 1.
+  """
+  feature = _length_delimited(list_tag, _length_delimited(_TAG_1, packed_values))
+  entry = _length_delimited(_TAG_1, name.encode()) + _length_delimited(_TAG_2, feature)
+  return _length_delimited(_TAG_1, entry)
+
+
+class ExampleEncoder:
+  """Serializes TrainingInstances to the original's `tf.train.Example` bytes, with zero padding.
+
+  Hand-written protobuf encoding (the wire format of example.proto), so worker processes need no
+  TensorFlow; `tf.train.Example.FromString` reads the result (the tests check it field by field).
+  """
+
+  def __init__(self, max_seq_length: int, max_predictions_per_seq: int, max_id: int):
+    self.max_seq_length = max_seq_length
+    self.max_predictions_per_seq = max_predictions_per_seq
+    self._varints = [_varint(value) for value in range(max(max_id, max_seq_length) + 1)]
+    self._weights = [struct.pack("<%df" % max_predictions_per_seq,
+                                 *([1.0] * count + [0.0] * (max_predictions_per_seq - count)))
+                     for count in range(max_predictions_per_seq + 1)]
+
+  def _int64_values(self, values: list, length: int) -> bytes:
+    """Packed int64 values zero-padded to `length` (a zero is the one byte 0x00)."""
+    return b"".join(map(self._varints.__getitem__, values)) + bytes(length - len(values))
+
+  def encode(self, instance: TrainingInstance) -> bytes:
+    """The serialized `tf.train.Example` of one instance."""
+    num_ids = len(instance.input_ids)
+    padding = bytes(self.max_seq_length - num_ids)
+    num_masked = len(instance.masked_lm_positions)
+    features = b"".join((
+        _feature_entry("input_ids", _TAG_3,
+                       self._int64_values(instance.input_ids, self.max_seq_length)),
+        _feature_entry("input_mask", _TAG_3, b"\x01" * num_ids + padding),
+        _feature_entry("segment_ids", _TAG_3,
+                       bytes(instance.first_segment_length)
+                       + b"\x01" * (num_ids - instance.first_segment_length) + padding),
+        _feature_entry("masked_lm_positions", _TAG_3,
+                       self._int64_values(instance.masked_lm_positions,
+                                          self.max_predictions_per_seq)),
+        _feature_entry("masked_lm_ids", _TAG_3,
+                       self._int64_values(instance.masked_lm_ids, self.max_predictions_per_seq)),
+        _feature_entry("masked_lm_weights", _TAG_2, self._weights[num_masked]),
+        _feature_entry("next_sentence_labels", _TAG_3,
+                       b"\x01" if instance.is_random_next else b"\x00"),
+    ))
+    return _length_delimited(_TAG_1, features)
+
+  def feature_values(self, instance: TrainingInstance) -> dict:
+    """The padded feature values of one instance, as lists (for the readable log and for tests)."""
+    num_ids = len(instance.input_ids)
+    pad_ids = [0] * (self.max_seq_length - num_ids)
+    pad_masked = [0] * (self.max_predictions_per_seq - len(instance.masked_lm_positions))
+    return {
+        "input_ids": instance.input_ids + pad_ids,
+        "input_mask": [1] * num_ids + pad_ids,
+        "segment_ids": ([0] * instance.first_segment_length
+                        + [1] * (num_ids - instance.first_segment_length) + pad_ids),
+        "masked_lm_positions": instance.masked_lm_positions + pad_masked,
+        "masked_lm_ids": instance.masked_lm_ids + pad_masked,
+        "masked_lm_weights": ([1.0] * len(instance.masked_lm_positions)
+                              + [0.0] * len(pad_masked)),
+        "next_sentence_labels": [1 if instance.is_random_next else 0],
+    }
+
+
+def _crc32c_table() -> np.ndarray:
+  """Byte table of the reflected CRC-32C (Castagnoli) polynomial 0x82F63B78."""
+  table = np.arange(256, dtype=np.uint32)
+  for _ in range(8):
+    table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1).astype(np.uint32)
+  return table
+
+
+_CRC_TABLE = _crc32c_table()
+_CRC_TABLE_LIST = [int(entry) for entry in _CRC_TABLE]
+_CRC_OF_ZEROS = [0xFFFFFFFF]  # [n]: the CRC register after n zero bytes from the initial 0xFFFFFFFF.
+_CRC_BATCH = 4096
+
+
+def _initial_register_effect(lengths: np.ndarray) -> np.ndarray:
+  """What the initial register value contributes to the CRC of a message of each length."""
+  longest = int(lengths.max())
+  while len(_CRC_OF_ZEROS) <= longest:
+    register = _CRC_OF_ZEROS[-1]
+    _CRC_OF_ZEROS.append(_CRC_TABLE_LIST[register & 0xFF] ^ (register >> 8))
+  return np.asarray(_CRC_OF_ZEROS, dtype=np.uint32)[lengths]
+
+
+def crc32c(messages: Sequence[bytes]) -> np.ndarray:
+  """CRC-32C of every message, all computed together with NumPy (one vector step per byte column).
+
+  The CRC update is linear, so a message's CRC is the CRC of the message from a zero register XOR the
+  effect of the initial register over the message's length; from a zero register, leading zero bytes
+  change nothing, so messages of different lengths are right-aligned in one zero-padded matrix.
+  """
+  result = np.empty(len(messages), dtype=np.uint32)
+  for start in range(0, len(messages), _CRC_BATCH):
+    batch = messages[start:start + _CRC_BATCH]
+    lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
+    width = int(lengths.max()) if len(batch) else 0
+    matrix = np.zeros((len(batch), width), dtype=np.uint8)
+    destination_shift = (np.arange(len(batch)) * width + width - lengths) - (np.cumsum(lengths)
+                                                                             - lengths)
+    matrix.reshape(-1)[np.repeat(destination_shift, lengths) + np.arange(int(lengths.sum()))] = (
+        np.frombuffer(b"".join(batch), dtype=np.uint8))
+    register = np.zeros(len(batch), dtype=np.uint32)
+    for column in np.ascontiguousarray(matrix.T):
+      register = _CRC_TABLE[(register.astype(np.uint8) ^ column)] ^ (register >> 8)
+    result[start:start + len(batch)] = (register ^ _initial_register_effect(lengths)
+                                        ^ np.uint32(0xFFFFFFFF))
+  return result
+
+
+def _masked_crc(crc: np.ndarray) -> np.ndarray:
+  """TFRecord's masked CRC: rotate right by 15 bits and add a constant (mod 2**32)."""
+  return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
+
+
+def frame_tfrecords(records: Sequence[bytes]) -> list:
+  """Each record framed as in a TFRecord file: length, its masked CRC, data, the data's masked CRC."""
+  if not records:
+    return []
+  lengths = np.fromiter(map(len, records), dtype="<u8", count=len(records))
+  length_bytes = lengths.tobytes()
+  length_fields = [length_bytes[8 * i:8 * i + 8] for i in range(len(records))]
+  headers = np.empty(len(records), dtype=[("length", "<u8"), ("crc", "<u4")])
+  headers["length"] = lengths
+  headers["crc"] = _masked_crc(crc32c(length_fields))
+  header_bytes = headers.tobytes()
+  footer_bytes = _masked_crc(crc32c(records)).astype("<u4").tobytes()
+  return [header_bytes[12 * i:12 * i + 12] + record + footer_bytes[4 * i:4 * i + 4]
+          for i, record in enumerate(records)]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Streaming the input into chunks (main process).
+
+
+class Chunk(NamedTuple):
+  """A task: whole documents of text, one sentence per line, blank lines between documents."""
+  index: int
+  text: bytes
+  end_offset: int  # Input bytes read (over all files) when the chunk was complete: for progress.
+
+
+def _is_remote(path: str) -> bool:
+  return "://" in path
+
+
+def open_file(path: str, mode: str) -> BinaryIO:
+  """Opens a local file, or a `gs://`-style path through tf.io.gfile (TensorFlow imported only then)."""
+  if _is_remote(path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.GFile(path, mode)
+  return open(path, mode)
+
+
+def expand_input_patterns(input_file: str) -> list:
+  """The files of comma-separated glob patterns, in order; a pattern matching nothing is an error."""
+  files = []
+  for pattern in filter(None, (part.strip() for part in input_file.split(","))):
+    if _is_remote(pattern):
+      import tensorflow as tf  # pylint: disable=g-import-not-at-top
+      matches = sorted(tf.io.gfile.glob(pattern))
+    else:
+      matches = sorted(path for path in glob.glob(pattern) if not os.path.isdir(path))
+    if not matches:
+      raise ValueError("--input_file pattern %r matches no file" % pattern)
+    files.extend(matches)
+  if not files:
+    raise ValueError("--input_file is empty")
+  return files
+
+
+def _file_size(path: str) -> int:
+  if _is_remote(path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.stat(path).length
+  return os.path.getsize(path)
+
+
+def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
+                counts: collections.Counter) -> Iterator[Chunk]:
+  """Streams the files as chunks of whole documents of about `chunk_bytes` each.
+
+  A chunk ends at the first document boundary (blank line or end of file) after `chunk_bytes`; a
+  document still going at twice that is cut at a line boundary (counted: `documents_split`). A line
+  longer than `chunk_bytes` is cut into lines of that length (counted: `lines_split`). Memory: one chunk.
+  """
+  lines = []
+  size = 0
+  offset = 0
+  index = 0
+  for path in input_files:
+    has_text = False
+    with open_file(path, "rb") as reader:
+      line_was_cut = False
+      while True:
+        line = reader.readline(chunk_bytes)
+        if not line:
+          break
+        offset += len(line)
+        if line_was_cut and not line.strip():
+          line_was_cut = False
+          continue  # The end of a line that was cut: not a document boundary.
+        line_was_cut = not line.endswith(b"\n") and len(line) == chunk_bytes
+        counts["lines_split"] += line_was_cut
+        if not line.endswith(b"\n"):
+          line += b"\n"
+        if not line.strip():
+          if size >= chunk_bytes:
+            yield Chunk(index, b"".join(lines), offset)
+            lines, size, index = [], 0, index + 1
+          elif lines:
+            lines.append(line)
+          continue
+        has_text = True
+        lines.append(line)
+        size += len(line)
+        if size >= 2 * chunk_bytes:
+          counts["documents_split"] += 1
+          yield Chunk(index, b"".join(lines), offset)
+          lines, size, index = [], 0, index + 1
+    counts["empty_files"] += not has_text
+    if lines:
+      lines.append(b"\n")  # A file end ends a document.
+      if size >= chunk_bytes:
+        yield Chunk(index, b"".join(lines), offset)
+        lines, size, index = [], 0, index + 1
+  if lines:
+    yield Chunk(index, b"".join(lines), offset)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Chunk processing (worker processes).
+
+
+@dataclasses.dataclass(frozen=True)
+class WorkerConfig:
+  """Everything a worker needs, picklable."""
+  vocab_file: str
+  do_lower_case: bool
+  spm_model_file: Optional[str]
+  options: InstanceOptions
+  random_seed: int
+
+
+class ChunkResult(NamedTuple):
+  """A processed chunk: framed TFRecords in shuffled order, counts, readable first instances."""
+  index: int
+  end_offset: int
+  records: list
+  counts: collections.Counter
+  readable: list  # Log lines of the chunk's first instances.
+
+
+class ChunkProcessor:
+  """Turns chunks of text into shuffled, framed TFRecords (one per worker process)."""
+
+  def __init__(self, config: WorkerConfig):
+    self.config = config
+    self.tokenizer = tokenization.FullTokenizer(vocab_file=config.vocab_file,
+                                                do_lower_case=config.do_lower_case,
+                                                spm_model_file=config.spm_model_file)
+    self.vocab = VocabIds.from_tokenizer(
+        self.tokenizer, config.spm_model_file or config.vocab_file,
+        is_sentencepiece=config.spm_model_file is not None)
+    self.encoder = ExampleEncoder(config.options.max_seq_length,
+                                  config.options.max_predictions_per_seq,
+                                  max(self.vocab.id_to_token))
+
+  def read_documents(self, text: bytes, counts: collections.Counter) -> list:
+    """Documents (lists of sentences of ids) of a chunk's text, as the original reads its files."""
+    documents = [[]]
+    long_sentence = self.config.options.max_seq_length - 3
+    for raw_line in text.split(b"\n"):
+      try:
+        line = raw_line.decode("utf-8")
+      except UnicodeDecodeError:
+        counts["lines_with_invalid_utf8"] += 1
+        line = raw_line.decode("utf-8", "ignore")
+      line = line.strip()
+      if not line:
+        if documents[-1]:
+          documents.append([])
+        continue
+      ids = self.tokenizer.tokenize_to_ids(line)
+      if not ids:
+        counts["lines_without_tokens"] += 1
+        continue
+      documents[-1].append(ids)
+      counts["sentences"] += 1
+      counts["sentences_over_max_num_tokens"] += len(ids) > long_sentence
+    if not documents[-1]:
+      documents.pop()
+    counts["documents"] += len(documents)
+    counts["one_sentence_documents"] += sum(len(document) == 1 for document in documents)
+    return documents
+
+  def process(self, chunk: Chunk) -> ChunkResult:
+    """Instances of a chunk: `dupe_factor` passes over its documents, shuffled, serialized, framed."""
+    counts = collections.Counter()
+    rng = random.Random("%d/%d" % (self.config.random_seed, chunk.index))
+    documents = self.read_documents(chunk.text, counts)
+    instances = []
+    for _ in range(self.config.options.dupe_factor):
+      for document_index in range(len(documents)):
+        instances.extend(create_instances_from_document(documents, document_index,
+                                                        self.config.options, self.vocab, rng,
+                                                        counts))
+    rng.shuffle(instances)
+    counts["instances"] += len(instances)
+    records = frame_tfrecords([self.encoder.encode(instance) for instance in instances])
+    readable = [self.readable(instance) for instance in instances[:NUM_LOGGED_INSTANCES]]
+    return ChunkResult(chunk.index, chunk.end_offset, records, counts, readable)
+
+  def readable(self, instance: TrainingInstance) -> str:
+    """The original's log form of one instance: its tokens, then each feature's padded values."""
+    lines = ["*** Example ***",
+             "tokens: %s" % " ".join(tokenization.printable_text(self.vocab.id_to_token[token_id])
+                                      for token_id in instance.input_ids)]
+    for name, values in self.encoder.feature_values(instance).items():
+      lines.append("%s: %s" % (name, " ".join(str(value) for value in values)))
+    return "\n".join(lines)
+
+
+_WORKER_PROCESSOR = None
+
+
+def _init_worker(config: WorkerConfig) -> None:
+  global _WORKER_PROCESSOR
+  _WORKER_PROCESSOR = ChunkProcessor(config)
+
+
+def _process_in_worker(chunk: Chunk) -> ChunkResult:
+  return _WORKER_PROCESSOR.process(chunk)
+
+
+def _process_chunks(chunks: Iterable[Chunk], processor: ChunkProcessor,
+                    num_workers: int) -> Iterator[ChunkResult]:
+  """Processes chunks in `num_workers` processes, yielding results in chunk order.
+
+  At most `2 * num_workers` chunks are in flight, so a slow chunk holds back a bounded number of
+  finished ones. With one worker the chunks are processed in this process by `processor`; otherwise
+  each worker builds its own from `processor.config`.
+  """
+  if num_workers == 1:
+    yield from map(processor.process, chunks)
+    return
+  context = multiprocessing.get_context("forkserver")
+  context.set_forkserver_preload(["pretraining_data"])
+  with context.Pool(num_workers, initializer=_init_worker, initargs=(processor.config,)) as pool:
+    pending = collections.deque()
+    for chunk in chunks:
+      pending.append(pool.apply_async(_process_in_worker, (chunk,)))
+      if len(pending) >= 2 * num_workers:
+        yield pending.popleft().get()
+    while pending:
+      yield pending.popleft().get()
+
+
+# ---------------------------------------------------------------------------------------------------
+# Writing (main process).
+
+
+class ShuffleBuffer:
+  """Bounded random mixing across chunks, like tf.data's shuffle: emits a random buffered element."""
+
+  def __init__(self, size: int, rng: random.Random):
+    self.size = size
+    self.rng = rng
+    self.buffer = []
+
+  def push(self, item: Any) -> Optional[Any]:
+    """Adds an item; once the buffer is full, returns a random buffered item it replaces."""
+    if len(self.buffer) < self.size:
+      self.buffer.append(item)
+      return None
+    slot = self.rng.randrange(self.size)
+    item, self.buffer[slot] = self.buffer[slot], item
+    return item
+
+  def drain(self) -> list:
+    """The remaining items in random order."""
+    self.rng.shuffle(self.buffer)
+    items, self.buffer = self.buffer, []
+    return items
+
+
+class RoundRobinWriter:
+  """Writes framed records to the output files in turn, as the original spreads its instances."""
+
+  def __init__(self, output_files: Sequence[str]):
+    self.files = []
+    for path in output_files:
+      try:
+        self.files.append(open_file(path, "wb"))
+      except (OSError, IOError) as error:
+        self.close()
+        raise ValueError("cannot write output file %r: %s" % (path, error)) from error
+    self.next_file = 0
+
+  def write(self, record: bytes) -> None:
+    self.files[self.next_file].write(record)
+    self.next_file = (self.next_file + 1) % len(self.files)
+
+  def close(self) -> None:
+    for output in self.files:
+      output.close()
+
+
+def shard_output_files(output_file: str, shard_index: int, num_shards: int) -> list:
+  """Output paths of comma-separated `output_file`; with shards, each gets `-SSSSS-of-NNNNN`."""
+  paths = [path.strip() for path in output_file.split(",") if path.strip()]
+  if not paths:
+    raise ValueError("--output_file is empty")
+  if num_shards > 1:
+    paths = ["%s-%05d-of-%05d" % (path, shard_index, num_shards) for path in paths]
+  return paths
+
+
+class _Progress:
+  """Periodic log line: documents, instances, input MB/s, ETA."""
+
+  def __init__(self, total_bytes: int):
+    self.total_bytes = max(total_bytes, 1)
+    self.start = time.monotonic()
+    self.last_report = self.start
+
+  def elapsed(self) -> float:
+    return time.monotonic() - self.start
+
+  def maybe_report(self, counts: collections.Counter, bytes_done: int, force: bool = False) -> None:
+    now = time.monotonic()
+    if not force and now - self.last_report < PROGRESS_INTERVAL_SECONDS:
+      return
+    self.last_report = now
+    elapsed = max(now - self.start, 1e-9)
+    rate = bytes_done / elapsed
+    eta = (self.total_bytes - bytes_done) / rate if rate > 0 else float("inf")
+    logging.info("%d documents, %d instances, %.1f/%.1f MB read, %.2f MB/s, ETA %.0f s",
+                 counts["documents"], counts["instances"], bytes_done / 1e6,
+                 self.total_bytes / 1e6, rate / 1e6, eta)
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+  """A whole run: the flags of create_pretraining_data.py."""
+  input_file: str
+  output_file: str
+  vocab_file: str
+  do_lower_case: bool = True
+  spm_model_file: Optional[str] = None
+  options: InstanceOptions = InstanceOptions()
+  random_seed: int = 12345
+  num_workers: int = 1
+  shard_index: int = 0
+  num_shards: int = 1
+  chunk_bytes: int = 256 * 1024
+  shuffle_buffer_size: int = 10000
+
+
+SKIP_AND_ADJUST_COUNTS = ("empty_files", "lines_with_invalid_utf8", "lines_without_tokens",
+                          "lines_split", "documents_split", "one_sentence_documents",
+                          "sentences_over_max_num_tokens", "not_next_from_same_document")
+
+
+def run(config: RunConfig) -> dict:
+  """Creates the TFRecords of one shard of the corpus and returns the summary.
+
+  Everything that can be checked before reading the corpus is: flags, input patterns, vocab, output
+  paths (a ValueError names the culprit).
+  """
+  config.options.validate()
+  if config.num_workers < 1:
+    raise ValueError("num_workers must be >= 1, got %d" % config.num_workers)
+  if not 0 <= config.shard_index < config.num_shards:
+    raise ValueError("shard_index must be in [0, num_shards), got %d of %d" %
+                     (config.shard_index, config.num_shards))
+  if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
+    raise ValueError("chunk size and shuffle buffer size must be positive")
+  input_files = expand_input_patterns(config.input_file)
+  output_files = shard_output_files(config.output_file, config.shard_index, config.num_shards)
+  overwritten = set(map(os.path.realpath, input_files)) & set(map(os.path.realpath, output_files))
+  if overwritten:
+    raise ValueError("output file would overwrite input file %s" % sorted(overwritten)[0])
+  worker_config = WorkerConfig(config.vocab_file, config.do_lower_case, config.spm_model_file,
+                               config.options, config.random_seed)
+  processor = ChunkProcessor(worker_config)  # Fails here, before any work, on a bad vocab.
+  total_bytes = sum(map(_file_size, input_files))
+  logging.info("*** Reading from %d input files (%.1f MB) ***", len(input_files), total_bytes / 1e6)
+  writer = RoundRobinWriter(output_files)
+  counts = collections.Counter()
+  progress = _Progress(total_bytes)
+  try:
+    _write_shard(config, processor, input_files, writer, counts, progress)
+  finally:
+    writer.close()
+  return _summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())
+
+
+def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequence[str],
+                 writer: RoundRobinWriter, counts: collections.Counter, progress: _Progress) -> None:
+  """Streams this shard's chunks through the workers, the shuffle buffer and the writer."""
+  shard_chunks = (chunk for chunk in iter_chunks(input_files, config.chunk_bytes, counts)
+                  if chunk.index % config.num_shards == config.shard_index)
+  shuffle = ShuffleBuffer(config.shuffle_buffer_size,
+                          random.Random("%d/shuffle/%d" % (config.random_seed, config.shard_index)))
+  logged = 0
+  for result in _process_chunks(shard_chunks, processor, config.num_workers):
+    counts.update(result.counts)
+    for text in result.readable[:NUM_LOGGED_INSTANCES - logged]:
+      for line in text.split("\n"):
+        logging.info("%s", line)
+      logged += 1
+    for record in result.records:
+      evicted = shuffle.push(record)
+      if evicted is not None:
+        writer.write(evicted)
+    progress.maybe_report(counts, result.end_offset)
+  for record in shuffle.drain():
+    writer.write(record)
+  progress.maybe_report(counts, progress.total_bytes, force=True)
+
+
+def _summary(config: RunConfig, input_files: Sequence[str], output_files: Sequence[str],
+             total_bytes: int, counts: collections.Counter, seconds: float) -> dict:
+  """The final JSON-able summary of a run."""
+  return {
+      "input_files": len(input_files),
+      "input_bytes": total_bytes,
+      "shard": "%d of %d" % (config.shard_index, config.num_shards),
+      "documents": counts["documents"],
+      "sentences": counts["sentences"],
+      "instances": counts["instances"],
+      "is_next": counts["is_next"],
+      "not_next": counts["not_next"],
+      "masked_tokens": counts["masked_tokens"],
+      "skipped_or_adjusted": {name: counts[name] for name in SKIP_AND_ADJUST_COUNTS},
+      "output_files": list(output_files),
+      "seconds": round(seconds, 3),
+      "input_mb_per_second": round(total_bytes / 1e6 / max(seconds, 1e-9), 3),
+  }
+
+
+def summary_json(summary: dict) -> str:
+  return json.dumps(summary, indent=2)
