@@ -1,0 +1,428 @@
+# coding=utf-8
+"""In-graph BERT tokenization: raw strings -> input_ids/input_mask/segment_ids inside a SavedModel.
+
+`BertInputEncoder` is a `tf.Module` whose ids equal `tokenization.FullTokenizer`'s. It does not use
+tensorflow-text's own normalization (`FastBertTokenizer`/`BertTokenizer` with lower-casing fold
+compatibility characters with NFKC case folding, e.g. `½` -> `1⁄2` and `…` -> `...`, and their
+Unicode tables are ICU's rather than Python's). Instead the original's basic tokenization is
+rebuilt from TF ops with character tables computed from Python's own `unicodedata` and `str.lower`,
+so both paths share one definition of every character:
+
+1. Decode UTF-8, dropping invalid bytes (as `bytes.decode("utf-8", "ignore")`).
+2. A dense per-code-point class table: drop (NUL, U+FFFD, Cc/Cf), separator (the original's
+   whitespace and everything `str.split` splits on), CJK ideograph, punctuation, cased,
+   case-ignorable.
+3. With `do_lower_case`, a sparse table maps every code point to `strip_accents(c.lower())`
+   (several, one or no code points), and capital sigma becomes final sigma in the context where
+   `str.lower` does that (a cased letter before it and none after it, skipping case-ignorables).
+4. Words are runs of non-separators, cut around every punctuation character and every CJK
+   ideograph; words longer than 200 characters become "[UNK]"; the rest go through
+   tensorflow-text's `FastWordpieceTokenizer` (greedy longest-match-first, like the original).
+
+Known difference from the Python path (the batch path of `tokenization` routes such texts to
+Python): with `do_lower_case`, per-character NFD does not apply the canonical reordering of
+combining marks, which after dropping nonspacing marks can only matter for two of the 25
+spacing marks that have a nonzero combining class (e.g. U+1D16D before U+1D165) in one combining
+sequence; see `reorder_sensitive_chars()`.
+
+With `spm_model_file` the text is lower-cased with the same tables (no accent stripping) when
+`do_lower_case` and encoded by tensorflow-text's `SentencepieceTokenizer`.
+"""
+
+import functools
+import unicodedata
+from typing import Dict, Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
+
+import tokenization
+
+_NUM_CODE_POINTS = 0x110000
+# Bits of the per-code-point class table.
+_DROP = 1
+_SEPARATOR = 2
+_CJK = 4
+_PUNCTUATION = 8
+_CASED = 16
+_CASE_IGNORABLE = 32
+
+_CAPITAL_SIGMA = 0x3A3
+_FINAL_SIGMA = 0x3C2
+_SPACE = 0x20
+# A noncharacter: no case mapping, no decomposition, not cased, not case-ignorable.
+_PROBE_SEPARATOR = "\ufdd0"
+# Accepts any UTF-8 word the original keeps (<= 200 characters of up to 4 bytes).
+_MAX_BYTES_PER_WORD = 4 * tokenization.MAX_INPUT_CHARS_PER_WORD + 4
+
+
+@functools.lru_cache(maxsize=None)
+def _all_chars() -> tuple:
+  """(code points int64 array, chars) of every code point that can occur in a decoded string.
+
+  Surrogates and the probe separator are left out.
+  """
+  code_points = np.arange(_NUM_CODE_POINTS)
+  code_points = code_points[((code_points < 0xD800) | (code_points > 0xDFFF)) &
+                            (code_points != ord(_PROBE_SEPARATOR))]
+  return code_points, [chr(cp) for cp in code_points]
+
+
+def _map_each(function, chars: Sequence[str]) -> Sequence[str]:
+  """Applies a string function to every char in one call, as if called char by char.
+
+  Joining with a noncharacter keeps case-mapping contexts and canonical reordering from
+  crossing characters.
+  """
+  return function(_PROBE_SEPARATOR.join(chars)).split(_PROBE_SEPARATOR)
+
+
+def _ends_with_final_sigma(strings: Sequence[str]) -> np.ndarray:
+  return np.array([string[-1:] == "\u03c2" for string in strings])
+
+
+@functools.lru_cache(maxsize=None)
+def _categories() -> np.ndarray:
+  """The Unicode general category of every char of `_all_chars()`."""
+  return np.array([unicodedata.category(char) for char in _all_chars()[1]])
+
+
+@functools.lru_cache(maxsize=None)
+def character_classes() -> np.ndarray:
+  """uint8 [0x110000] table of the class bits of every code point, from Python's unicodedata.
+
+  The definitions are those of `tokenization`'s predicates (tests compare them char by char),
+  evaluated on whole arrays.
+  """
+  code_points, chars = _all_chars()
+  categories = _categories()
+  control = np.isin(categories, ["Cc", "Cf"]) & ~np.isin(code_points, [9, 10, 13])
+  drop = control | (code_points == 0) | (code_points == 0xFFFD)
+  separator = (np.isin(code_points, [9, 10, 13, 32]) | (categories == "Zs") |
+               np.array([char.isspace() for char in chars]))
+  cjk = np.zeros_like(drop)
+  for low, high in tokenization.CJK_RANGES:
+    cjk |= (code_points >= low) & (code_points <= high)
+  ascii_punctuation = (((code_points >= 33) & (code_points <= 47)) |
+                       ((code_points >= 58) & (code_points <= 64)) |
+                       ((code_points >= 91) & (code_points <= 96)) |
+                       ((code_points >= 123) & (code_points <= 126)))
+  punctuation = ascii_punctuation | (np.char.str_len(categories) > 0) & (
+      np.char.startswith(categories, "P"))
+  # A capital sigma after x (and after "A" x) is final exactly when x is cased (resp. cased or
+  # case-ignorable), so str.lower itself tells which characters are which.
+  cased = _ends_with_final_sigma(_map_each(str.lower, [char + "\u03a3" for char in chars]))
+  cased_or_ignorable = _ends_with_final_sigma(
+      _map_each(str.lower, ["A" + char + "\u03a3" for char in chars]))
+  bits = (drop * _DROP + separator * _SEPARATOR + cjk * _CJK + punctuation * _PUNCTUATION +
+          cased * _CASED + (cased_or_ignorable & ~cased) * _CASE_IGNORABLE)
+  classes = np.zeros([_NUM_CODE_POINTS], np.uint8)
+  classes[code_points] = bits
+  return classes
+
+
+@functools.lru_cache(maxsize=None)
+def character_mapping(strip_accents: bool):
+  """Sparse table of `c.lower()` (then `tokenization.strip_accents`) for every c it changes.
+
+  Returns:
+    (keys, row_splits, values): int32 arrays; code point keys[i] maps to
+    values[row_splits[i]:row_splits[i + 1]] (possibly empty). Other code points map to themselves.
+  """
+  code_points, chars = _all_chars()
+  mapped = _map_each(str.lower, chars)
+  if strip_accents:
+    nonspacing_marks = dict.fromkeys(code_points[_categories() == "Mn"].tolist())
+    mapped = _map_each(
+        lambda text: unicodedata.normalize("NFD", text).translate(nonspacing_marks), mapped)
+  changed = [index for index, (char, target) in enumerate(zip(chars, mapped)) if target != char]
+  targets = [mapped[index] for index in changed]
+  row_splits = np.concatenate([[0], np.cumsum([len(target) for target in targets])])
+  values = [ord(char) for char in "".join(targets)]
+  return (code_points[changed].astype(np.int32), row_splits.astype(np.int32),
+          np.array(values, np.int32))
+
+
+@functools.lru_cache(maxsize=None)
+def reorder_sensitive_chars() -> frozenset:
+  """Spacing characters with a nonzero canonical combining class (see the module docstring)."""
+  return frozenset(char for char, category in zip(_all_chars()[1], _categories())
+                   if category != "Mn" and unicodedata.combining(char))
+
+
+def _unique_vocab(vocab: Dict[str, int]) -> list:
+  """The vocab as a list indexed by id for tensorflow-text, with the same token -> id map.
+
+  Lines that `load_vocab` lets a later line override (duplicates) or that are empty get a
+  placeholder that no word can match (it contains "[", which is always split off as punctuation).
+  """
+  size = max(vocab.values()) + 1
+  tokens = ["[unreachable %d]" % index for index in range(size)]
+  for token, index in vocab.items():
+    if token:
+      tokens[index] = token
+  return tokens
+
+
+def _lookup_classes(code_points: tf.Tensor) -> tf.Tensor:
+  """Class bits (int32) of a flat int32 code point tensor."""
+  table = tf.constant(character_classes())
+  return tf.cast(tf.gather(table, code_points), tf.int32)
+
+
+def _has(bits: tf.Tensor, flag: int) -> tf.Tensor:
+  return tf.not_equal(tf.bitwise.bitwise_and(bits, flag), 0)
+
+
+def _final_sigma(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor) -> tf.Tensor:
+  """Bool mask of the capital sigmas that `str.lower` turns into a final sigma.
+
+  A sigma is final when the nearest non-case-ignorable character before it (in its row) is cased
+  and the nearest one after it is absent or not cased.
+  """
+  is_sigma = tf.equal(code_points, _CAPITAL_SIGMA)
+
+  def in_context():
+    # A sigma is not case-ignorable, so `positions` is not empty here.
+    relevant = tf.logical_not(_has(classes, _CASE_IGNORABLE))
+    positions = tf.cast(tf.where(relevant)[:, 0], tf.int32)
+    num_relevant = tf.size(positions)
+    count_through = tf.cumsum(tf.cast(relevant, tf.int32))
+    count_before = count_through - tf.cast(relevant, tf.int32)
+
+    def cased_neighbour(rank, exists):
+      index = tf.gather(positions, tf.clip_by_value(rank, 0, num_relevant - 1))
+      exists = tf.logical_and(exists, tf.equal(tf.gather(row_ids, index), row_ids))
+      return tf.logical_and(exists, _has(tf.gather(classes, index), _CASED))
+
+    cased_before = cased_neighbour(count_before - 1, count_before > 0)
+    cased_after = cased_neighbour(count_through, count_through < num_relevant)
+    return tf.logical_and(is_sigma, tf.logical_and(cased_before, tf.logical_not(cased_after)))
+
+  return tf.cond(tf.reduce_any(is_sigma), in_context, lambda: is_sigma)
+
+
+def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor,
+                   strip_accents: bool):
+  """Lower-cases (and strips accents from) a flat code point sequence.
+
+  Returns:
+    (mapped code points, index of the source character of each mapped code point).
+  """
+  keys, splits, values = (tf.constant(t) for t in character_mapping(strip_accents))
+  final_sigma = _final_sigma(code_points, row_ids, classes)
+  index = tf.minimum(tf.searchsorted(keys, code_points), tf.size(keys) - 1)
+  hit = tf.equal(tf.gather(keys, index), code_points)
+  lengths = tf.where(hit, tf.gather(splits, index + 1) - tf.gather(splits, index), 1)
+  source = tf.repeat(tf.range(tf.size(code_points)), lengths)
+  starts = tf.cumsum(lengths, exclusive=True)
+  offset = tf.range(tf.size(source)) - tf.gather(starts, source)
+  source_hit = tf.gather(hit, source)
+  table_position = tf.gather(splits, tf.gather(index, source)) + offset
+  mapped = tf.where(source_hit,
+                    tf.gather(values, tf.where(source_hit, table_position, 0)),
+                    tf.gather(code_points, source))
+  mapped = tf.where(tf.gather(final_sigma, source), _FINAL_SIGMA, mapped)
+  return mapped, source
+
+
+def _decode(texts: tf.Tensor) -> tf.RaggedTensor:
+  """UTF-8 strings [B] -> ragged int32 code points [B, (chars)], invalid bytes dropped."""
+  return tf.strings.unicode_decode(texts, "UTF-8", errors="ignore")
+
+
+def split_words(texts: tf.Tensor, do_lower_case: bool) -> tf.RaggedTensor:
+  """The original's basic tokenization in TF ops: strings [B] -> ragged words [B, (words)]."""
+  chars = _decode(texts)
+  code_points = chars.flat_values
+  row_ids = chars.value_rowids()
+  classes = _lookup_classes(code_points)
+  keep = tf.logical_not(_has(classes, _DROP))
+  code_points = tf.boolean_mask(code_points, keep)
+  row_ids = tf.boolean_mask(row_ids, keep)
+  classes = tf.boolean_mask(classes, keep)
+  is_separator = _has(classes, _SEPARATOR)
+  code_points = tf.where(is_separator, _SPACE, code_points)
+  classes = tf.where(is_separator, _SEPARATOR, classes)
+  if do_lower_case:
+    code_points, source = _apply_mapping(code_points, row_ids, classes, strip_accents=True)
+    source_is_cjk = tf.gather(_has(classes, _CJK), source)
+    row_ids = tf.gather(row_ids, source)
+    classes = _lookup_classes(code_points)
+  else:
+    source = tf.range(tf.size(code_points))
+    source_is_cjk = _has(classes, _CJK)
+  is_separator = _has(classes, _SEPARATOR)
+  is_punctuation = _has(classes, _PUNCTUATION)
+
+  def previous(values, first):
+    return tf.concat([[first], values], axis=0)[:-1]
+
+  # A word starts at a non-separator after a separator or a row start, at and after every
+  # punctuation character, and at the edges of the characters that came from one CJK ideograph.
+  new_source = tf.not_equal(source, previous(source, -1))
+  starts_word = tf.reduce_any(tf.stack([
+      tf.not_equal(row_ids, previous(row_ids, -1)),
+      previous(is_separator, True),
+      is_punctuation,
+      previous(is_punctuation, False),
+      tf.logical_and(new_source, tf.logical_or(source_is_cjk, previous(source_is_cjk, False))),
+  ]), axis=0)
+  in_word = tf.logical_not(is_separator)
+  starts_word = tf.logical_and(starts_word, in_word)
+  word_ids = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1
+  word_chars = tf.RaggedTensor.from_value_rowids(
+      tf.boolean_mask(code_points, in_word), tf.boolean_mask(word_ids, in_word),
+      nrows=tf.reduce_sum(tf.cast(starts_word, tf.int64)))
+  words = tf.strings.unicode_encode(word_chars, "UTF-8")
+  too_long = word_chars.row_lengths() > tokenization.MAX_INPUT_CHARS_PER_WORD
+  words = tf.where(too_long, tokenization.UNK_TOKEN, words)
+  return tf.RaggedTensor.from_value_rowids(
+      words, tf.boolean_mask(row_ids, starts_word), nrows=tf.shape(texts, out_type=tf.int64)[0])
+
+
+def lower_case(texts: tf.Tensor) -> tf.Tensor:
+  """`str.lower` of every UTF-8 string [B] (after dropping invalid bytes), in TF ops."""
+  chars = _decode(texts)
+  code_points = chars.flat_values
+  row_ids = chars.value_rowids()
+  mapped, source = _apply_mapping(code_points, row_ids, _lookup_classes(code_points),
+                                  strip_accents=False)
+  lowered = tf.RaggedTensor.from_value_rowids(
+      mapped, tf.gather(row_ids, source), nrows=tf.shape(texts, out_type=tf.int64)[0])
+  return tf.strings.unicode_encode(lowered, "UTF-8")
+
+
+def truncated_lengths(length_a: tf.Tensor, length_b: tf.Tensor, max_num_tokens) -> tf.Tensor:
+  """Lengths after `tokenization.truncate_seq_pair`, in closed form.
+
+  The original pops from the longer list (from b on a tie) until the pair fits. So the shorter
+  side keeps all its tokens if it has at most half of the budget (a wins the odd token, as b is
+  popped first on ties) and the longer side takes the rest.
+  """
+  length_a = tf.convert_to_tensor(length_a)
+  budget = tf.cast(max_num_tokens, length_a.dtype)
+  half_up = (budget + 1) // 2
+  half_down = budget // 2
+  new_a = tf.where(length_a <= length_b, tf.minimum(length_a, half_up),
+                   budget - tf.minimum(length_b, half_down))
+  fits = length_a + length_b <= budget
+  return tf.where(fits, length_a, new_a), tf.where(fits, length_b, budget - new_a)
+
+
+def _ragged_prefix(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
+  """The first `lengths[i]` values of every row i."""
+  positions = tf.ragged.range(ragged.row_lengths())
+  return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
+
+
+class BertInputEncoder(tf.Module):
+  """Raw strings -> BERT inputs, with the ids of `tokenization.FullTokenizer`.
+
+  Attributes:
+    vocab_file / sp_model_file: the vocab or SentencePiece model, as a SavedModel asset.
+    do_lower_case: a bool variable (as in TF Hub's BERT models).
+    max_seq_length: the fixed length of the outputs of `__call__` and `pack`.
+    cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent).
+    special_token_ids: dict token -> id of those present.
+  """
+
+  def __init__(self, vocab_file: Optional[str] = None, do_lower_case: bool = True,
+               spm_model_file: Optional[str] = None, max_seq_length: int = 128,
+               name: Optional[str] = None):
+    super().__init__(name=name)
+    if max_seq_length < 2:
+      raise ValueError("max_seq_length must be at least 2, got %d." % max_seq_length)
+    python_tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case, spm_model_file)
+    self._do_lower_case = bool(do_lower_case)
+    self.do_lower_case = tf.Variable(self._do_lower_case, trainable=False, name="do_lower_case")
+    self.max_seq_length = int(max_seq_length)
+    self.special_token_ids = {
+        token: python_tokenizer.vocab[token]
+        for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN, tokenization.UNK_TOKEN,
+                      tokenization.PAD_TOKEN, tokenization.MASK_TOKEN)
+        if token in python_tokenizer.vocab}
+    for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN):
+      python_tokenizer.special_token_id(token)
+    self.cls_id = self.special_token_ids[tokenization.CLS_TOKEN]
+    self.sep_id = self.special_token_ids[tokenization.SEP_TOKEN]
+    self.unk_id = self.special_token_ids.get(tokenization.UNK_TOKEN)
+    self.pad_id = self.special_token_ids.get(tokenization.PAD_TOKEN)
+    self.mask_id = self.special_token_ids.get(tokenization.MASK_TOKEN)
+    if spm_model_file:
+      self.sp_model_file = tf.saved_model.Asset(spm_model_file)
+      self._sentencepiece = tf_text.SentencepieceTokenizer(
+          model=python_tokenizer.sp_model.serialized_model_proto(), out_type=tf.int32)
+      self._wordpiece = None
+    else:
+      python_tokenizer.special_token_id(tokenization.UNK_TOKEN)
+      self.vocab_file = tf.saved_model.Asset(vocab_file)
+      self._sentencepiece = None
+      self._wordpiece = tf_text.FastWordpieceTokenizer(
+          vocab=_unique_vocab(python_tokenizer.vocab), suffix_indicator="##",
+          max_bytes_per_word=_MAX_BYTES_PER_WORD, token_out_type=tf.int32,
+          unknown_token=tokenization.UNK_TOKEN, no_pretokenization=True,
+          support_detokenization=False)
+
+  def tokenize(self, texts) -> tf.RaggedTensor:
+    """UTF-8 strings [B] -> ragged int32 ids [B, (pieces)], as `FullTokenizer.tokenize_to_ids`."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    if self._sentencepiece is not None:
+      texts = lower_case(texts) if self._do_lower_case else _reencode(texts)
+      return self._sentencepiece.tokenize(texts)
+    # Splitting at ASCII spaces changes nothing (a space ends every word and case context, and
+    # never belongs to a multi-byte sequence), and running text has few distinct chunks: only
+    # those go through the character pipeline.
+    chunks = tf.strings.split(texts, sep=" ")
+    unique_chunks, chunk_index = tf.unique(chunks.flat_values)
+    words = split_words(unique_chunks, self._do_lower_case)
+    ids = words.with_flat_values(self._wordpiece.tokenize(words.flat_values)).merge_dims(1, 2)
+    return chunks.with_flat_values(tf.gather(ids, chunk_index)).merge_dims(1, 2)
+
+  def tokenize_words(self, words: tf.RaggedTensor) -> tf.RaggedTensor:
+    """Ragged strings [B, (words)] -> ragged int32 ids [B, (words), (pieces)].
+
+    Every word is tokenized on its own, as `FullTokenizer.tokenize(word)`.
+    """
+    return words.with_flat_values(self.tokenize(words.flat_values))
+
+  def pack(self, ids_a: tf.RaggedTensor,
+           ids_b: Optional[tf.RaggedTensor] = None) -> Dict[str, tf.Tensor]:
+    """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `tokenization.build_inputs`."""
+    length_a = ids_a.row_lengths()
+    batch_size = tf.shape(length_a)[0]
+
+    def column(token_id):
+      return tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.cast(token_id, ids_a.dtype)))
+
+    if ids_b is None:
+      ids_a = _ragged_prefix(ids_a, tf.minimum(length_a, self.max_seq_length - 2))
+      parts = [column(self.cls_id), ids_a, column(self.sep_id)]
+      segments = [tf.zeros_like(part) for part in parts]
+    else:
+      if self.max_seq_length < 3:
+        raise ValueError("A text pair needs max_seq_length >= 3, got %d." % self.max_seq_length)
+      new_a, new_b = truncated_lengths(length_a, ids_b.row_lengths(), self.max_seq_length - 3)
+      ids_a = _ragged_prefix(ids_a, new_a)
+      ids_b = _ragged_prefix(ids_b, new_b)
+      parts = [column(self.cls_id), ids_a, column(self.sep_id), ids_b, column(self.sep_id)]
+      segments = [tf.zeros_like(part) for part in parts[:3]] + [
+          tf.ones_like(part) for part in parts[3:]]
+    input_ids = tf.concat(parts, axis=1)
+    shape = [None, self.max_seq_length]
+    return {
+        "input_ids": tf.cast(input_ids.to_tensor(0, shape=shape), tf.int32),
+        "input_mask": tf.cast(tf.ones_like(input_ids).to_tensor(0, shape=shape), tf.int32),
+        "segment_ids": tf.cast(tf.concat(segments, axis=1).to_tensor(0, shape=shape), tf.int32),
+    }
+
+  def __call__(self, text_a, text_b=None) -> Dict[str, tf.Tensor]:
+    """Strings [B] (and [B] for pairs) -> dict of int32 [B, max_seq_length] BERT inputs."""
+    ids_b = None if text_b is None else self.tokenize(text_b)
+    return self.pack(self.tokenize(text_a), ids_b)
+
+
+def _reencode(texts: tf.Tensor) -> tf.Tensor:
+  """Drops invalid UTF-8 bytes, as `tokenization.convert_to_unicode`."""
+  return tf.strings.unicode_encode(_decode(texts), "UTF-8")
