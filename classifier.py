@@ -12,12 +12,21 @@ processor was built with `skip_bad_rows=True`, is skipped and counted in `proces
 import collections
 import csv
 import dataclasses
+import hashlib
 import json
 import os
+import time
 from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
+import keras
 import numpy as np
+import tensorflow as tf
+
+import export
+import in_graph_tokenization
+import modeling
+import training as training_lib
 
 # The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
 LABEL_LIST_FILE = "label_list.txt"
@@ -34,13 +43,6 @@ class InputExample:
   text_a: str
   text_b: Optional[str] = None
   label: Optional[str] = None
-
-
-class PaddingInputExample:
-  """A fake example added so the number of examples is a multiple of the batch size (TPU).
-
-  Its features are all zero and `is_real_example` is 0, so metrics and outputs ignore it.
-  """
 
 
 @dataclasses.dataclass
@@ -557,3 +559,311 @@ def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
     results["eval_matthews_corrcoef"] = matthews_corrcoef(label_ids, predictions)
   return results
 
+
+
+# ----------------------------------------------------------------------------------------------------
+# Features and the TFRecord cache.
+
+
+def convert_single_example(ex_index: int, example, label_list: Sequence[str], max_seq_length: int,
+                           tokenizer, is_regression: bool = False) -> InputFeatures:
+  """Tokenizes one example into `[CLS] a [SEP] (b [SEP])` features, truncating longest-first.
+
+  Empty texts are fine (they contribute no tokens). Batches are padded for devices by
+  `training.evaluate`/`training.predict`, so no padding examples are written.
+  """
+  input_ids, input_mask, segment_ids = tokenizer.encode(example.text_a, example.text_b,
+                                                        max_seq_length)
+  label_id = float(example.label) if is_regression else label_list.index(example.label)
+  if ex_index < 3:
+    logging.info("*** Example %s ***\ntokens: %s\ninput_ids: %s\nlabel: %s (id = %s)", example.guid,
+                 " ".join(tokenizer.convert_ids_to_tokens(input_ids[:sum(input_mask)])),
+                 " ".join(map(str, input_ids)), example.label, label_id)
+  return InputFeatures(input_ids, input_mask, segment_ids, label_id)
+
+
+def _int_feature(values) -> tf.train.Feature:
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def _float_feature(values) -> tf.train.Feature:
+  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def features_to_tf_example(features: InputFeatures, is_regression: bool) -> tf.train.Example:
+  """The original's record: input_ids, input_mask, segment_ids, label_ids, is_real_example."""
+  label = (_float_feature([features.label_id]) if is_regression
+           else _int_feature([int(features.label_id)]))
+  return tf.train.Example(features=tf.train.Features(feature={
+      "input_ids": _int_feature(features.input_ids),
+      "input_mask": _int_feature(features.input_mask),
+      "segment_ids": _int_feature(features.segment_ids),
+      "label_ids": label,
+      "is_real_example": _int_feature([int(features.is_real_example)]),
+  }))
+
+
+def file_based_convert_examples_to_features(examples: Sequence, label_list: Sequence[str],
+                                            max_seq_length: int, tokenizer, output_file: str,
+                                            is_regression: bool = False) -> None:
+  """Tokenizes `examples` into a TFRecord file, logging progress (rate and ETA)."""
+  progress = Progress("Writing %s" % output_file, len(examples))
+  with tf.io.TFRecordWriter(output_file) as writer:
+    for index, example in enumerate(examples):
+      features = convert_single_example(index, example, label_list, max_seq_length, tokenizer,
+                                        is_regression)
+      writer.write(features_to_tf_example(features, is_regression).SerializeToString())
+      progress.update(index + 1)
+  progress.done()
+
+
+class Progress:
+  """Logs "what: done/total (rate/s, ETA)" about every 10 seconds, and a summary at the end."""
+
+  def __init__(self, what: str, total: int, interval_seconds: float = 10.0):
+    self.what, self.total, self.interval = what, total, interval_seconds
+    self.start = self.last = time.monotonic()
+    self.count = 0
+
+  def update(self, count: int) -> None:
+    self.count = count
+    now = time.monotonic()
+    if now - self.last >= self.interval:
+      self.last = now
+      rate = count / max(now - self.start, 1e-9)
+      logging.info("%s: %d/%d (%.0f/s, ETA %.0f s)", self.what, count, self.total, rate,
+                   (self.total - count) / max(rate, 1e-9))
+
+  def done(self) -> None:
+    elapsed = time.monotonic() - self.start
+    logging.info("%s: %d done in %.1f s (%.0f/s)", self.what, self.count, elapsed,
+                 self.count / max(elapsed, 1e-9))
+
+
+def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
+                     tokenizer, is_regression: bool) -> dict:
+  """Everything the content of a features file depends on, to detect a stale cache.
+
+  The examples and the vocab enter as digests, so a changed data file, column flag, vocab or casing
+  invalidates the cache as surely as a changed max_seq_length.
+  """
+  examples_digest = hashlib.sha256()
+  for example in examples:
+    fields = (example.text_a, example.text_b, example.label)
+    examples_digest.update(json.dumps(fields).encode("utf-8"))
+  vocab_digest = hashlib.sha256("\n".join(tokenizer.vocab).encode("utf-8")).hexdigest()
+  return {
+      "max_seq_length": max_seq_length,
+      "do_lower_case": bool(tokenizer.do_lower_case),
+      "vocab_sha256": vocab_digest,
+      "label_list": list(label_list),
+      "is_regression": is_regression,
+      "num_examples": len(examples),
+      "examples_sha256": examples_digest.hexdigest(),
+  }
+
+
+def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
+                         tokenizer, output_file: str, is_regression: bool = False) -> bool:
+  """Writes the examples' TFRecord file unless `output_file` already holds exactly these features.
+
+  The settings the file was made with are kept next to it (`<output_file>.json`, written after the
+  records, so an interrupted run never looks complete). Returns True when the cache was reused; a
+  mismatch is logged with the settings that changed.
+  """
+  settings = feature_settings(examples, label_list, max_seq_length, tokenizer, is_regression)
+  settings_file = output_file + ".json"
+  if os.path.exists(output_file) and os.path.exists(settings_file):
+    with open(settings_file, encoding="utf-8") as f:
+      previous = json.load(f)
+    if previous == settings:
+      logging.info("Reusing %s (%d examples, same settings)", output_file, len(examples))
+      return True
+    changed = sorted(k for k in set(settings) | set(previous) if settings.get(k) != previous.get(k))
+    logging.info("Rewriting %s: %s changed since it was written", output_file, ", ".join(changed))
+  if os.path.exists(settings_file):
+    os.remove(settings_file)
+  temporary = output_file + ".tmp"
+  file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                          temporary, is_regression)
+  os.replace(temporary, output_file)
+  with open(settings_file, "w", encoding="utf-8") as f:
+    json.dump(settings, f, indent=1)
+  return False
+
+
+def features_dataset(input_file: str, seq_length: int, is_regression: bool = False
+                     ) -> tf.data.Dataset:
+  """The unbatched feature dicts of a TFRecord file, in file order (int32 ids)."""
+  name_to_features = {
+      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
+      "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
+      "is_real_example": tf.io.FixedLenFeature([], tf.int64),
+  }
+
+  def decode(record):
+    example = tf.io.parse_single_example(record, name_to_features)
+    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t for name, t in example.items()}
+
+  return tf.data.TFRecordDataset(input_file).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
+
+
+def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
+                     is_regression: bool = False):
+  """Returns `training.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
+
+  The examples repeat and are shuffled with a buffer of up to 10,000 examples (the original's 100
+  leaves a file sorted by label nearly sorted).
+  """
+
+  def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
+    dataset = features_dataset(input_file, seq_length, is_regression).repeat()
+    dataset = dataset.shuffle(min(max(num_examples, 1), 10000), seed=seed)
+    return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+  return dataset_fn
+
+
+# ----------------------------------------------------------------------------------------------------
+# Model, loss, predictions.
+
+
+class BertClassifier(keras.Model):
+  """BERT with the original's classification head: dropout + dense on the pooled output.
+
+  The head's variables keep the original's names, `output_weights` [num_outputs, hidden_size]
+  (note: transposed relative to a Keras Dense kernel) and `output_bias` [num_outputs], so by
+  DESIGN.md's rule its checkpoints hold `bert/...`, `output_weights` and `output_bias` exactly as the
+  original's. Called on a feature dict, it returns float32 logits [batch, num_outputs].
+  """
+
+  def __init__(self, config: modeling.BertConfig, num_outputs: int,
+               name: str = "bert_classifier", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = config
+    self.num_outputs = num_outputs
+    self.bert = modeling.BertModel(config, name="bert")
+    # The original hard-codes keep_prob=0.9 here, whatever the config's dropout.
+    self.dropout = keras.layers.Dropout(0.1)
+
+  def build(self, input_shape=None):
+    """Creates every variable (BERT's and the head's)."""
+    self.bert.build()
+    self.output_weights = self.add_weight(
+        name="output_weights", shape=(self.num_outputs, self.config.hidden_size),
+        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
+    self.output_bias = self.add_weight(name="output_bias", shape=(self.num_outputs,),
+                                       initializer="zeros")
+    self.built = True
+
+  def call(self, features, training=False):
+    pooled = self.bert(features, training=training)["pooled_output"]
+    pooled = self.dropout(pooled, training=training)
+    logits = tf.matmul(pooled, tf.cast(self.output_weights, pooled.dtype), transpose_b=True)
+    return tf.cast(logits + tf.cast(self.output_bias, pooled.dtype), tf.float32)
+
+
+def model_fn_builder(config: modeling.BertConfig, num_outputs: int):
+  """Returns `model_fn()` building a `BertClassifier` with all its variables (for training.py)."""
+
+  def model_fn() -> BertClassifier:
+    model = BertClassifier(config, num_outputs)
+    model.build()
+    return model
+
+  return model_fn
+
+
+def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor, is_regression: bool) -> tf.Tensor:
+  """Softmax cross-entropy per example, or squared error of the single output for regression."""
+  if is_regression:
+    return tf.square(logits[:, 0] - tf.cast(label_ids, tf.float32))
+  log_probs = tf.nn.log_softmax(logits, axis=-1)
+  one_hot = tf.one_hot(label_ids, depth=tf.shape(logits)[-1], dtype=tf.float32)
+  return -tf.reduce_sum(one_hot * log_probs, axis=-1)
+
+
+def loss_fn_builder(is_regression: bool):
+  """Returns `training.train`'s loss function: mean loss, plus training accuracy when classifying."""
+
+  def loss_fn(model, features, training):
+    logits = model(features, training=training)
+    weights = features["is_real_example"]
+    loss = training_lib.replica_weighted_mean(
+        per_example_loss(logits, features["label_ids"], is_regression), weights)
+    metrics = {}
+    if not is_regression:
+      correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), features["label_ids"])
+      metrics["accuracy"] = training_lib.replica_weighted_mean(correct, weights)
+    return loss, metrics
+
+  return loss_fn
+
+
+def predict_fn_builder(is_regression: bool):
+  """Returns `training.predict`'s function: logits, probabilities, per-example loss and labels."""
+
+  def predict_fn(model, features):
+    logits = model(features, training=False)
+    return {"logits": logits,
+            "probabilities": logits if is_regression else tf.nn.softmax(logits, axis=-1),
+            "per_example_loss": per_example_loss(logits, features["label_ids"], is_regression),
+            "label_ids": features["label_ids"]}
+
+  return predict_fn
+
+
+def evaluate(strategy, model, processor: DataProcessor, input_file: str, seq_length: int,
+             batch_size: int, global_step: int) -> dict:
+  """Evaluates on a features file: loss and the task's metrics, as eval_results.txt holds them."""
+  outputs = training_lib.predict(strategy, model, predict_fn_builder(processor.is_regression),
+                                 features_dataset(input_file, seq_length, processor.is_regression),
+                                 batch_size)
+  loss = float(np.mean(outputs["per_example_loss"]))
+  results = compute_metrics(processor, outputs["label_ids"], outputs["logits"])
+  results.update(eval_loss=loss, loss=loss, global_step=global_step)
+  return results
+
+
+def predict(strategy, model, is_regression: bool, input_file: str, seq_length: int,
+            batch_size: int) -> np.ndarray:
+  """Class probabilities (or the predicted score) per example of a features file, in order."""
+  outputs = training_lib.predict(strategy, model, predict_fn_builder(is_regression),
+                                 features_dataset(input_file, seq_length, is_regression),
+                                 batch_size)
+  return outputs["probabilities"]
+
+
+def write_test_results(path: str, probabilities: np.ndarray) -> None:
+  """Writes test_results.tsv as the original: one tab-separated line of probabilities per example."""
+  with tf.io.gfile.GFile(path, "w") as writer:
+    for row in probabilities:
+      writer.write("\t".join(repr(float(p)) for p in row) + "\n")
+  logging.info("Wrote %d predictions to %s", len(probabilities), path)
+
+
+def export_saved_model(model: BertClassifier, processor: DataProcessor, export_dir: str,
+                       vocab_file: Optional[str], do_lower_case: bool,
+                       spm_model_file: Optional[str], max_seq_length: int) -> str:
+  """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
+
+  `serving_default` takes raw strings `text_a` (and `text_b` for pair tasks), tokenized in the graph
+  exactly as FullTokenizer does; `token_ids` takes the ids. Both return `logits` and, for
+  classification, `probabilities` and `label` (class names); for regression `score`.
+  """
+  encoder = in_graph_tokenization.BertInputEncoder(
+      vocab_file=None if spm_model_file else vocab_file, do_lower_case=do_lower_case,
+      spm_model_file=spm_model_file, max_seq_length=max_seq_length)
+  class_names = None if processor.is_regression else tf.constant(processor.get_labels())
+
+  def outputs_fn(features):
+    logits = model(features, training=False)
+    if class_names is None:
+      return {"logits": logits, "score": logits[:, 0]}
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+            "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
+
+  text_inputs = ("text_a", "text_b") if processor.is_pair else ("text_a",)
+  return export.export_task_model(export_dir, model, encoder, outputs_fn, text_inputs)

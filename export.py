@@ -12,6 +12,9 @@ signatures built here around one task function `outputs_fn(features) -> dict of 
 `write_saved_model` writes `export_dir/<version>/` with the next integer version (what TF Serving
 watches for), through a temporary directory renamed at the end so a server never loads a half-written
 model. The result needs only tensorflow and tensorflow_text to load, not this project.
+
+The signatures are traced without AutoGraph (the encoder and the task functions are written with
+TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
 import os
@@ -44,7 +47,8 @@ def next_version(export_dir: str) -> int:
 def ids_signature(outputs_fn: OutputsFn) -> tf.types.experimental.GenericFunction:
   """A tf.function on int32 `input_ids`, `input_mask`, `segment_ids` of any [batch, length]."""
 
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=n) for n in ID_INPUTS])
+  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=n) for n in ID_INPUTS],
+               autograph=False)
   def serve_token_ids(*ids):
     return dict(outputs_fn(dict(zip(ID_INPUTS, ids))))
 
@@ -55,7 +59,8 @@ def text_signature(encoder: Callable[..., Mapping[str, tf.Tensor]], outputs_fn: 
                    text_inputs: Sequence[str]) -> tf.types.experimental.GenericFunction:
   """A tf.function on [batch] string tensors named `text_inputs`, encoded by `encoder(*texts)`."""
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs])
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs],
+               autograph=False)
   def serve_text(*texts):
     features = encoder(*texts)
     return dict(outputs_fn({name: tf.cast(features[name], tf.int32) for name in ID_INPUTS}))
