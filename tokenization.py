@@ -365,6 +365,7 @@ class FullTokenizer(object):
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     self._word_cache = {}
+    self._batch_function = None
     self._max_token_chars = max(len(token) for token in self.vocab)
 
   def tokenize(self, text: TextLike) -> List[str]:
@@ -412,6 +413,58 @@ class FullTokenizer(object):
     return build_inputs(self.tokenize_to_ids(text_a), ids_b, max_seq_length,
                         self.special_token_id(CLS_TOKEN), self.special_token_id(SEP_TOKEN))
 
+  def batch_tokenize(self, texts: Sequence[TextLike],
+                     batch_size: int = 8192) -> Tuple[np.ndarray, np.ndarray]:
+    """Tokenizes many texts at once: returns (ids int32 [B, L] zero padded, lengths int32 [B]).
+
+    Row i equals `tokenize_to_ids(texts[i])`. WordPiece goes through TensorFlow
+    (`in_graph_tokenization`), SentencePiece through the model's batch encoder.
+    """
+    id_lists = self._batch_id_lists(texts, batch_size)
+    lengths = np.array([len(ids) for ids in id_lists], np.int32)
+    padded = np.zeros([len(id_lists), max(lengths, default=0)], np.int32)
+    for row, ids in enumerate(id_lists):
+      padded[row, :len(ids)] = ids
+    return padded, lengths
+
+  def batch_encode(self, texts_a: Sequence[TextLike],
+                   texts_b: Optional[Sequence[TextLike]] = None, max_seq_length: int = 128,
+                   batch_size: int = 8192) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`encode` for many texts (or pairs): (input_ids, input_mask, segment_ids) int32 [B, L]."""
+    cls_id = self.special_token_id(CLS_TOKEN)
+    sep_id = self.special_token_id(SEP_TOKEN)
+    ids_a = self._batch_id_lists(texts_a, batch_size)
+    if texts_b is None:
+      ids_b = [None] * len(ids_a)
+    else:
+      if len(texts_b) != len(texts_a):
+        raise ValueError("batch_encode got %d first texts but %d second texts." %
+                         (len(texts_a), len(texts_b)))
+      ids_b = self._batch_id_lists(texts_b, batch_size)
+    features = [build_inputs(a.tolist(), None if b is None else b.tolist(), max_seq_length,
+                             cls_id, sep_id) for a, b in zip(ids_a, ids_b)]
+    shape = [len(features), max_seq_length]
+    return tuple(np.array([row[i] for row in features], np.int32).reshape(shape)
+                 for i in range(3))
+
+  def _batch_id_lists(self, texts: Sequence[TextLike], batch_size: int) -> List[np.ndarray]:
+    """The ids of every text as int32 arrays, through the batch path."""
+    texts = [convert_to_unicode(text) for text in texts]
+    if self.sp_model is not None:
+      encoded = self.sp_model.encode([self._spm_prepare(text) for text in texts], out_type=int)
+      return [np.array(ids, np.int32) for ids in encoded]
+    batch_tokenizer = self._batch_tokenizer()
+    id_lists = []
+    for start in range(0, len(texts), batch_size):
+      id_lists.extend(batch_tokenizer(texts[start:start + batch_size]))
+    return id_lists
+
+  def _batch_tokenizer(self):
+    """A function list of str -> list of id arrays, built once (it loads TensorFlow)."""
+    if self._batch_function is None:
+      self._batch_function = _TensorFlowBatchTokenizer(self)
+    return self._batch_function
+
   def _spm_prepare(self, text: str) -> str:
     """The text handed to the SentencePiece model."""
     return text.lower() if self.do_lower_case else text
@@ -456,6 +509,57 @@ class FullTokenizer(object):
         return [UNK_TOKEN]
       start = end
     return pieces
+
+
+class _TensorFlowBatchTokenizer(object):
+  """The batch path of a WordPiece `FullTokenizer`: `in_graph_tokenization` in a tf.function.
+
+  The in-graph tokenizer follows the original rules with Python's own character tables, so its
+  ids equal the Python path's except on inputs it cannot represent or where it knowingly differs;
+  those texts are detected and tokenized in Python instead:
+  * `str` texts with lone surrogates (not encodable as UTF-8);
+  * with do_lower_case, texts with one of the 25 spacing marks that have a nonzero canonical
+    combining class (`in_graph_tokenization.reorder_sensitive_chars()`), where NFD reordering
+    could move them.
+  Invalid UTF-8 bytes are dropped in Python before TensorFlow sees the text.
+
+  tensorflow-text's own `FastBertTokenizer`/`BertTokenizer` are not used for normalization: with
+  lower-casing they apply NFKC case folding (`½` -> `1⁄2`, `…` -> `...`, non-breaking hyphen,
+  superscripts, ligatures), which differs from the original on about 0.35% of WikiText lines, and
+  their Unicode tables (ICU's) can differ from Python's.
+  """
+
+  def __init__(self, tokenizer: FullTokenizer):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    import in_graph_tokenization  # pylint: disable=g-import-not-at-top
+    self._python_tokenizer = tokenizer
+    self._encoder = in_graph_tokenization.BertInputEncoder(
+        tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=2)
+    self._tokenize = tf.function(self._encoder.tokenize,
+                                 input_signature=[tf.TensorSpec([None], tf.string)])
+    self._special = None
+    if tokenizer.do_lower_case:
+      self._special = re.compile(
+          "[%s]" % "".join(sorted(in_graph_tokenization.reorder_sensitive_chars())))
+
+  def __call__(self, texts: Sequence[str]) -> List[np.ndarray]:
+    """Ids of every text (a list of str) as int32 arrays."""
+    encoded = []
+    in_python = []
+    for row, text in enumerate(texts):
+      try:
+        data = text.encode("utf-8")
+      except UnicodeEncodeError:
+        data = None
+      if data is None or (self._special is not None and self._special.search(text)):
+        in_python.append(row)
+        data = b""
+      encoded.append(data)
+    ragged = self._tokenize(encoded)
+    id_lists = np.split(ragged.flat_values.numpy(), ragged.row_splits.numpy()[1:-1])
+    for row in in_python:
+      id_lists[row] = np.array(self._python_tokenizer.tokenize_to_ids(texts[row]), np.int32)
+    return id_lists
 
 
 def _load_sentencepiece(spm_model_file: str):
