@@ -1,0 +1,441 @@
+# coding=utf-8
+"""Converts BERT weights between Hugging Face safetensors and Google's checkpoint format.
+
+Hugging Face -> Google:
+
+  python convert_checkpoint.py --hf_model_path=path/to/hf_model --output_dir=out
+
+reads `model.safetensors` (or a sharded `model.safetensors.index.json`) and `config.json` and writes
+`out/bert_model.ckpt.{index,data-00000-of-00001}` and `out/bert_config.json` (plus `vocab.txt` when
+the model directory has one): the layout of Google's released models, usable as `--init_checkpoint`
+and `--bert_config_file` by every script here and by the original code.
+
+Google -> Hugging Face:
+
+  python convert_checkpoint.py --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
+      --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json --output_dir=out
+
+writes `out/model.safetensors` (names with the `bert.` prefix, as `BertForPreTraining` saves them) and
+`out/config.json`. Optimizer slots and `global_step` of training checkpoints are left out.
+
+Names are translated by rule, not by table: `.`-scopes become `/`-scopes, `layer.N` becomes `layer_N`,
+PyTorch Linear `weight` [out, in] becomes a transposed `kernel` [in, out], LayerNorm `weight`/`bias`
+(or old `gamma`/`beta`) become `gamma`/`beta`, embedding tables drop `.weight`, and the two heads use
+the original's `output_weights`/`output_bias`. Every tensor is checked against a model built from
+the config, so a converted checkpoint always loads into `modeling.BertModel` or
+`modeling.BertPretrainingModel`.
+
+Pickle-based PyTorch files (`pytorch_model.bin`) are refused: unpickling runs arbitrary code.
+"""
+
+import json
+import os
+import re
+import time
+from typing import Dict, Mapping, Optional, Tuple
+
+from absl import app
+from absl import flags
+from absl import logging
+import numpy as np
+import safetensors
+import safetensors.numpy
+import tensorflow as tf
+
+import modeling
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_string("hf_model_path", None,
+                    "Hugging Face BERT to convert to Google's format: a directory with "
+                    "config.json and model.safetensors, or a .safetensors file with config.json "
+                    "beside it.")
+flags.DEFINE_string("init_checkpoint", None,
+                    "Google-format checkpoint (prefix such as .../bert_model.ckpt, or a directory) "
+                    "to convert to Hugging Face safetensors.")
+flags.DEFINE_string("bert_config_file", None,
+                    "The bert_config.json of --init_checkpoint (default: bert_config.json in the "
+                    "checkpoint's directory).")
+flags.DEFINE_string("output_dir", None, "Directory to write the converted model to.")
+
+GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
+GOOGLE_CONFIG_NAME = "bert_config.json"
+HF_WEIGHTS_NAME = "model.safetensors"
+HF_INDEX_NAME = "model.safetensors.index.json"
+HF_CONFIG_NAME = "config.json"
+VOCAB_NAME = "vocab.txt"
+
+# The fields of Google's bert_config.json; everything else in a Hugging Face config is dropped.
+CONFIG_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                 "intermediate_size", "hidden_act", "hidden_dropout_prob",
+                 "attention_probs_dropout_prob", "max_position_embeddings", "type_vocab_size",
+                 "initializer_range")
+# Hugging Face activation names -> the names modeling.BertConfig understands (same functions).
+HF_TO_GOOGLE_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch_tanh": "gelu_new",
+                           "gelu_fast": "gelu_new", "relu": "relu", "silu": "silu",
+                           "swish": "swish", "tanh": "tanh"}
+GOOGLE_TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_approximate": "gelu_new",
+                           "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
+# Registered buffers Hugging Face stores beside the weights; they hold no learned values.
+HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
+BERT_SCOPES = ("embeddings", "encoder", "pooler")
+_LAYER_NORM_LEAVES = {"weight": "gamma", "bias": "beta", "gamma": "gamma", "beta": "beta"}
+
+
+class UnknownTensorError(ValueError):
+  """A tensor name that is not part of BERT (or its pretraining heads)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Name translation.
+# ------------------------------------------------------------------------------------------------
+
+
+def google_name_for_hf(hf_name: str) -> Optional[Tuple[str, bool]]:
+  """Translates a Hugging Face tensor name to `(google name, transpose)`, or None for a buffer.
+
+  Both `bert.encoder...` and bare `encoder...` names are accepted. The MLM decoder's weight and
+  bias are tied copies of the word embeddings and of `cls.predictions.bias`, so they translate to
+  those Google names (conversion checks that the copies agree).
+
+  Raises:
+    UnknownTensorError: for names outside BERT and its pretraining heads.
+  """
+  parts = hf_name.split(".")
+  if parts[0] == "bert":
+    parts = parts[1:]
+  if ".".join(parts) in HF_BUFFERS:
+    return None
+  if parts and parts[0] in BERT_SCOPES:
+    parts = ["bert"] + parts
+  elif not parts or parts[0] != "cls":
+    raise UnknownTensorError(hf_name)
+  scope = re.sub(r"/layer/(\d+)/", r"/layer_\1/", "/".join(parts[:-1]) + "/")[:-1]
+  leaf = parts[-1]
+  owner = scope.rsplit("/", 1)[-1]
+  if owner == "LayerNorm" and leaf in _LAYER_NORM_LEAVES:
+    return "%s/%s" % (scope, _LAYER_NORM_LEAVES[leaf]), False
+  if owner.endswith("_embeddings") and leaf == "weight":
+    return scope, False
+  if scope == "cls/seq_relationship" and leaf in ("weight", "bias"):
+    return "cls/seq_relationship/output_%s" % ("weights" if leaf == "weight" else "bias"), False
+  if scope in ("cls/predictions", "cls/predictions/decoder") and leaf == "bias":
+    return "cls/predictions/output_bias", False
+  if scope == "cls/predictions/decoder" and leaf == "weight":
+    return "bert/embeddings/word_embeddings", False
+  if leaf == "weight":
+    return scope + "/kernel", True
+  if leaf == "bias":
+    return scope + "/bias", False
+  raise UnknownTensorError(hf_name)
+
+
+def hf_name_for_google(google_name: str) -> Tuple[str, bool]:
+  """Translates a Google name to `(Hugging Face name with the bert. prefix, transpose)`.
+
+  The inverse of `google_name_for_hf` on the names of `modeling.BertPretrainingModel`.
+  """
+  scope, _, leaf = google_name.rpartition("/")
+  if leaf in ("gamma", "beta"):
+    leaf = "weight" if leaf == "gamma" else "bias"
+  transpose = leaf == "kernel"
+  if transpose:
+    leaf = "weight"
+  elif leaf.endswith("_embeddings"):
+    scope, leaf = google_name, "weight"
+  elif scope == "cls/seq_relationship":
+    leaf = "weight" if leaf == "output_weights" else "bias"
+  elif google_name == "cls/predictions/output_bias":
+    leaf = "bias"
+  hf_name = re.sub(r"/layer_(\d+)/", r"/layer/\1/", scope + "/").replace("/", ".") + leaf
+  if google_name_for_hf(hf_name) != (google_name, transpose):
+    raise UnknownTensorError(google_name)
+  return hf_name, transpose
+
+
+# ------------------------------------------------------------------------------------------------
+# Configs.
+# ------------------------------------------------------------------------------------------------
+
+
+def google_config_from_hf(hf_config: Mapping, source: str) -> modeling.BertConfig:
+  """Builds a Google-style BertConfig from a Hugging Face BERT config.json, dropping HF-only keys.
+
+  Raises:
+    ValueError: naming `source` and the key, for configs this architecture cannot represent.
+  """
+  model_type = hf_config.get("model_type", "bert")
+  if model_type != "bert":
+    raise ValueError("%s: model_type %r is not BERT" % (source, model_type))
+  if hf_config.get("position_embedding_type", "absolute") != "absolute":
+    raise ValueError("%s: position_embedding_type %r is not supported (BERT uses absolute "
+                     "position embeddings)" % (source, hf_config["position_embedding_type"]))
+  for key in ("is_decoder", "add_cross_attention"):
+    if hf_config.get(key):
+      raise ValueError("%s: %s is set; only the BERT encoder is supported" % (source, key))
+  if hf_config.get("layer_norm_eps", 1e-12) != 1e-12:
+    logging.warning("%s: layer_norm_eps is %g; the model uses BERT's 1e-12", source,
+                    hf_config["layer_norm_eps"])
+  missing = [field for field in CONFIG_FIELDS if field not in hf_config]
+  if missing:
+    raise ValueError("%s: missing key(s) %s" % (source, ", ".join(missing)))
+  fields = {field: hf_config[field] for field in CONFIG_FIELDS}
+  if fields["hidden_act"] not in HF_TO_GOOGLE_ACTIVATION:
+    raise ValueError("%s: hidden_act %r is not supported (known: %s)" %
+                     (source, fields["hidden_act"], ", ".join(sorted(HF_TO_GOOGLE_ACTIVATION))))
+  fields["hidden_act"] = HF_TO_GOOGLE_ACTIVATION[fields["hidden_act"]]
+  try:
+    return modeling.BertConfig.from_dict(fields)
+  except ValueError as e:
+    raise ValueError("%s: %s" % (source, e)) from e
+
+
+def hf_config_from_google(config: modeling.BertConfig, with_heads: bool) -> dict:
+  """A Hugging Face config.json dict for a BERT with (BertForPreTraining) or without heads."""
+  fields = {field: getattr(config, field) for field in CONFIG_FIELDS}
+  fields["hidden_act"] = GOOGLE_TO_HF_ACTIVATION[config.hidden_act.lower()]
+  fields.update({
+      "architectures": ["BertForPreTraining" if with_heads else "BertModel"],
+      "model_type": "bert",
+      "layer_norm_eps": 1e-12,
+      "position_embedding_type": "absolute",
+      "pad_token_id": 0,
+  })
+  return fields
+
+
+# ------------------------------------------------------------------------------------------------
+# Tensor conversion and checking.
+# ------------------------------------------------------------------------------------------------
+
+
+def expected_shapes(config: modeling.BertConfig) -> Dict[str, Tuple[int, ...]]:
+  """Google name -> shape of every variable of a `BertPretrainingModel` built from `config`."""
+  model = modeling.BertPretrainingModel(config)
+  model.build()
+  return {name: tuple(v.shape) for name, v in modeling.checkpoint_variables(model).items()}
+
+
+def _describe(names, limit: int = 8) -> str:
+  names = sorted(names)
+  more = " and %d more" % (len(names) - limit) if len(names) > limit else ""
+  return ", ".join(names[:limit]) + more
+
+
+def check_tensors(tensors: Mapping[str, np.ndarray], config: modeling.BertConfig,
+                  source_names: Mapping[str, str], source: str) -> list:
+  """Checks Google-named tensors against the model of `config`; returns the absent head names.
+
+  Args:
+    tensors: Google name -> array.
+    config: the model's configuration.
+    source_names: Google name -> the name it had in `source`, for error messages.
+    source: the file being converted, for error messages.
+
+  Raises:
+    ValueError: naming the tensors that the model does not have, that have the wrong shape, or
+      that the encoder needs but `source` lacks.
+  """
+  shapes = expected_shapes(config)
+  unknown = [source_names[name] for name in tensors if name not in shapes]
+  if unknown:
+    raise ValueError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
+  for name, value in sorted(tensors.items()):
+    if tuple(value.shape) != shapes[name]:
+      raise ValueError("%s: tensor %s (%s) has shape %s but the config needs %s" %
+                       (source, source_names[name], name, list(value.shape), list(shapes[name])))
+  absent = sorted(set(shapes) - set(tensors))
+  absent_encoder = [name for name in absent if name.startswith("bert/")]
+  if absent_encoder:
+    raise ValueError("%s lacks encoder tensor(s) the config needs: %s" %
+                     (source, _describe(absent_encoder)))
+  return absent
+
+
+def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
+                         source: str = "<tensors>") -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+  """Renames (and transposes) Hugging Face tensors to Google names, as float32.
+
+  Returns:
+    (Google name -> array, Google name -> Hugging Face name). Buffers are skipped.
+
+  Raises:
+    ValueError: naming unknown tensors, or tied copies (decoder weight/bias) that disagree.
+  """
+  tensors, source_names, unknown = {}, {}, []
+  for hf_name in sorted(hf_tensors):
+    try:
+      translated = google_name_for_hf(hf_name)
+    except UnknownTensorError:
+      unknown.append(hf_name)
+      continue
+    if translated is None:
+      continue
+    google_name, transpose = translated
+    value = np.asarray(hf_tensors[hf_name], dtype=np.float32)
+    value = np.ascontiguousarray(value.T) if transpose else value
+    if google_name in tensors:
+      if not np.array_equal(tensors[google_name], value):
+        raise ValueError("%s: %s and %s both map to %s but differ (untied weights cannot be "
+                         "stored in Google's format)" %
+                         (source, source_names[google_name], hf_name, google_name))
+      continue
+    tensors[google_name] = value
+    source_names[google_name] = hf_name
+  if unknown:
+    raise ValueError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
+  return tensors, source_names
+
+
+def google_to_hf_tensors(tensors: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+  """Renames (and transposes) Google-named tensors to Hugging Face names with the `bert.` prefix."""
+  hf_tensors = {}
+  for google_name, value in tensors.items():
+    hf_name, transpose = hf_name_for_google(google_name)
+    value = np.asarray(value, dtype=np.float32)
+    hf_tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
+  return hf_tensors
+
+
+# ------------------------------------------------------------------------------------------------
+# Files.
+# ------------------------------------------------------------------------------------------------
+
+
+def refuse_pickle(path: str) -> None:
+  """Raises ValueError for pickle-based PyTorch checkpoints, saying why and what to use instead."""
+  raise ValueError(
+      "%s is a pickle-based PyTorch checkpoint. It is not read: unpickling a file can run arbitrary "
+      "code from it. Use the model's model.safetensors instead (most hubs publish one), or convert "
+      "the file to safetensors once in an environment you trust, e.g. with transformers: "
+      "BertModel.from_pretrained(dir).save_pretrained(out, safe_serialization=True)." % path)
+
+
+def resolve_hf_files(hf_model_path: str) -> Tuple[list, str]:
+  """Returns (safetensors files, config.json path) for a model directory or a .safetensors file."""
+  if hf_model_path.endswith(PICKLE_SUFFIXES):
+    refuse_pickle(hf_model_path)
+  if not tf.io.gfile.isdir(hf_model_path):
+    if not tf.io.gfile.exists(hf_model_path):
+      raise ValueError("--hf_model_path %s does not exist" % hf_model_path)
+    if not hf_model_path.endswith(".safetensors"):
+      raise ValueError("--hf_model_path %s is neither a directory nor a .safetensors file" %
+                       hf_model_path)
+    return [hf_model_path], os.path.join(os.path.dirname(hf_model_path), HF_CONFIG_NAME)
+  config_path = os.path.join(hf_model_path, HF_CONFIG_NAME)
+  weights_path = os.path.join(hf_model_path, HF_WEIGHTS_NAME)
+  index_path = os.path.join(hf_model_path, HF_INDEX_NAME)
+  if tf.io.gfile.exists(weights_path):
+    return [weights_path], config_path
+  if tf.io.gfile.exists(index_path):
+    with tf.io.gfile.GFile(index_path) as f:
+      shards = sorted(set(json.load(f)["weight_map"].values()))
+    return [os.path.join(hf_model_path, shard) for shard in shards], config_path
+  pickles = [name for name in tf.io.gfile.listdir(hf_model_path) if name.endswith(PICKLE_SUFFIXES)]
+  if pickles:
+    refuse_pickle(os.path.join(hf_model_path, pickles[0]))
+  raise ValueError("%s has no %s or %s" % (hf_model_path, HF_WEIGHTS_NAME, HF_INDEX_NAME))
+
+
+def read_safetensors(paths) -> Dict[str, np.ndarray]:
+  """Reads every tensor of one or more safetensors files (shards) into NumPy arrays."""
+  tensors = {}
+  for path in paths:
+    logging.info("Reading %s", path)
+    with safetensors.safe_open(path, framework="numpy") as f:
+      for name in f.keys():
+        tensors[name] = f.get_tensor(name)
+  return tensors
+
+
+def _read_json(path: str) -> dict:
+  if not tf.io.gfile.exists(path):
+    raise ValueError("config file %s does not exist" % path)
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise ValueError("%s is not valid JSON: %s" % (path, e)) from e
+
+
+def _copy_vocab(source_dir: str, output_dir: str) -> None:
+  vocab = os.path.join(source_dir, VOCAB_NAME)
+  if tf.io.gfile.exists(vocab):
+    tf.io.gfile.copy(vocab, os.path.join(output_dir, VOCAB_NAME), overwrite=True)
+
+
+def _log_summary(tensors: Mapping[str, np.ndarray], source: str, target: str, absent: list,
+                 start: float) -> None:
+  parameters = sum(int(np.prod(value.shape)) for value in tensors.values())
+  logging.info("Converted %d tensors (%s parameters) from %s to %s in %.1f s", len(tensors),
+               "{:,}".format(parameters), source, target, time.time() - start)
+  if absent:
+    logging.info("Not in the source (a model initialises them when used): %s", _describe(absent))
+
+
+def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
+  """Converts a Hugging Face BERT to `output_dir/bert_model.ckpt` + `bert_config.json`.
+
+  Returns:
+    The checkpoint prefix written.
+  """
+  start = time.time()
+  weight_files, config_path = resolve_hf_files(hf_model_path)
+  config = google_config_from_hf(_read_json(config_path), config_path)
+  source = ", ".join(weight_files)
+  tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), source)
+  absent = check_tensors(tensors, config, source_names, source)
+  tf.io.gfile.makedirs(output_dir)
+  prefix = modeling.write_checkpoint(tensors, os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME))
+  with tf.io.gfile.GFile(os.path.join(output_dir, GOOGLE_CONFIG_NAME), "w") as f:
+    f.write(config.to_json_string())
+  _copy_vocab(os.path.dirname(config_path), output_dir)
+  _log_summary(tensors, source, prefix, absent, start)
+  return prefix
+
+
+def convert_google_to_hf(init_checkpoint: str, output_dir: str,
+                         bert_config_file: Optional[str] = None) -> str:
+  """Converts a Google-format checkpoint to `output_dir/model.safetensors` + `config.json`.
+
+  Optimizer slots (`*/adam_m`, `*/adam_v`) and `global_step` are not model weights and are skipped.
+
+  Returns:
+    The safetensors file written.
+  """
+  start = time.time()
+  prefix = modeling.resolve_checkpoint_path(init_checkpoint)
+  checkpoint_dir = os.path.dirname(prefix)
+  bert_config_file = bert_config_file or os.path.join(checkpoint_dir, GOOGLE_CONFIG_NAME)
+  config = modeling.BertConfig.from_json_file(bert_config_file)
+  reader = tf.train.load_checkpoint(prefix)
+  tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+             if not modeling.is_training_state_name(name)}
+  absent = check_tensors(tensors, config, {name: name for name in tensors}, prefix)
+  with_heads = not any(name.startswith("cls/") for name in absent)
+  tf.io.gfile.makedirs(output_dir)
+  weights_path = os.path.join(output_dir, HF_WEIGHTS_NAME)
+  safetensors.numpy.save_file(google_to_hf_tensors(tensors), weights_path,
+                              metadata={"format": "pt"})
+  with tf.io.gfile.GFile(os.path.join(output_dir, HF_CONFIG_NAME), "w") as f:
+    f.write(json.dumps(hf_config_from_google(config, with_heads), indent=2, sort_keys=True) + "\n")
+  _copy_vocab(checkpoint_dir, output_dir)
+  _log_summary(tensors, prefix, weights_path, absent, start)
+  return weights_path
+
+
+def main(argv):
+  del argv
+  if bool(FLAGS.hf_model_path) == bool(FLAGS.init_checkpoint):
+    raise app.UsageError("pass exactly one of --hf_model_path (Hugging Face -> Google) and "
+                         "--init_checkpoint (Google -> Hugging Face)")
+  if FLAGS.hf_model_path:
+    convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
+  else:
+    convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file)
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("output_dir")
+  app.run(main)

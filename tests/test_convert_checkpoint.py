@@ -1,0 +1,250 @@
+"""Tests for convert_checkpoint.py on tiny random Hugging Face-style models generated here."""
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import safetensors.numpy
+import tensorflow as tf
+
+import convert_checkpoint
+import modeling
+
+HF_CONFIG = {
+    "architectures": ["BertForPreTraining"], "model_type": "bert", "vocab_size": 40,
+    "hidden_size": 16, "num_hidden_layers": 2, "num_attention_heads": 4, "intermediate_size": 24,
+    "hidden_act": "gelu", "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 12, "type_vocab_size": 2, "initializer_range": 0.02,
+    "layer_norm_eps": 1e-12, "pad_token_id": 0, "position_embedding_type": "absolute",
+    "transformers_version": "4.40.0", "use_cache": True,
+}
+
+
+def _random_hf_tensors(prefix: str, with_heads: bool, layer_norm_leaves=("weight", "bias"),
+                       seed: int = 0) -> dict:
+  """HF BERT tensors by HF name in PyTorch layout (Linear weight [out, in]), plus buffers."""
+  rng = np.random.default_rng(seed)
+  c = HF_CONFIG
+  hidden, vocab = c["hidden_size"], c["vocab_size"]
+  tensors = {}
+
+  def rand(*shape):
+    return (0.2 * rng.normal(size=shape)).astype(np.float32)
+
+  def linear(name, out_size, in_size):
+    tensors[name + ".weight"] = rand(out_size, in_size)
+    tensors[name + ".bias"] = rand(out_size)
+
+  def layer_norm(name):
+    tensors["%s.%s" % (name, layer_norm_leaves[0])] = 1.0 + rand(hidden)
+    tensors["%s.%s" % (name, layer_norm_leaves[1])] = rand(hidden)
+
+  p = prefix
+  tensors[p + "embeddings.word_embeddings.weight"] = rand(vocab, hidden)
+  tensors[p + "embeddings.position_embeddings.weight"] = rand(c["max_position_embeddings"], hidden)
+  tensors[p + "embeddings.token_type_embeddings.weight"] = rand(c["type_vocab_size"], hidden)
+  tensors[p + "embeddings.position_ids"] = np.arange(c["max_position_embeddings"])[None]
+  layer_norm(p + "embeddings.LayerNorm")
+  for i in range(c["num_hidden_layers"]):
+    layer = "%sencoder.layer.%d." % (p, i)
+    for part in ("query", "key", "value"):
+      linear(layer + "attention.self." + part, hidden, hidden)
+    linear(layer + "attention.output.dense", hidden, hidden)
+    layer_norm(layer + "attention.output.LayerNorm")
+    linear(layer + "intermediate.dense", c["intermediate_size"], hidden)
+    linear(layer + "output.dense", hidden, c["intermediate_size"])
+    layer_norm(layer + "output.LayerNorm")
+  linear(p + "pooler.dense", hidden, hidden)
+  if with_heads:
+    linear("cls.predictions.transform.dense", hidden, hidden)
+    layer_norm("cls.predictions.transform.LayerNorm")
+    tensors["cls.predictions.bias"] = rand(vocab)
+    tensors["cls.predictions.decoder.weight"] = tensors[p + "embeddings.word_embeddings.weight"]
+    tensors["cls.predictions.decoder.bias"] = tensors["cls.predictions.bias"]
+    linear("cls.seq_relationship", 2, hidden)
+  return tensors
+
+
+def _write_hf_model(directory, tensors, config=None) -> str:
+  os.makedirs(directory, exist_ok=True)
+  safetensors.numpy.save_file(tensors, os.path.join(directory, "model.safetensors"),
+                              metadata={"format": "pt"})
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(config or HF_CONFIG, f)
+  with open(os.path.join(directory, "vocab.txt"), "w") as f:
+    f.write("\n".join("tok%d" % i for i in range(HF_CONFIG["vocab_size"])) + "\n")
+  return str(directory)
+
+
+# ---------------------------------------------------------------- NumPy reference (HF names/layout)
+
+_erf = np.vectorize(math.erf)
+
+
+def _gelu(x):
+  return 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0)))
+
+
+def _layer_norm(x, t, name, leaves):
+  mean = x.mean(-1, keepdims=True)
+  var = ((x - mean) ** 2).mean(-1, keepdims=True)
+  return (x - mean) / np.sqrt(var + 1e-12) * t[name + "." + leaves[0]] + t[name + "." + leaves[1]]
+
+
+def _linear(x, t, name):
+  return x @ t[name + ".weight"].T + t[name + ".bias"]
+
+
+def _numpy_forward(t, prefix, input_ids, input_mask, token_type_ids, leaves=("weight", "bias")):
+  """BERT forward pass reading HF tensors by HF name; returns (sequence, pooled, mlm, nsp)."""
+  p, c = prefix, HF_CONFIG
+  heads, size = c["num_attention_heads"], c["hidden_size"] // c["num_attention_heads"]
+  batch, length = input_ids.shape
+  x = (t[p + "embeddings.word_embeddings.weight"][input_ids]
+       + t[p + "embeddings.position_embeddings.weight"][:length][None]
+       + t[p + "embeddings.token_type_embeddings.weight"][token_type_ids])
+  x = _layer_norm(x, t, p + "embeddings.LayerNorm", leaves)
+  adder = (1.0 - input_mask[:, None, None, :]) * -10000.0
+  for i in range(c["num_hidden_layers"]):
+    layer = "%sencoder.layer.%d." % (p, i)
+
+    def split(h):
+      return h.reshape(batch, length, heads, size).transpose(0, 2, 1, 3)
+
+    q, k, v = (split(_linear(x, t, layer + "attention.self." + n)) for n in ("query", "key", "value"))
+    scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(size) + adder
+    probs = np.exp(scores - scores.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    context = (probs @ v).transpose(0, 2, 1, 3).reshape(batch, length, heads * size)
+    attention = _layer_norm(_linear(context, t, layer + "attention.output.dense") + x, t,
+                            layer + "attention.output.LayerNorm", leaves)
+    intermediate = _gelu(_linear(attention, t, layer + "intermediate.dense"))
+    x = _layer_norm(_linear(intermediate, t, layer + "output.dense") + attention, t,
+                    layer + "output.LayerNorm", leaves)
+  pooled = np.tanh(_linear(x[:, 0], t, p + "pooler.dense"))
+  if "cls.predictions.bias" not in t:
+    return x, pooled, None, None
+  transformed = _layer_norm(_gelu(_linear(x, t, "cls.predictions.transform.dense")), t,
+                            "cls.predictions.transform.LayerNorm", leaves)
+  mlm = transformed @ t[p + "embeddings.word_embeddings.weight"].T + t["cls.predictions.bias"]
+  nsp = _linear(pooled, t, "cls.seq_relationship")
+  return x, pooled, mlm, nsp
+
+
+def _inputs():
+  rng = np.random.default_rng(5)
+  input_ids = rng.integers(0, HF_CONFIG["vocab_size"], size=(2, 7))
+  input_mask = np.ones((2, 7), np.int64)
+  input_mask[1, 4:] = 0
+  token_type_ids = np.zeros((2, 7), np.int64)
+  token_type_ids[:, 3:] = 1
+  return input_ids, input_mask, token_type_ids
+
+
+# ---------------------------------------------------------------------------------------- tests
+
+
+@pytest.mark.parametrize("prefix, with_heads, leaves", [
+    ("bert.", True, ("weight", "bias")),    # BertForPreTraining layout
+    ("", False, ("weight", "bias")),        # bare BertModel layout (e.g. sentence-transformers)
+    ("bert.", False, ("gamma", "beta")),    # old LayerNorm names
+])
+def test_hf_to_google_loads_and_matches_numpy_forward(tmp_path, prefix, with_heads, leaves):
+  hf = _random_hf_tensors(prefix, with_heads, leaves)
+  prefix_written = convert_checkpoint.convert_hf_to_google(
+      _write_hf_model(tmp_path / "hf", hf), str(tmp_path / "google"))
+
+  config = modeling.BertConfig.from_json_file(str(tmp_path / "google" / "bert_config.json"))
+  with open(tmp_path / "google" / "bert_config.json") as f:
+    assert sorted(json.load(f)) == sorted(convert_checkpoint.CONFIG_FIELDS)
+  assert (tmp_path / "google" / "vocab.txt").exists()
+  model = (modeling.BertPretrainingModel(config) if with_heads else modeling.BertModel(config))
+  model.build()
+  report = modeling.init_from_checkpoint(model, prefix_written)
+  assert report.missing == [] and report.unused == []
+
+  input_ids, input_mask, token_type_ids = _inputs()
+  outputs = model(tf.constant(input_ids), input_mask=tf.constant(input_mask),
+                  token_type_ids=tf.constant(token_type_ids))
+  sequence, pooled, mlm, nsp = _numpy_forward(hf, prefix, input_ids, input_mask, token_type_ids,
+                                              leaves)
+  np.testing.assert_allclose(outputs["sequence_output"].numpy(), sequence, atol=1e-5)
+  np.testing.assert_allclose(outputs["pooled_output"].numpy(), pooled, atol=1e-5)
+  if with_heads:
+    np.testing.assert_allclose(outputs["masked_lm_logits"].numpy(), mlm, atol=1e-4)
+    np.testing.assert_allclose(outputs["next_sentence_logits"].numpy(), nsp, atol=1e-5)
+
+
+def test_google_to_safetensors_to_google_round_trip_is_identical(tmp_path):
+  hf = _random_hf_tensors("bert.", with_heads=True)
+  first = convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "hf", hf),
+                                                  str(tmp_path / "google"))
+  # A training checkpoint: optimizer slots and global_step must not reach the safetensors file.
+  reader = tf.train.load_checkpoint(first)
+  weights = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+  training_state = dict(weights, global_step=np.int64(7))
+  training_state["bert/pooler/dense/kernel/adam_m"] = weights["bert/pooler/dense/kernel"]
+  modeling.write_checkpoint(training_state, str(tmp_path / "train" / "model.ckpt-7"))
+  convert_checkpoint.convert_google_to_hf(
+      str(tmp_path / "train"), str(tmp_path / "hf2"),
+      bert_config_file=str(tmp_path / "google" / "bert_config.json"))
+
+  written = safetensors.numpy.load_file(str(tmp_path / "hf2" / "model.safetensors"))
+  for name, value in written.items():  # Same HF names and layout as the original file.
+    np.testing.assert_array_equal(value, hf[name], err_msg=name)
+  skipped = set(hf) - set(written)
+  assert skipped == {"bert.embeddings.position_ids", "cls.predictions.decoder.weight",
+                     "cls.predictions.decoder.bias"}
+  with open(tmp_path / "hf2" / "config.json") as f:
+    assert json.load(f)["architectures"] == ["BertForPreTraining"]
+
+  second = convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf2"), str(tmp_path / "google2"))
+  again = tf.train.load_checkpoint(second)
+  assert sorted(again.get_variable_to_shape_map()) == sorted(weights)
+  for name, value in weights.items():
+    np.testing.assert_array_equal(again.get_tensor(name), value, err_msg=name)
+
+
+def test_pickle_checkpoints_are_refused(tmp_path):
+  directory = tmp_path / "torch_model"
+  directory.mkdir()
+  (directory / "pytorch_model.bin").write_bytes(b"not read")
+  (directory / "config.json").write_text(json.dumps(HF_CONFIG))
+  for path in (directory, directory / "pytorch_model.bin"):
+    with pytest.raises(ValueError, match=r"pytorch_model\.bin.*arbitrary code.*safetensors"):
+      convert_checkpoint.convert_hf_to_google(str(path), str(tmp_path / "out"))
+
+
+def test_unknown_tensor_and_wrong_shape_are_named(tmp_path):
+  hf = _random_hf_tensors("bert.", with_heads=False)
+  hf["classifier.weight"] = np.zeros((3, 16), np.float32)
+  with pytest.raises(ValueError, match=r"not in a BERT model: classifier\.weight"):
+    convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "a", hf), str(tmp_path / "o"))
+
+  hf = _random_hf_tensors("bert.", with_heads=False)
+  hf["bert.encoder.layer.1.intermediate.dense.weight"] = np.zeros((23, 16), np.float32)
+  with pytest.raises(ValueError, match=r"bert\.encoder\.layer\.1\.intermediate\.dense\.weight "
+                     r"\(bert/encoder/layer_1/intermediate/dense/kernel\) has shape \[16, 23\] "
+                     r"but the config needs \[16, 24\]"):
+    convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "b", hf), str(tmp_path / "o"))
+
+  hf = _random_hf_tensors("bert.", with_heads=True)
+  hf["cls.predictions.decoder.weight"] = hf["cls.predictions.decoder.weight"] + 1.0
+  with pytest.raises(ValueError, match="differ"):
+    convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "c", hf), str(tmp_path / "o"))
+
+
+def test_config_conversion(tmp_path):
+  config = convert_checkpoint.google_config_from_hf(
+      dict(HF_CONFIG, hidden_act="gelu_pytorch_tanh"), "config.json")
+  assert config.hidden_act == "gelu_new"
+  with pytest.raises(ValueError, match="config.json: hidden_act 'quick_gelu'"):
+    convert_checkpoint.google_config_from_hf(dict(HF_CONFIG, hidden_act="quick_gelu"), "config.json")
+  with pytest.raises(ValueError, match="config.json: missing key.*type_vocab_size"):
+    convert_checkpoint.google_config_from_hf(
+        {k: v for k, v in HF_CONFIG.items() if k != "type_vocab_size"}, "config.json")
+  back = convert_checkpoint.hf_config_from_google(config, with_heads=False)
+  assert back["hidden_act"] == "gelu_new" and back["architectures"] == ["BertModel"]
+  assert {k: back[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"} == {
+      k: HF_CONFIG[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"}
