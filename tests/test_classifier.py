@@ -347,3 +347,96 @@ def test_compute_metrics_per_task():
   stsb = classifier.compute_metrics(classifier.get_processor("sts-b"), np.array([2., 4., 5., 9.]),
                                     np.array([[1.], [2.], [3.], [4.]]))
   assert stsb == pytest.approx({"eval_pearson": 11 / math.sqrt(130), "eval_spearman": 1.0})
+
+
+# Features, the TFRecord cache, the model head.
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "dog",
+         "##s", "."]
+
+
+@pytest.fixture
+def tokenizer(tmp_path):
+  import tokenization  # pylint: disable=g-import-not-at-top
+  path = tmp_path / "vocab.txt"
+  path.write_text("\n".join(VOCAB) + "\n")
+  return tokenization.FullTokenizer(str(path), do_lower_case=True)
+
+
+def ids(*tokens):
+  return [VOCAB.index(t) for t in tokens]
+
+
+def test_convert_single_example_pair_truncates_longest_first(tokenizer):
+  example = classifier.InputExample("x", "The cats sat on the mat.", "Dogs sat.", "b")
+  features = classifier.convert_single_example(0, example, ["a", "b"], 10, tokenizer)
+  # Room for 7 pieces: a has 8 (the cat ##s sat on the mat .), b has 4 (dog ##s sat .). Popping
+  # from the longer leaves a 4 and b 4, then the tie pops from b: (4, 3).
+  assert features.input_ids == ids("[CLS]", "the", "cat", "##s", "sat", "[SEP]", "dog", "##s",
+                                   "sat", "[SEP]")
+  assert features.segment_ids == [0] * 6 + [1] * 4
+  assert features.input_mask == [1] * 10
+  assert features.label_id == 1 and features.is_real_example
+
+
+def test_convert_single_example_empty_text_and_regression(tokenizer):
+  example = classifier.InputExample("x", "", None, "3.25")
+  features = classifier.convert_single_example(0, example, [], 5, tokenizer, is_regression=True)
+  assert features.input_ids == ids("[CLS]", "[SEP]") + [0, 0, 0]
+  assert features.input_mask == [1, 1, 0, 0, 0]
+  assert features.label_id == 3.25
+
+
+def test_features_cache_is_reused_and_rebuilt_when_settings_change(tokenizer, tmp_path):
+  examples = [classifier.InputExample("%d" % i, "the cat", "the mat" if i % 2 else "", "ab"[i % 2])
+              for i in range(5)]
+  path = str(tmp_path / "train.tf_record")
+  write = lambda exs, length: classifier.cached_features_file(exs, ["a", "b"], length, tokenizer,
+                                                               path)
+  assert not write(examples, 8)
+  assert write(examples, 8)
+  assert not write(examples, 9)  # max_seq_length changed.
+  assert not write(examples[:4] + [classifier.InputExample("4", "dog", None, "a")], 9)
+  assert write(examples[:4] + [classifier.InputExample("4", "dog", None, "a")], 9)
+  records = list(classifier.features_dataset(path, 9).as_numpy_iterator())
+  assert [r["label_ids"] for r in records] == [0, 1, 0, 1, 0]
+  assert records[1]["input_ids"].tolist() == ids("[CLS]", "the", "cat", "[SEP]", "the", "mat",
+                                                 "[SEP]") + [0, 0]
+  assert records[4]["input_ids"].tolist() == ids("[CLS]", "dog", "[SEP]") + [0] * 6
+  assert all(r["is_real_example"] == 1 for r in records)
+
+
+TINY_CONFIG = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1,
+                   num_attention_heads=2, intermediate_size=32, hidden_act="gelu",
+                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                   max_position_embeddings=16, type_vocab_size=2, initializer_range=0.02)
+
+
+def test_classifier_head_has_the_original_checkpoint_names(tmp_path):
+  import modeling  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  model = classifier.model_fn_builder(config, 3)()
+  prefix = modeling.save_checkpoint(model, str(tmp_path / "model.ckpt"))
+  shapes = dict(tf.train.list_variables(prefix))
+  assert shapes["output_weights"] == [3, 16]
+  assert shapes["output_bias"] == [3]
+  assert shapes["bert/pooler/dense/kernel"] == [16, 16]
+  assert all(name.startswith("bert/") for name in shapes if not name.startswith("output_"))
+  # The head is dropout + dense on the pooled output: logits = pooled W^T + b.
+  features = {"input_ids": tf.constant([[2, 5, 6, 3]]), "input_mask": tf.ones([1, 4], tf.int32),
+              "segment_ids": tf.zeros([1, 4], tf.int32)}
+  pooled = model.bert(features)["pooled_output"].numpy()
+  expected = pooled @ model.output_weights.numpy().T + model.output_bias.numpy()
+  np.testing.assert_allclose(model(features).numpy(), expected, rtol=1e-5, atol=1e-6)
+
+
+def test_per_example_loss_matches_numpy():
+  logits = np.array([[2.0, -1.0, 0.5], [0.0, 0.0, 3.0]], np.float32)
+  labels = np.array([2, 0])
+  log_softmax = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  np.testing.assert_allclose(classifier.per_example_loss(logits, labels, False).numpy(),
+                             -log_softmax[[0, 1], labels], rtol=1e-6)
+  np.testing.assert_allclose(
+      classifier.per_example_loss(np.array([[1.5], [4.0]], np.float32), np.array([1.0, 5.0]),
+                                  True).numpy(), [0.25, 1.0])
