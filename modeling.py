@@ -1,0 +1,846 @@
+# coding=utf-8
+"""The BERT model of Google's original TF1 code, on TensorFlow 2 and Keras 3.
+
+The architecture is exactly the original's (post-LayerNorm Transformer encoder, learned position
+embeddings, additive attention mask, tanh pooler on the first token, masked-LM and next-sentence heads).
+Layers are named after the original's TF1 variable scopes, so every Keras variable path *is* its
+Google checkpoint name (`bert/encoder/layer_3/attention/self/query/kernel`, ...): checkpoints written
+by Google's code load by name and checkpoints written here are read by Google's tools. See
+DESIGN.md, "Checkpoint names".
+
+Also provided, with the original's names for users porting code: `gelu`, `get_activation`,
+`get_shape_list`, `create_attention_mask_from_input_mask` and `attention_layer`.
+"""
+
+import copy
+import dataclasses
+import json
+import math
+import os
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+# Checkpoint entries that belong to training state rather than to the model: the training loop
+# stores Adam slots as `<variable>/adam_m`, `<variable>/adam_v` and the step as `global_step`.
+_TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v")
+_TRAINING_STATE_NAMES = ("global_step",)
+
+# Additive attention bias for masked positions, as in the original.
+_MASK_ADDER = -10000.0
+_LAYER_NORM_EPSILON = 1e-12
+
+
+# ----------------------------------------------------------------------------------------------
+# Activations and small helpers (the original's names).
+# ----------------------------------------------------------------------------------------------
+
+
+def gelu(x: tf.Tensor) -> tf.Tensor:
+  """Gaussian Error Linear Unit, exact form `0.5 * x * (1 + erf(x / sqrt(2)))`.
+
+  Google's released checkpoints were trained with this form (`hidden_act: "gelu"`).
+  """
+  x = tf.convert_to_tensor(x)
+  return 0.5 * x * (1.0 + tf.math.erf(x * tf.cast(1.0 / math.sqrt(2.0), x.dtype)))
+
+
+def gelu_approximate(x: tf.Tensor) -> tf.Tensor:
+  """GELU with the tanh approximation (`gelu_new` in Hugging Face configs)."""
+  x = tf.convert_to_tensor(x)
+  inner = math.sqrt(2.0 / math.pi) * (x + 0.044715 * tf.pow(x, 3))
+  return 0.5 * x * (1.0 + tf.tanh(inner))
+
+
+_ACTIVATIONS = {
+    "gelu": gelu,
+    "gelu_new": gelu_approximate,
+    "gelu_approximate": gelu_approximate,
+    "relu": tf.nn.relu,
+    "swish": tf.nn.silu,
+    "silu": tf.nn.silu,
+    "tanh": tf.tanh,
+}
+
+
+def get_activation(activation_string: Union[str, Callable, None]) -> Optional[Callable]:
+  """Maps an activation name to its function, as the original does.
+
+  Args:
+    activation_string: a name (`gelu`, `gelu_new`, `gelu_approximate`, `relu`, `swish`, `silu`,
+      `tanh`, `linear`), None or "" (no activation), or a callable (returned unchanged).
+
+  Returns:
+    The activation function, or None for a linear activation.
+
+  Raises:
+    ValueError: for an unknown name.
+  """
+  if not isinstance(activation_string, str):
+    return activation_string
+  if not activation_string:
+    return None
+  name = activation_string.lower()
+  if name == "linear":
+    return None
+  if name not in _ACTIVATIONS:
+    raise ValueError("Unsupported activation: %s (known: %s)" %
+                     (activation_string, ", ".join(sorted(_ACTIVATIONS) + ["linear"])))
+  return _ACTIVATIONS[name]
+
+
+def get_shape_list(tensor: tf.Tensor, expected_rank: Union[int, Sequence[int], None] = None,
+                   name: Optional[str] = None) -> list:
+  """Returns the shape as a list: Python ints where static, scalar tensors where dynamic.
+
+  Args:
+    tensor: the tensor.
+    expected_rank: if given, an int or list of ints; a different rank raises ValueError.
+    name: name used in the error message.
+  """
+  tensor = tf.convert_to_tensor(tensor)
+  if expected_rank is not None:
+    ranks = [expected_rank] if isinstance(expected_rank, int) else list(expected_rank)
+    if tensor.shape.rank not in ranks:
+      raise ValueError("Tensor %s has rank %s, expected %s (shape %s)" %
+                       (name or getattr(tensor, "name", "?"), tensor.shape.rank, ranks, tensor.shape))
+  dynamic = None
+  shape = []
+  for index, dim in enumerate(tensor.shape.as_list()):
+    if dim is None:
+      if dynamic is None:
+        dynamic = tf.shape(tensor)
+      dim = dynamic[index]
+    shape.append(dim)
+  return shape
+
+
+def create_attention_mask_from_input_mask(from_tensor: tf.Tensor, to_mask: tf.Tensor) -> tf.Tensor:
+  """Creates the original's 3D attention mask [batch, from_seq, to_seq] from a 2D mask.
+
+  Args:
+    from_tensor: [batch, from_seq, ...] tensor (ids or activations); only its shape is used.
+    to_mask: int or float [batch, to_seq] with 1 for real tokens and 0 for padding.
+
+  Returns:
+    float32 [batch, from_seq, to_seq]: every query position may attend to the `to_mask` keys.
+  """
+  from_shape = get_shape_list(from_tensor, expected_rank=[2, 3])
+  to_mask = tf.cast(to_mask, tf.float32)[:, tf.newaxis, :]
+  return tf.ones([from_shape[0], from_shape[1], 1], tf.float32) * to_mask
+
+
+def _truncated_normal(initializer_range: float) -> keras.initializers.Initializer:
+  """The original's weight initializer (truncated at two standard deviations)."""
+  return keras.initializers.TruncatedNormal(stddev=initializer_range)
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration.
+# ----------------------------------------------------------------------------------------------
+
+_INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+               "intermediate_size", "max_position_embeddings", "type_vocab_size")
+_PROBABILITY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
+
+
+class BertConfig:
+  """Configuration of a `BertModel`, in the format of Google's `bert_config.json`.
+
+  Keys the model does not use (Google's `directionality`, `pooler_*`, Hugging Face's extras) are
+  kept as attributes and written back by `to_dict`, never an error.
+  """
+
+  def __init__(self,
+               vocab_size: int,
+               hidden_size: int = 768,
+               num_hidden_layers: int = 12,
+               num_attention_heads: int = 12,
+               intermediate_size: int = 3072,
+               hidden_act: str = "gelu",
+               hidden_dropout_prob: float = 0.1,
+               attention_probs_dropout_prob: float = 0.1,
+               max_position_embeddings: int = 512,
+               type_vocab_size: int = 16,
+               initializer_range: float = 0.02,
+               **extra_fields: Any):
+    """Builds and validates a configuration (defaults as the original's BertConfig)."""
+    self.vocab_size = vocab_size
+    self.hidden_size = hidden_size
+    self.num_hidden_layers = num_hidden_layers
+    self.num_attention_heads = num_attention_heads
+    self.intermediate_size = intermediate_size
+    self.hidden_act = hidden_act
+    self.hidden_dropout_prob = hidden_dropout_prob
+    self.attention_probs_dropout_prob = attention_probs_dropout_prob
+    self.max_position_embeddings = max_position_embeddings
+    self.type_vocab_size = type_vocab_size
+    self.initializer_range = initializer_range
+    for key, value in extra_fields.items():
+      setattr(self, key, value)
+    self.validate()
+
+  def validate(self) -> None:
+    """Raises ValueError naming the first field that cannot describe a BERT model."""
+    for field in _INT_FIELDS:
+      value = getattr(self, field)
+      if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
+        raise ValueError("BertConfig field %s must be a positive integer, got %r" % (field, value))
+    for field in _PROBABILITY_FIELDS:
+      value = getattr(self, field)
+      if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+        raise ValueError("BertConfig field %s must be a probability in [0, 1), got %r" % (field, value))
+    if (isinstance(self.initializer_range, bool) or
+        not isinstance(self.initializer_range, (int, float)) or self.initializer_range <= 0):
+      raise ValueError("BertConfig field initializer_range must be a positive number, got %r" %
+                       (self.initializer_range,))
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError("BertConfig field hidden_size (%d) must be a multiple of "
+                       "num_attention_heads (%d)" % (self.hidden_size, self.num_attention_heads))
+    if not isinstance(self.hidden_act, str) or self.hidden_act.lower() not in _ACTIVATIONS:
+      raise ValueError("BertConfig field hidden_act has unsupported value %r (known: %s)" %
+                       (self.hidden_act, ", ".join(sorted(_ACTIVATIONS))))
+
+  @property
+  def size_per_head(self) -> int:
+    """Width of one attention head."""
+    return self.hidden_size // self.num_attention_heads
+
+  @classmethod
+  def from_dict(cls, json_object: Mapping[str, Any]) -> "BertConfig":
+    """Builds a config from a dict such as a parsed `bert_config.json`."""
+    if "vocab_size" not in json_object:
+      raise ValueError("BertConfig field vocab_size is missing")
+    return cls(**dict(json_object))
+
+  @classmethod
+  def from_json_file(cls, json_file: str) -> "BertConfig":
+    """Reads a `bert_config.json`; errors name the file."""
+    with tf.io.gfile.GFile(json_file, "r") as reader:
+      text = reader.read()
+    try:
+      parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+      raise ValueError("%s is not valid JSON: %s" % (json_file, e)) from e
+    if not isinstance(parsed, dict):
+      raise ValueError("%s must hold a JSON object, got %s" % (json_file, type(parsed).__name__))
+    try:
+      return cls.from_dict(parsed)
+    except (ValueError, TypeError) as e:
+      raise ValueError("%s: %s" % (json_file, e)) from e
+
+  def to_dict(self) -> dict:
+    """All fields, including the extra keys read from a file."""
+    return copy.deepcopy(self.__dict__)
+
+  def to_json_string(self) -> str:
+    """The config as `bert_config.json` text (sorted keys, like Google's files)."""
+    return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+# ----------------------------------------------------------------------------------------------
+# Layers. Each layer's `name` is the original's TF1 variable scope.
+# ----------------------------------------------------------------------------------------------
+
+
+class LayerNorm(keras.layers.LayerNormalization):
+  """The original's LayerNorm (last axis, epsilon 1e-12); variables `gamma`, `beta`.
+
+  Keras computes it in float32 even under a float16/bfloat16 policy.
+  """
+
+  def __init__(self, name: str = "LayerNorm", **kwargs):
+    super().__init__(axis=-1, epsilon=_LAYER_NORM_EPSILON, name=name, **kwargs)
+
+
+class ScopedDense(keras.layers.Layer):
+  """A dense layer inside its own scope (`<name>/dense/{kernel,bias}`), optionally LayerNormed.
+
+  Serves the pooler (`pooler/dense`, tanh), each layer's `intermediate/dense` and the masked-LM
+  `cls/predictions/transform/{dense,LayerNorm}`.
+  """
+
+  def __init__(self, units: int, activation: Union[str, Callable, None], initializer_range: float,
+               layer_norm: bool = False, **kwargs):
+    super().__init__(**kwargs)
+    self.dense = keras.layers.Dense(units, activation=get_activation(activation),
+                                    kernel_initializer=_truncated_normal(initializer_range),
+                                    name="dense")
+    self.layer_norm = LayerNorm() if layer_norm else None
+
+  def build(self, input_shape):
+    self.dense.build(input_shape)
+    if self.layer_norm is not None:
+      self.layer_norm.build(tuple(input_shape[:-1]) + (self.dense.units,))
+
+  def call(self, inputs):
+    outputs = self.dense(inputs)
+    if self.layer_norm is not None:
+      outputs = self.layer_norm(outputs)
+    return outputs
+
+
+class ResidualOutput(keras.layers.Layer):
+  """`LayerNorm(dropout(dense(x)) + residual)`: the original's `attention/output` and `output`."""
+
+  def __init__(self, hidden_size: int, dropout_prob: float, initializer_range: float, **kwargs):
+    super().__init__(**kwargs)
+    self.dense = keras.layers.Dense(hidden_size, kernel_initializer=_truncated_normal(initializer_range),
+                                    name="dense")
+    self.dropout = keras.layers.Dropout(dropout_prob)
+    self.layer_norm = LayerNorm()
+
+  def build(self, input_shape):
+    self.dense.build(input_shape)
+    self.layer_norm.build(tuple(input_shape[:-1]) + (self.dense.units,))
+
+  def call(self, inputs, residual, training=False):
+    return self.layer_norm(self.dropout(self.dense(inputs), training=training) + residual)
+
+
+class SelfAttention(keras.layers.Layer):
+  """Multi-head scaled dot-product attention with `query`, `key`, `value` projections.
+
+  The original's `attention_layer`: scores scaled by 1/sqrt(size_per_head), additive mask
+  `(1 - mask) * -10000.0`, softmax (in float32 under mixed precision), dropout on the probabilities.
+  """
+
+  def __init__(self, num_attention_heads: int, size_per_head: int,
+               attention_probs_dropout_prob: float, initializer_range: float,
+               query_act=None, key_act=None, value_act=None, **kwargs):
+    super().__init__(**kwargs)
+    self.num_attention_heads = num_attention_heads
+    self.size_per_head = size_per_head
+    width = num_attention_heads * size_per_head
+
+    def projection(name, activation):
+      return keras.layers.Dense(width, activation=get_activation(activation),
+                                kernel_initializer=_truncated_normal(initializer_range), name=name)
+
+    self.query = projection("query", query_act)
+    self.key = projection("key", key_act)
+    self.value = projection("value", value_act)
+    self.dropout = keras.layers.Dropout(attention_probs_dropout_prob)
+
+  def build(self, input_shape):
+    for projection in (self.query, self.key, self.value):
+      projection.build(input_shape)
+
+  def _split_heads(self, tensor):
+    """[batch, seq, heads * size] -> [batch, seq, heads, size]."""
+    batch_size, seq_length = get_shape_list(tensor, expected_rank=3)[:2]
+    return tf.reshape(tensor, [batch_size, seq_length, self.num_attention_heads, self.size_per_head])
+
+  def call(self, from_tensor, to_tensor=None, attention_mask=None, training=False):
+    """Attends from `from_tensor` [B, F, W] to `to_tensor` [B, T, W] (default: itself).
+
+    Args:
+      from_tensor: queries' input.
+      to_tensor: keys' and values' input; None for self-attention.
+      attention_mask: 1 = may attend, 0 = may not; [B, F, T] as the original or broadcastable
+        ([B, 1, T]); None attends everywhere.
+      training: apply dropout.
+
+    Returns:
+      [B, F, heads * size_per_head] context vectors.
+    """
+    if to_tensor is None:
+      to_tensor = from_tensor
+    query = self._split_heads(self.query(from_tensor))
+    key = self._split_heads(self.key(to_tensor))
+    value = self._split_heads(self.value(to_tensor))
+    # Scaling the queries rather than the scores is the same product with fewer multiplies.
+    query = query * tf.cast(1.0 / math.sqrt(float(self.size_per_head)), query.dtype)
+    scores = tf.einsum("bfnd,btnd->bnft", query, key)
+    # Softmax in float32: the -10000 bias and the exponent overflow float16.
+    scores = tf.cast(scores, tf.float32)
+    if attention_mask is not None:
+      adder = (1.0 - tf.cast(attention_mask, tf.float32)) * _MASK_ADDER
+      scores += adder[:, tf.newaxis, :, :]
+    probs = tf.cast(tf.nn.softmax(scores, axis=-1), self.compute_dtype)
+    probs = self.dropout(probs, training=training)
+    context = tf.einsum("bnft,btnd->bfnd", probs, value)
+    batch_size, from_length = get_shape_list(from_tensor, expected_rank=3)[:2]
+    return tf.reshape(context, [batch_size, from_length, self.num_attention_heads * self.size_per_head])
+
+
+def attention_layer(from_tensor: tf.Tensor,
+                    to_tensor: tf.Tensor,
+                    attention_mask: Optional[tf.Tensor] = None,
+                    num_attention_heads: int = 1,
+                    size_per_head: int = 512,
+                    query_act=None,
+                    key_act=None,
+                    value_act=None,
+                    attention_probs_dropout_prob: float = 0.0,
+                    initializer_range: float = 0.02,
+                    do_return_2d_tensor: bool = False,
+                    batch_size: Optional[int] = None,
+                    from_seq_length: Optional[int] = None,
+                    to_seq_length: Optional[int] = None,
+                    training: bool = False,
+                    name: str = "self") -> tf.Tensor:
+  """The original's functional `attention_layer`, for code ported from TF1.
+
+  Like the original it creates fresh `query`/`key`/`value` variables on every call (a new
+  `SelfAttention` layer named `name`): in a functional `keras.Model` built from `keras.Input`
+  tensors the model tracks them; in eager code they are new random weights each call. Models should
+  hold a `SelfAttention` layer instead.
+
+  Args:
+    from_tensor: [B, F, W], or [B * F, W] with `batch_size` and `from_seq_length`.
+    to_tensor: [B, T, W], or [B * T, W] with `batch_size` and `to_seq_length`.
+    attention_mask: [B, F, T] with 1 where attention is allowed, or None.
+    num_attention_heads, size_per_head: head layout.
+    query_act, key_act, value_act: optional activations of the projections.
+    attention_probs_dropout_prob: dropout on attention probabilities (applied when `training`).
+    initializer_range: stddev of the truncated-normal initializer.
+    do_return_2d_tensor: return [B * F, heads * size] instead of [B, F, heads * size].
+    batch_size, from_seq_length, to_seq_length: needed only for 2D inputs.
+    training: apply dropout.
+    name: the layer's (variable scope) name.
+
+  Returns:
+    The context tensor.
+  """
+
+  def as_3d(tensor, seq_length, arg_name):
+    if len(tensor.shape) == 3:
+      return tensor
+    if len(tensor.shape) != 2 or batch_size is None or seq_length is None:
+      raise ValueError("attention_layer: %s must be 3D, or 2D with batch_size and its seq_length;"
+                       " got shape %s" % (arg_name, tensor.shape))
+    return keras.ops.reshape(tensor, [batch_size, seq_length, tensor.shape[-1]])
+
+  from_tensor = as_3d(from_tensor, from_seq_length, "from_tensor")
+  to_tensor = as_3d(to_tensor, to_seq_length, "to_tensor")
+  layer = SelfAttention(num_attention_heads, size_per_head, attention_probs_dropout_prob,
+                        initializer_range, query_act, key_act, value_act, name=name)
+  context = layer(from_tensor, to_tensor, attention_mask=attention_mask, training=training)
+  if do_return_2d_tensor:
+    context = keras.ops.reshape(context, [-1, num_attention_heads * size_per_head])
+  return context
+
+
+class Attention(keras.layers.Layer):
+  """The original's `attention` scope: `self` (attention) and `output` (projection + residual)."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    super().__init__(**kwargs)
+    self.self_attention = SelfAttention(config.num_attention_heads, config.size_per_head,
+                                        config.attention_probs_dropout_prob,
+                                        config.initializer_range, name="self")
+    self.projection = ResidualOutput(config.hidden_size, config.hidden_dropout_prob,
+                                     config.initializer_range, name="output")
+
+  def build(self, input_shape):
+    self.self_attention.build(input_shape)
+    self.projection.build(input_shape)
+
+  def call(self, hidden_states, attention_mask=None, training=False):
+    context = self.self_attention(hidden_states, attention_mask=attention_mask, training=training)
+    return self.projection(context, hidden_states, training=training)
+
+
+class TransformerLayer(keras.layers.Layer):
+  """One post-LayerNorm encoder layer (`layer_<i>`): attention, intermediate, output."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    super().__init__(**kwargs)
+    self.attention = Attention(config, name="attention")
+    self.intermediate = ScopedDense(config.intermediate_size, config.hidden_act,
+                                    config.initializer_range, name="intermediate")
+    self.projection = ResidualOutput(config.hidden_size, config.hidden_dropout_prob,
+                                     config.initializer_range, name="output")
+
+  def build(self, input_shape):
+    self.attention.build(input_shape)
+    self.intermediate.build(input_shape)
+    self.projection.build(tuple(input_shape[:-1]) + (self.intermediate.dense.units,))
+
+  def call(self, hidden_states, attention_mask=None, training=False):
+    attention_output = self.attention(hidden_states, attention_mask=attention_mask, training=training)
+    return self.projection(self.intermediate(attention_output), attention_output, training=training)
+
+
+class Encoder(keras.layers.Layer):
+  """The original's `encoder` scope: `num_hidden_layers` layers named `layer_0`, `layer_1`, ..."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    super().__init__(**kwargs)
+    self.transformer_layers = [TransformerLayer(config, name="layer_%d" % index)
+                               for index in range(config.num_hidden_layers)]
+
+  def build(self, input_shape):
+    for layer in self.transformer_layers:
+      layer.build(input_shape)
+
+  def call(self, hidden_states, attention_mask=None, training=False):
+    """Returns the list of every layer's output."""
+    outputs = []
+    for layer in self.transformer_layers:
+      hidden_states = layer(hidden_states, attention_mask=attention_mask, training=training)
+      outputs.append(hidden_states)
+    return outputs
+
+
+class Embeddings(keras.layers.Layer):
+  """Word + token-type + learned position embeddings, LayerNorm and dropout (`embeddings`)."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    super().__init__(**kwargs)
+    self.config = config
+    self.layer_norm = LayerNorm()
+    self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+
+  def build(self, input_shape=None):
+    config = self.config
+    initializer = _truncated_normal(config.initializer_range)
+
+    def table(name, rows):
+      return self.add_weight(name=name, shape=(rows, config.hidden_size), initializer=initializer)
+
+    self.word_embeddings = table("word_embeddings", config.vocab_size)
+    self.token_type_embeddings = table("token_type_embeddings", config.type_vocab_size)
+    self.position_embeddings = table("position_embeddings", config.max_position_embeddings)
+    self.layer_norm.build((None, None, config.hidden_size))
+
+  def call(self, input_ids, token_type_ids, training=False):
+    seq_length = get_shape_list(input_ids, expected_rank=2)[1]
+    if isinstance(seq_length, int) and seq_length > self.config.max_position_embeddings:
+      raise ValueError("sequence length %d exceeds max_position_embeddings %d" %
+                       (seq_length, self.config.max_position_embeddings))
+    embeddings = (tf.gather(self.word_embeddings, input_ids) +
+                  tf.gather(self.token_type_embeddings, token_type_ids) +
+                  self.position_embeddings[tf.newaxis, :seq_length, :])
+    return self.dropout(self.layer_norm(embeddings), training=training)
+
+
+def _unpack_features(input_ids, input_mask, token_type_ids, extra_keys=()):
+  """Accepts either separate tensors or one feature dict (TFRecord names, as the original).
+
+  A dict may name the type ids `segment_ids` (TFRecord feature) or `token_type_ids`.
+  """
+  if not isinstance(input_ids, Mapping):
+    return (input_ids, input_mask, token_type_ids) + (None,) * len(extra_keys)
+  features = input_ids
+  type_ids = features.get("segment_ids", features.get("token_type_ids"))
+  return (features["input_ids"], features.get("input_mask"), type_ids) + tuple(
+      features.get(key) for key in extra_keys)
+
+
+class BertModel(keras.Model):
+  """BERT encoder. Variables are named as in Google's checkpoints (`bert/...` by default).
+
+  Call as `model(input_ids, input_mask=None, token_type_ids=None, training=False)` (or with one
+  dict holding `input_ids`, `input_mask`, `segment_ids`) and get a dict:
+    sequence_output [B, T, H]: the last layer.
+    pooled_output [B, H]: tanh(dense(first token of the last layer)).
+    encoder_outputs: list of every layer's [B, T, H].
+    embedding_output [B, T, H]: the embedding layer's output.
+  `input_mask` defaults to all ones, `token_type_ids` to zeros. Dropout only when `training`.
+  The variables are built by `model.build()` or by the first call.
+  """
+
+  def __init__(self, config: BertConfig, name: str = "bert", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = copy.deepcopy(config)
+    self.embeddings = Embeddings(self.config, name="embeddings")
+    self.encoder = Encoder(self.config, name="encoder")
+    self.pooler = ScopedDense(self.config.hidden_size, "tanh", self.config.initializer_range,
+                              name="pooler")
+
+  def build(self, input_shape=None):
+    """Creates every variable; their shapes do not depend on the input shape."""
+    hidden_shape = (None, None, self.config.hidden_size)
+    self.embeddings.build()
+    self.encoder.build(hidden_shape)
+    self.pooler.build((None, self.config.hidden_size))
+
+  def get_embedding_table(self) -> keras.Variable:
+    """The word embedding table [vocab_size, hidden_size] (tied to the masked-LM output)."""
+    if not self.built:
+      self.build()
+    return self.embeddings.word_embeddings
+
+  def call(self, input_ids, input_mask=None, token_type_ids=None, training=False):
+    input_ids, input_mask, token_type_ids = _unpack_features(input_ids, input_mask, token_type_ids)
+    if input_mask is None:
+      input_mask = tf.ones_like(input_ids)
+    if token_type_ids is None:
+      token_type_ids = tf.zeros_like(input_ids)
+    embedding_output = self.embeddings(input_ids, token_type_ids, training=training)
+    # [B, 1, T] broadcasts over query positions: the same values as the original's [B, T, T] mask.
+    attention_mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, :]
+    encoder_outputs = self.encoder(embedding_output, attention_mask=attention_mask,
+                                   training=training)
+    sequence_output = encoder_outputs[-1]
+    pooled_output = self.pooler(sequence_output[:, 0, :])
+    return {
+        "sequence_output": sequence_output,
+        "pooled_output": pooled_output,
+        "encoder_outputs": encoder_outputs,
+        "embedding_output": embedding_output,
+    }
+
+  def get_config(self):
+    return {"config": self.config.to_dict(), "name": self.name}
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Pretraining heads.
+# ----------------------------------------------------------------------------------------------
+
+
+class MaskedLMHead(keras.layers.Layer):
+  """The original's `cls/predictions`: transform (dense + activation + LayerNorm), then logits
+  against the tied word embedding table plus `output_bias`, only at the masked positions."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    # No autocasting: the bias is added to float32 logits at full precision.
+    super().__init__(autocast=False, **kwargs)
+    self.config = config
+    self.transform = ScopedDense(config.hidden_size, config.hidden_act, config.initializer_range,
+                                 layer_norm=True, name="transform")
+
+  def build(self, input_shape=None):
+    self.transform.build((None, None, self.config.hidden_size))
+    self.output_bias = self.add_weight(name="output_bias", shape=(self.config.vocab_size,),
+                                       initializer="zeros")
+
+  def call(self, sequence_output, embedding_table, masked_lm_positions=None):
+    """Returns float32 logits [B, P, vocab] (P = positions per example; all T if None)."""
+    hidden = sequence_output
+    if masked_lm_positions is not None:
+      hidden = tf.gather(sequence_output, tf.cast(masked_lm_positions, tf.int32), batch_dims=1)
+    hidden = self.transform(tf.cast(hidden, self.compute_dtype))
+    logits = tf.matmul(hidden, tf.cast(embedding_table, hidden.dtype), transpose_b=True)
+    return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
+
+
+class NextSentenceHead(keras.layers.Layer):
+  """The original's `cls/seq_relationship`: `output_weights` [2, H] and `output_bias` [2]."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    # No autocasting: the bias is added to float32 logits at full precision.
+    super().__init__(autocast=False, **kwargs)
+    self.config = config
+
+  def build(self, input_shape=None):
+    self.output_weights = self.add_weight(
+        name="output_weights", shape=(2, self.config.hidden_size),
+        initializer=_truncated_normal(self.config.initializer_range))
+    self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros")
+
+  def call(self, pooled_output):
+    """Returns float32 logits [B, 2] (0 = is next, 1 = random, as the original's labels)."""
+    pooled_output = tf.cast(pooled_output, self.compute_dtype)
+    logits = tf.matmul(pooled_output, tf.cast(self.output_weights, self.compute_dtype),
+                       transpose_b=True)
+    return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
+
+
+class PretrainingHeads(keras.layers.Layer):
+  """The original's `cls` scope: `predictions` (masked LM) and `seq_relationship` (next sentence)."""
+
+  def __init__(self, config: BertConfig, **kwargs):
+    super().__init__(**kwargs)
+    self.predictions = MaskedLMHead(config, name="predictions")
+    self.seq_relationship = NextSentenceHead(config, name="seq_relationship")
+
+  def build(self, input_shape=None):
+    self.predictions.build()
+    self.seq_relationship.build()
+
+
+class BertPretrainingModel(keras.Model):
+  """BERT with the masked-LM and next-sentence heads; variables `bert/...` and `cls/...`.
+
+  Call as `model(input_ids, input_mask=None, token_type_ids=None, masked_lm_positions=None,
+  training=False)` or with one dict of the pretraining TFRecord features (`input_ids`,
+  `input_mask`, `segment_ids`, `masked_lm_positions`). Returns the `BertModel` outputs plus
+    masked_lm_logits float32 [B, P, vocab] at `masked_lm_positions` [B, P] (all T positions if None),
+    next_sentence_logits float32 [B, 2].
+  """
+
+  def __init__(self, config: BertConfig, name: str = "bert_pretraining", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = copy.deepcopy(config)
+    self.bert = BertModel(self.config, name="bert")
+    self.cls = PretrainingHeads(self.config, name="cls")
+
+  def build(self, input_shape=None):
+    """Creates every variable; their shapes do not depend on the input shape."""
+    self.bert.build()
+    self.cls.build()
+
+  def call(self, input_ids, input_mask=None, token_type_ids=None, masked_lm_positions=None,
+           training=False):
+    input_ids, input_mask, token_type_ids, positions = _unpack_features(
+        input_ids, input_mask, token_type_ids, extra_keys=("masked_lm_positions",))
+    if masked_lm_positions is None:
+      masked_lm_positions = positions
+    outputs = dict(self.bert(input_ids, input_mask=input_mask, token_type_ids=token_type_ids,
+                             training=training))
+    outputs["masked_lm_logits"] = self.cls.predictions(
+        outputs["sequence_output"], self.bert.get_embedding_table(), masked_lm_positions)
+    outputs["next_sentence_logits"] = self.cls.seq_relationship(outputs["pooled_output"])
+    return outputs
+
+  def get_config(self):
+    return {"config": self.config.to_dict(), "name": self.name}
+
+  @classmethod
+  def from_config(cls, config):
+    return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert_pretraining"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Google-format (TF1 name-based) checkpoints.
+# ----------------------------------------------------------------------------------------------
+
+
+def checkpoint_variables(model: keras.Model) -> dict:
+  """Maps Google checkpoint names to the model's variables.
+
+  The rule (DESIGN.md): a `BertModel` keeps its own name (`bert/encoder/...`); any other model
+  drops its own name, so a task model holding `bert` and `cls` layers gives `bert/...` and `cls/...`.
+  Paths are taken relative to where the model sits, so a `BertModel` nested in a task model
+  (`task.bert`) maps to the same names as a bare one.
+
+  Raises:
+    ValueError: if the model has no variables yet or two variables map to one name.
+  """
+  if not model.weights or model.path is None:
+    raise ValueError("model %s has no variables yet: call model.build() or call it once first" %
+                     model.name)
+  scope = model.path.rsplit("/", 1)[0] if "/" in model.path else ""
+  if not isinstance(model, BertModel):
+    scope = model.path
+  names = {}
+  for variable in model.weights:
+    if scope and not variable.path.startswith(scope + "/"):
+      raise ValueError("variable %s of model %s lies outside its scope %s" %
+                       (variable.path, model.name, scope))
+    name = variable.path[len(scope) + 1:] if scope else variable.path
+    if name in names and names[name] is not variable:
+      raise ValueError("two variables of model %s map to checkpoint name %s" % (model.name, name))
+    names[name] = variable
+  return names
+
+
+def write_checkpoint(tensors: Mapping[str, Any], prefix: str) -> str:
+  """Writes a TF V2 name-based checkpoint (`<prefix>.index`, `<prefix>.data-00000-of-00001`).
+
+  This is the format of Google's released checkpoints: `tf.train.load_checkpoint(prefix)` reads it.
+  Any names and dtypes (float32 weights, optimizer slots, int64 `global_step`) may be stored.
+
+  Args:
+    tensors: name -> array-like, tf.Tensor or variable.
+    prefix: checkpoint path prefix, e.g. `out/model.ckpt-1000`; its directory is created.
+
+  Returns:
+    The prefix.
+  """
+  if not tensors:
+    raise ValueError("write_checkpoint(%s): nothing to write" % prefix)
+  directory = os.path.dirname(prefix)
+  if directory:
+    tf.io.gfile.makedirs(directory)
+  names = sorted(tensors)
+  values = []
+  for name in names:
+    value = tensors[name]
+    if isinstance(value, keras.Variable):
+      value = value.value
+    values.append(tf.convert_to_tensor(value))
+  with tf.device("/cpu:0"):
+    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                      tensors=values)
+  return prefix
+
+
+def save_checkpoint(model: keras.Model, prefix: str) -> str:
+  """Writes the model's variables under their Google names (see `checkpoint_variables`)."""
+  return write_checkpoint(checkpoint_variables(model), prefix)
+
+
+def resolve_checkpoint_path(checkpoint_path: str) -> str:
+  """Returns the checkpoint prefix for a prefix, or for a directory (its `checkpoint` file's
+  latest entry, else its only `*.index` file). Raises ValueError when there is none."""
+  if tf.io.gfile.isdir(checkpoint_path):
+    latest = tf.train.latest_checkpoint(checkpoint_path)
+    if latest:
+      return latest
+    indexes = tf.io.gfile.glob(os.path.join(checkpoint_path, "*.index"))
+    if len(indexes) == 1:
+      return indexes[0][:-len(".index")]
+    raise ValueError("directory %s has no `checkpoint` file and %d *.index files: pass the "
+                     "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
+                     (checkpoint_path, len(indexes), checkpoint_path))
+  if not tf.io.gfile.exists(checkpoint_path + ".index"):
+    raise ValueError("no checkpoint at %s (expected %s.index)" % (checkpoint_path, checkpoint_path))
+  return checkpoint_path
+
+
+def is_training_state_name(name: str) -> bool:
+  """True for checkpoint entries that are optimizer or loop state, not model variables."""
+  return name in _TRAINING_STATE_NAMES or name.endswith(_TRAINING_STATE_SUFFIXES)
+
+
+@dataclasses.dataclass
+class CheckpointLoadReport:
+  """What `init_from_checkpoint` did."""
+  checkpoint: str
+  loaded: list
+  unused: list  # checkpoint variables no model variable took (training state excluded)
+  missing: list  # model variables the checkpoint lacks (left at their initial values)
+
+
+def init_from_checkpoint(model: keras.Model, checkpoint_path: str) -> CheckpointLoadReport:
+  """Assigns every model variable found in a Google-format checkpoint, by name.
+
+  Args:
+    model: a built model (see `checkpoint_variables` for the naming rule).
+    checkpoint_path: a prefix such as `.../bert_model.ckpt`, or a directory.
+
+  Returns:
+    A report of loaded, unused (checkpoint names no variable took; optimizer slots and
+    `global_step` are not counted) and missing (variables left at their initial values) names.
+
+  Raises:
+    ValueError: on a shape mismatch (naming the variable and both shapes), before any assignment.
+  """
+  prefix = resolve_checkpoint_path(checkpoint_path)
+  reader = tf.train.load_checkpoint(prefix)
+  checkpoint_shapes = reader.get_variable_to_shape_map()
+  variables = checkpoint_variables(model)
+  matched = sorted(name for name in variables if name in checkpoint_shapes)
+  for name in matched:
+    model_shape = tuple(variables[name].shape)
+    checkpoint_shape = tuple(checkpoint_shapes[name])
+    if model_shape != checkpoint_shape:
+      raise ValueError("checkpoint %s: variable %s has shape %s in the checkpoint but %s in the "
+                       "model" % (prefix, name, list(checkpoint_shape), list(model_shape)))
+  for name in matched:
+    variable = variables[name]
+    variable.assign(reader.get_tensor(name).astype(variable.dtype))
+  report = CheckpointLoadReport(
+      checkpoint=prefix,
+      loaded=matched,
+      unused=sorted(name for name in checkpoint_shapes
+                    if name not in variables and not is_training_state_name(name)),
+      missing=sorted(name for name in variables if name not in checkpoint_shapes))
+  logging.info("Loaded %d variables from %s", len(report.loaded), prefix)
+  for name in report.unused:
+    logging.info("  unused checkpoint variable: %s", name)
+  for name in report.missing:
+    logging.info("  not in checkpoint, left at initial value: %s", name)
+  return report
