@@ -18,9 +18,15 @@ import os
 import re
 from typing import Iterable, Optional, Sequence
 
+import keras
 import numpy as np
+import tensorflow as tf
 
+import export
+import in_graph_tokenization
+import modeling
 import tokenization
+import training
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE_TAG = "O"
@@ -393,3 +399,182 @@ def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
       for word, gold_tag, tag in zip(sentence.words, gold, tags):
         writer.write("%s %s %s\n" % (word, gold_tag, tag))
       writer.write("\n")
+
+
+# ---------------------------------------------------------------------------------------------
+# Model: BERT's sequence output -> one softmax over tags per token.
+# ---------------------------------------------------------------------------------------------
+
+class BertTagger(keras.Model):
+  """BERT with a token-level softmax layer, in the original run_classifier's style.
+
+  Variables (checkpoint names, DESIGN.md's rule): `bert/...`, `output_weights` [num_tags, hidden]
+  (truncated normal, stddev 0.02) and `output_bias` [num_tags] (zeros). Dropout
+  (`hidden_dropout_prob`) is applied to the sequence output in training, as the classifier does to
+  the pooled output. Call with a feature dict (`input_ids`, `input_mask`, `segment_ids`); returns
+  float32 logits [batch, seq_length, num_tags].
+  """
+
+  def __init__(self, config: modeling.BertConfig, num_tags: int, name: str = "bert_tagger",
+               **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = config
+    self.num_tags = num_tags
+    self.bert = modeling.BertModel(config, name="bert")
+    self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
+
+  def build(self, input_shape=None):
+    """Creates every variable (their shapes do not depend on the input)."""
+    self.bert.build()
+    self.output_weights = self.add_weight(
+        name="output_weights", shape=(self.num_tags, self.config.hidden_size),
+        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
+    self.output_bias = self.add_weight(name="output_bias", shape=(self.num_tags,),
+                                       initializer="zeros")
+
+  def call(self, features, training=False):
+    sequence_output = self.bert(features, training=training)["sequence_output"]
+    sequence_output = self.dropout(sequence_output, training=training)
+    logits = tf.einsum("bth,nh->btn", tf.cast(sequence_output, tf.float32), self.output_weights)
+    return logits + self.output_bias
+
+
+def build_tagger(config: modeling.BertConfig, num_tags: int) -> BertTagger:
+  """A `BertTagger` with its variables created (what `training.train`'s model_fn must return)."""
+  model = BertTagger(config, num_tags)
+  model.build()
+  return model
+
+
+def _token_losses(logits: tf.Tensor, label_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """Per-position cross-entropy and the weights (1 on first sub-tokens, 0 elsewhere)."""
+  weights = tf.cast(tf.not_equal(label_ids, IGNORE_LABEL), tf.float32)
+  labels = tf.maximum(tf.cast(label_ids, tf.int32), 0)
+  losses = tf.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+  return losses, weights
+
+
+def loss_fn(model: keras.Model, features, is_training: bool):
+  """`training.LossFn`: mean cross-entropy over first sub-tokens, plus their tag accuracy."""
+  logits = model(features, training=is_training)
+  losses, weights = _token_losses(logits, features["label_ids"])
+  correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                             tf.cast(features["label_ids"], tf.int32)), tf.float32)
+  return (training.replica_weighted_mean(losses, weights),
+          {"word_accuracy": training.replica_weighted_mean(correct, weights)})
+
+
+def metric_fn(model: keras.Model, features):
+  """`training.MetricFn`: the loss over first sub-tokens of real examples."""
+  logits = model(features, training=False)
+  losses, weights = _token_losses(logits, features["label_ids"])
+  weights *= tf.cast(features[training.REAL_EXAMPLE_KEY], tf.float32)[:, tf.newaxis]
+  return {"eval_loss": (tf.reduce_sum(losses * weights), tf.reduce_sum(weights))}
+
+
+def predict_fn(model: keras.Model, features):
+  """`training.PredictFn`: the most likely tag id at every position."""
+  return {"tag_ids": tf.argmax(model(features, training=False), -1, output_type=tf.int32)}
+
+
+def features_dataset(features: Sequence[TaggingFeature]) -> tf.data.Dataset:
+  """An unbatched dataset of feature dicts, in order (for training, evaluate and predict)."""
+  return tf.data.Dataset.from_tensor_slices(features_to_arrays(features))
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: raw text in, one tag per whitespace-separated word out, all inside the graph.
+# ---------------------------------------------------------------------------------------------
+
+class TaggerServing(tf.Module):
+  """The exported module: the tagger, the in-graph tokenizer and the tag list.
+
+  `tag_text(text)` takes a [batch] string tensor, splits every text on whitespace, tokenizes each
+  word on its own, splits long texts into windows with `window_word_ranges`' greedy rule and
+  returns dense [batch, max_words] tensors: `words` and `tags` (padded with ""), `tag_ids`
+  (padded with -1), and `num_words` [batch]. The same words give the same tags as `run_ner`'s
+  prediction.
+  """
+
+  def __init__(self, model: BertTagger, encoder: "in_graph_tokenization.BertInputEncoder",
+               tag_list: Sequence[str]):
+    super().__init__()
+    self.model = model
+    self.encoder = encoder
+    self.tag_list = list(tag_list)
+
+  def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
+    words = tf.strings.split(text)
+    word_pieces = self._clip_word_pieces(self.encoder.tokenize_words(words).values)
+    counts = tf.cast(word_pieces.row_lengths(), tf.int32)
+    is_first = tf.equal(tf.ragged.range(words.row_lengths()).flat_values, 0)
+    window_ids, window_ends = self._greedy_windows(counts, is_first)
+    num_windows = tf.reduce_max(tf.concat([[-1], window_ids], 0)) + 1
+    window_pieces = tf.RaggedTensor.from_value_rowids(
+        word_pieces, tf.cast(window_ids, tf.int64), nrows=tf.cast(num_windows, tf.int64))
+    features = self.encoder.pack(window_pieces.merge_dims(1, 2))
+    position_tag_ids = predict_fn(self.model, features)["tag_ids"]
+    # A word's first piece sits after [CLS] and the pieces of the window's earlier words.
+    first_positions = window_ends - counts + 1
+    word_tag_ids = tf.gather_nd(position_tag_ids, tf.stack([window_ids, first_positions], 1))
+    tag_ids = words.with_flat_values(word_tag_ids)
+    tags = words.with_flat_values(tf.gather(tf.constant(self.tag_list), word_tag_ids))
+    return {"words": words.to_tensor(""), "tags": tags.to_tensor(""),
+            "tag_ids": tag_ids.to_tensor(-1), "num_words": tf.cast(words.row_lengths(), tf.int32)}
+
+  def _clip_word_pieces(self, word_pieces: tf.RaggedTensor) -> tf.RaggedTensor:
+    """As `tokenize_words`: a word without pieces gets [UNK]; at most max_seq_length-2 pieces."""
+    max_pieces = self.encoder.max_seq_length - 2
+    unk = tf.fill([word_pieces.nrows(), 1], tf.constant(self.encoder.unk_id, word_pieces.dtype))
+    padded = tf.concat([word_pieces.to_tensor(self.encoder.unk_id), unk], axis=1)
+    lengths = tf.clip_by_value(word_pieces.row_lengths(), 1, max_pieces)
+    return tf.RaggedTensor.from_tensor(padded, lengths=lengths)
+
+  def _greedy_windows(self, counts: tf.Tensor, is_first: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Window id (numbered over the whole batch) and end offset in pieces of every word.
+
+    `window_word_ranges`' rule over the flat words of the batch; `is_first` marks each text's first
+    word, which always opens a window.
+    """
+    max_pieces = self.encoder.max_seq_length - 2
+
+    def step(state, inputs):
+      window, used = state
+      count, first = inputs
+      new_window = tf.logical_or(first, used + count > max_pieces)
+      return (tf.where(new_window, window + 1, window),
+              tf.where(new_window, count, used + count))
+
+    windows, ends = tf.scan(step, (counts, is_first), initializer=(tf.constant(-1), tf.constant(0)))
+    return windows, ends
+
+
+def export_tagger(export_dir: str, model: BertTagger, tag_list: Sequence[str], vocab_file: str,
+                  do_lower_case: bool, max_seq_length: int,
+                  spm_model_file: Optional[str] = None) -> str:
+  """Writes a versioned SavedModel under `export_dir` and returns its path.
+
+  Signatures: `serving_default` takes `text` ([batch] strings) and returns `TaggerServing`'s
+  outputs; `token_ids` takes `input_ids`, `input_mask`, `segment_ids` and returns `tag_ids`
+  [batch, seq_length] (read them at each word's first sub-token).
+  """
+  encoder = in_graph_tokenization.BertInputEncoder(
+      vocab_file=vocab_file, do_lower_case=do_lower_case, spm_model_file=spm_model_file,
+      max_seq_length=max_seq_length)
+  module = TaggerServing(model, encoder, tag_list)
+  text_fn = tf.function(module.tag_text, input_signature=[tf.TensorSpec([None], tf.string,
+                                                                        name="text")])
+  signatures = {export.SERVING_DEFAULT: text_fn,
+                export.TOKEN_IDS_SIGNATURE: export.ids_signature(lambda f: predict_fn(model, f))}
+  return export.write_saved_model(module, export_dir, signatures)
+
+
+def predict_sentence_tags(strategy: tf.distribute.Strategy, model: keras.Model,
+                          sentences: Sequence[TaggedSentence], features: Sequence[TaggingFeature],
+                          tag_list: Sequence[str], batch_size: int) -> list[list[str]]:
+  """Tags every word of `sentences` (whose features are `features`) with `training.predict`."""
+  if not features:
+    return [[] for _ in sentences]
+  outputs = training.predict(strategy, model, predict_fn, features_dataset(features), batch_size)
+  ids = words_tag_ids(features, outputs["tag_ids"], sentences)
+  return [[tag_list[i] for i in sentence_ids] for sentence_ids in ids]

@@ -1,0 +1,171 @@
+"""End-to-end tests of run_ner.py: a tiny BERT learns a generated tagging rule; export = predict."""
+import os
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import modeling
+import tagging
+import tokenization
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_FILLER = ["the", "a", "visited", "saw", "and", "in", "with", "today", "met", "near"]
+_VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "alice", "bob", "paris", "london",
+           "new", "york", "un", "##aff", "##able", ".", ","] + _FILLER)
+
+
+def _sentence(rng, num_chunks):
+  """Words and IOB2 tags: persons, places (incl. "New York"), a 3-piece MISC word, filler."""
+  words, tags = [], []
+  for _ in range(num_chunks):
+    kind = rng.randrange(6)
+    if kind == 0:
+      words.append(rng.choice(["Alice", "Bob"]))
+      tags.append("B-PER")
+    elif kind == 1:
+      words.append(rng.choice(["Paris", "London"]))
+      tags.append("B-LOC")
+    elif kind == 2:
+      words += ["New", "York"]
+      tags += ["B-LOC", "I-LOC"]
+    elif kind == 3:
+      words.append("unaffable")
+      tags.append("B-MISC")
+    else:
+      words.append(rng.choice(_FILLER + [".", ","]))
+      tags.append("O")
+  return words, tags
+
+
+def _write_conll(path, rng, num_sentences, min_chunks, max_chunks):
+  with open(path, "w") as writer:
+    writer.write("-DOCSTART- -X- -X- O\n\n")
+    for _ in range(num_sentences):
+      words, tags = _sentence(rng, rng.randint(min_chunks, max_chunks))
+      writer.write("".join("%s NN O %s\n" % pair for pair in zip(words, tags)) + "\n")
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """Trains, evaluates, predicts and exports once with the CLI; returns the directories."""
+  root = str(tmp_path_factory.mktemp("ner"))
+  data_dir, output_dir = os.path.join(root, "data"), os.path.join(root, "out")
+  os.makedirs(data_dir)
+  rng = random.Random(0)
+  _write_conll(os.path.join(data_dir, "train.txt"), rng, 400, 2, 8)
+  _write_conll(os.path.join(data_dir, "dev.txt"), rng, 60, 2, 8)
+  # Test sentences are longer than max_seq_length=16 pieces, so they need several windows.
+  _write_conll(os.path.join(data_dir, "test.txt"), rng, 20, 10, 16)
+  config = modeling.BertConfig(vocab_size=len(_VOCAB), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=32)
+  with open(os.path.join(root, "bert_config.json"), "w") as writer:
+    writer.write(config.to_json_string())
+  with open(os.path.join(root, "vocab.txt"), "w") as writer:
+    writer.write("\n".join(_VOCAB) + "\n")
+  common = ["--data_dir", data_dir, "--output_dir", output_dir, "--vocab_file",
+            os.path.join(root, "vocab.txt"), "--bert_config_file",
+            os.path.join(root, "bert_config.json"), "--max_seq_length=16"]
+  subprocess.run(
+      [sys.executable, "run_ner.py", "--do_train", "--do_eval", "--do_predict",
+       "--train_batch_size=16", "--learning_rate=2e-3", "--num_train_epochs=8",
+       "--save_checkpoints_steps=100", "--iterations_per_loop=50", "--eval_batch_size=32",
+       "--predict_batch_size=7", "--export_dir", os.path.join(root, "export")] + common,
+      check=True, cwd=REPO_ROOT, capture_output=True)
+  return {"root": root, "data_dir": data_dir, "output_dir": output_dir, "common": common}
+
+
+def _read_results(path):
+  with open(path) as reader:
+    return dict(line.strip().split(" = ") for line in reader)
+
+
+def test_tiny_model_learns_the_rule(trained):
+  results = _read_results(os.path.join(trained["output_dir"], "eval_results.txt"))
+  assert float(results["eval_f1"]) > 0.95, results
+  assert float(results["eval_accuracy"]) > 0.95
+  assert float(results["eval_MISC_f1"]) > 0.9  # the 3-piece word, tagged on its first piece
+  train_sentences = tagging.read_conll(os.path.join(trained["data_dir"], "train.txt"))
+  tokenizer = tokenization.FullTokenizer(os.path.join(trained["root"], "vocab.txt"))
+  num_windows = len(tagging.convert_sentences_to_features(
+      train_sentences, tagging.tag_list_from_sentences(train_sentences), 16, tokenizer))
+  assert num_windows > len(train_sentences)  # some training sentences needed two windows
+  assert int(results["global_step"]) == int(num_windows / 16 * 8)
+  assert float(results["eval_loss"]) < 0.2
+  with open(os.path.join(trained["output_dir"], "eval_conlleval.txt")) as reader:
+    assert reader.readline().startswith("processed ")
+  assert tagging.read_tag_list(trained["output_dir"]) == [
+      "O", "B-LOC", "B-MISC", "B-PER", "I-LOC"]
+
+
+def test_predictions_keep_every_word_of_long_sentences(trained):
+  gold = tagging.read_conll(os.path.join(trained["data_dir"], "test.txt"))
+  predicted = tagging.read_conll(os.path.join(trained["output_dir"], "test_predictions.txt"))
+  assert max(len(s.words) for s in gold) > 16
+  assert [s.words for s in predicted] == [s.words for s in gold]
+  with open(os.path.join(trained["output_dir"], "test_predictions.txt")) as reader:
+    rows = [line.split() for line in reader if line.strip()]
+  assert [row[1] for row in rows] == [tag for s in gold for tag in s.tags]
+  evaluation = tagging.conll_evaluate([s.tags for s in gold], [s.tags for s in predicted])
+  assert evaluation.overall.f1 > 90.0
+
+
+def test_export_agrees_with_predict(trained):
+  export_root = os.path.join(trained["root"], "export")
+  assert os.listdir(export_root) == ["1"]
+  serving = tf.saved_model.load(os.path.join(export_root, "1"))
+  sentences = tagging.read_conll(os.path.join(trained["output_dir"], "test_predictions.txt"))
+  texts = [" ".join(s.words) for s in sentences] + ["", "Alice  visited\tParis"]
+  outputs = serving.signatures["serving_default"](text=tf.constant(texts))
+  num_words = outputs["num_words"].numpy()
+  tags = outputs["tags"].numpy()
+  for row, sentence in enumerate(sentences):
+    assert num_words[row] == len(sentence.words)
+    assert [t.decode() for t in tags[row, :num_words[row]]] == sentence.tags
+  assert num_words[-2] == 0 and num_words[-1] == 3
+  assert [t.decode() for t in tags[-1, :3]] == ["B-PER", "O", "B-LOC"]
+  assert [w.decode() for w in outputs["words"].numpy()[-1, :3]] == ["Alice", "visited", "Paris"]
+  ids = serving.signatures["token_ids"](
+      input_ids=tf.constant([[2, 5, 19, 7, 3]]), input_mask=tf.ones([1, 5], tf.int32),
+      segment_ids=tf.zeros([1, 5], tf.int32))["tag_ids"].numpy()
+  assert ids.shape == (1, 5) and ids[0, 1] == 3 and ids[0, 3] == 1  # alice B-PER, paris B-LOC
+
+
+def test_eval_only_restores_the_trained_model(trained, tmp_path):
+  result = subprocess.run([sys.executable, "run_ner.py", "--do_eval"] + trained["common"],
+                          cwd=REPO_ROOT, capture_output=True, text=True)
+  assert result.returncode == 0, result.stderr[-2000:]
+  results = _read_results(os.path.join(trained["output_dir"], "eval_results.txt"))
+  assert float(results["eval_f1"]) > 0.95
+
+
+def test_missing_data_file_is_named(trained, tmp_path):
+  result = subprocess.run(
+      [sys.executable, "run_ner.py", "--do_predict", "--test_file=missing.txt"] + trained["common"],
+      cwd=REPO_ROOT, capture_output=True, text=True)
+  assert result.returncode != 0
+  assert "missing.txt not found" in result.stderr
+
+
+def test_loss_ignores_non_first_sub_tokens():
+  config = modeling.BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=16,
+                               max_position_embeddings=8)
+  model = tagging.build_tagger(config, 3)
+  features = {"input_ids": np.array([[2, 5, 6, 7, 3, 0]], np.int32),
+              "input_mask": np.array([[1, 1, 1, 1, 1, 0]], np.int32),
+              "segment_ids": np.zeros((1, 6), np.int32),
+              "label_ids": np.array([[-1, 2, -1, 1, -1, -1]], np.int32)}
+  loss, metrics = tagging.loss_fn(model, features, False)
+  logits = model(features).numpy()[0]
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  np.testing.assert_allclose(float(loss), -(log_probs[1, 2] + log_probs[3, 1]) / 2, rtol=1e-5)
+  expected_accuracy = ((logits[1].argmax() == 2) + (logits[3].argmax() == 1)) / 2
+  np.testing.assert_allclose(float(metrics["word_accuracy"]), expected_accuracy)
+  names = sorted(modeling.checkpoint_variables(model))
+  assert "output_weights" in names and "output_bias" in names
+  assert all(n.startswith("bert/") for n in names if not n.startswith("output_"))
