@@ -165,10 +165,26 @@ def _unique_vocab(vocab: Dict[str, int]) -> list:
   return tokens
 
 
-def _lookup_classes(code_points: tf.Tensor) -> tf.Tensor:
-  """Class bits (int32) of a flat int32 code point tensor."""
-  table = tf.constant(character_classes())
-  return tf.cast(tf.gather(table, code_points), tf.int32)
+class CharacterTables(object):
+  """The character tables as TF constants, created once (eagerly) and captured by functions.
+
+  Args:
+    mapping: None (no case mapping), "lower" (`str.lower`) or "lower_strip_accents"
+      (`str.lower` then `tokenization.strip_accents`).
+  """
+
+  def __init__(self, mapping: Optional[str]):
+    self.mapping = mapping
+    self.classes = tf.constant(character_classes())
+    if mapping is not None:
+      if mapping not in ("lower", "lower_strip_accents"):
+        raise ValueError("Unknown character mapping %r." % mapping)
+      self.keys, self.row_splits, self.values = (
+          tf.constant(table) for table in character_mapping(mapping == "lower_strip_accents"))
+
+  def classes_of(self, code_points: tf.Tensor) -> tf.Tensor:
+    """Class bits (int32) of a flat int32 code point tensor."""
+    return tf.cast(tf.gather(self.classes, code_points), tf.int32)
 
 
 def _has(bits: tf.Tensor, flag: int) -> tf.Tensor:
@@ -204,13 +220,13 @@ def _final_sigma(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor)
 
 
 def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor,
-                   strip_accents: bool):
+                   tables: CharacterTables):
   """Lower-cases (and strips accents from) a flat code point sequence.
 
   Returns:
     (mapped code points, index of the source character of each mapped code point).
   """
-  keys, splits, values = (tf.constant(t) for t in character_mapping(strip_accents))
+  keys, splits, values = tables.keys, tables.row_splits, tables.values
   final_sigma = _final_sigma(code_points, row_ids, classes)
   index = tf.minimum(tf.searchsorted(keys, code_points), tf.size(keys) - 1)
   hit = tf.equal(tf.gather(keys, index), code_points)
@@ -232,12 +248,15 @@ def _decode(texts: tf.Tensor) -> tf.RaggedTensor:
   return tf.strings.unicode_decode(texts, "UTF-8", errors="ignore")
 
 
-def split_words(texts: tf.Tensor, do_lower_case: bool) -> tf.RaggedTensor:
-  """The original's basic tokenization in TF ops: strings [B] -> ragged words [B, (words)]."""
+def split_words(texts: tf.Tensor, tables: CharacterTables) -> tf.RaggedTensor:
+  """The original's basic tokenization in TF ops: strings [B] -> ragged words [B, (words)].
+
+  Lower-cases and strips accents when `tables.mapping` is "lower_strip_accents".
+  """
   chars = _decode(texts)
   code_points = chars.flat_values
   row_ids = chars.value_rowids()
-  classes = _lookup_classes(code_points)
+  classes = tables.classes_of(code_points)
   keep = tf.logical_not(_has(classes, _DROP))
   code_points = tf.boolean_mask(code_points, keep)
   row_ids = tf.boolean_mask(row_ids, keep)
@@ -245,11 +264,11 @@ def split_words(texts: tf.Tensor, do_lower_case: bool) -> tf.RaggedTensor:
   is_separator = _has(classes, _SEPARATOR)
   code_points = tf.where(is_separator, _SPACE, code_points)
   classes = tf.where(is_separator, _SEPARATOR, classes)
-  if do_lower_case:
-    code_points, source = _apply_mapping(code_points, row_ids, classes, strip_accents=True)
+  if tables.mapping is not None:
+    code_points, source = _apply_mapping(code_points, row_ids, classes, tables)
     source_is_cjk = tf.gather(_has(classes, _CJK), source)
     row_ids = tf.gather(row_ids, source)
-    classes = _lookup_classes(code_points)
+    classes = tables.classes_of(code_points)
   else:
     source = tf.range(tf.size(code_points))
     source_is_cjk = _has(classes, _CJK)
@@ -282,13 +301,15 @@ def split_words(texts: tf.Tensor, do_lower_case: bool) -> tf.RaggedTensor:
       words, tf.boolean_mask(row_ids, starts_word), nrows=tf.shape(texts, out_type=tf.int64)[0])
 
 
-def lower_case(texts: tf.Tensor) -> tf.Tensor:
-  """`str.lower` of every UTF-8 string [B] (after dropping invalid bytes), in TF ops."""
+def lower_case(texts: tf.Tensor, tables: CharacterTables) -> tf.Tensor:
+  """`str.lower` of every UTF-8 string [B] (after dropping invalid bytes), in TF ops.
+
+  `tables.mapping` must be "lower".
+  """
   chars = _decode(texts)
   code_points = chars.flat_values
   row_ids = chars.value_rowids()
-  mapped, source = _apply_mapping(code_points, row_ids, _lookup_classes(code_points),
-                                  strip_accents=False)
+  mapped, source = _apply_mapping(code_points, row_ids, tables.classes_of(code_points), tables)
   lowered = tf.RaggedTensor.from_value_rowids(
       mapped, tf.gather(row_ids, source), nrows=tf.shape(texts, out_type=tf.int64)[0])
   return tf.strings.unicode_encode(lowered, "UTF-8")
@@ -351,12 +372,14 @@ class BertInputEncoder(tf.Module):
     self.pad_id = self.special_token_ids.get(tokenization.PAD_TOKEN)
     self.mask_id = self.special_token_ids.get(tokenization.MASK_TOKEN)
     if spm_model_file:
+      self._tables = CharacterTables("lower" if self._do_lower_case else None)
       self.sp_model_file = tf.saved_model.Asset(spm_model_file)
       self._sentencepiece = tf_text.SentencepieceTokenizer(
           model=python_tokenizer.sp_model.serialized_model_proto(), out_type=tf.int32)
       self._wordpiece = None
     else:
       python_tokenizer.special_token_id(tokenization.UNK_TOKEN)
+      self._tables = CharacterTables("lower_strip_accents" if self._do_lower_case else None)
       self.vocab_file = tf.saved_model.Asset(vocab_file)
       self._sentencepiece = None
       self._wordpiece = tf_text.FastWordpieceTokenizer(
@@ -369,14 +392,14 @@ class BertInputEncoder(tf.Module):
     """UTF-8 strings [B] -> ragged int32 ids [B, (pieces)], as `FullTokenizer.tokenize_to_ids`."""
     texts = tf.convert_to_tensor(texts, tf.string)
     if self._sentencepiece is not None:
-      texts = lower_case(texts) if self._do_lower_case else _reencode(texts)
+      texts = lower_case(texts, self._tables) if self._do_lower_case else _reencode(texts)
       return self._sentencepiece.tokenize(texts)
     # Splitting at ASCII spaces changes nothing (a space ends every word and case context, and
     # never belongs to a multi-byte sequence), and running text has few distinct chunks: only
     # those go through the character pipeline.
     chunks = tf.strings.split(texts, sep=" ")
     unique_chunks, chunk_index = tf.unique(chunks.flat_values)
-    words = split_words(unique_chunks, self._do_lower_case)
+    words = split_words(unique_chunks, self._tables)
     ids = words.with_flat_values(self._wordpiece.tokenize(words.flat_values)).merge_dims(1, 2)
     return chunks.with_flat_values(tf.gather(ids, chunk_index)).merge_dims(1, 2)
 

@@ -535,7 +535,7 @@ class _TensorFlowBatchTokenizer(object):
     self._python_tokenizer = tokenizer
     self._encoder = in_graph_tokenization.BertInputEncoder(
         tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=2)
-    self._tokenize = tf.function(self._encoder.tokenize,
+    self._tokenize = tf.function(self._encoder.tokenize, autograph=False,
                                  input_signature=[tf.TensorSpec([None], tf.string)])
     self._special = None
     if tokenizer.do_lower_case:

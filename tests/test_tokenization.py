@@ -1,0 +1,301 @@
+# coding=utf-8
+"""Tests of tokenization.py: the original's rules, the fast Python path, the batch path and SPM."""
+import os
+import subprocess
+import sys
+
+import hypothesis
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+
+from conftest import REPO_ROOT, shared_path
+import tokenization
+
+# Texts that exercise every rule: accents, CJK, Hangul, Kana, emoji, control and zero-width
+# characters, combining marks, punctuation runs, long words, tabs, non-breaking spaces, [MASK],
+# final sigma, dotted capital I, invalid UTF-8.
+TRICKY_TEXTS = [
+    "Hello, unaffable world!",
+    "Héllo\u00a0WORLD\tcafé naïve Ångström",
+    "中文字 and 日本語のかな カタカナ 한국어",
+    "emoji 😀👍🏽 and \u200bzero\u200dwidth\ufeff",
+    "ctrl\x00chars\x07here\x1b and \ufffd replacement",
+    "e\u0301 combining a\u0300\u0301 marks \u0301alone",
+    "punct...!!?? \"quoted\" (paren) --dash-- a.b.c $5 ^caret^ `tick`",
+    "x" * 201 + " " + "y" * 200,
+    "line\nbreak\r\nand\u2028separator\u2029here\u0085next",
+    "text with [MASK] and [CLS] inside",
+    "ΟΔΟΣ ΣΑΣ. Σ ΑΣ.Β",
+    "İstanbul ǅ ß ﬁ ½ … \u2011",
+    b"bytes \xe4\xb8\xad\xff\xfe broken \xed\xa0\x80 utf8",
+    "",
+    "   \t  ",
+]
+
+
+def reference_tokenize(tokenizer, text):
+  """The original's FullTokenizer.tokenize: basic tokenization, then WordPiece per token."""
+  return [piece for token in tokenizer.basic_tokenizer.tokenize(text)
+          for piece in tokenizer.wordpiece_tokenizer.tokenize(token)]
+
+
+@pytest.fixture(scope="module")
+def uncased():
+  return tokenization.FullTokenizer(
+      shared_path("fixtures", "uncased_vocab", "vocab.txt"), do_lower_case=True)
+
+
+@pytest.fixture(scope="module")
+def cased():
+  return tokenization.FullTokenizer(
+      shared_path("fixtures", "uncased_vocab", "vocab.txt"), do_lower_case=False)
+
+
+@pytest.fixture(scope="module")
+def chinese():
+  return tokenization.FullTokenizer(
+      shared_path("fixtures", "google_bert_chinese", "vocab.txt"), do_lower_case=True)
+
+
+def write_vocab(path, tokens):
+  path.write_text("".join(token + "\n" for token in tokens), encoding="utf-8")
+  return str(path)
+
+
+def test_known_ids_on_google_uncased_vocab(uncased):
+  tokens = uncased.tokenize("Hello, unaffable world!")
+  assert tokens == ["hello", ",", "una", "##ffa", "##ble", "world", "!"]
+  assert uncased.convert_tokens_to_ids(tokens) == [7592, 1010, 14477, 20961, 3468, 2088, 999]
+  assert uncased.convert_ids_to_tokens([0, 100, 101, 102, 103]) == [
+      "[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert uncased.special_token_id("[CLS]") == 101
+
+
+def test_basic_tokenizer_lower_case_rules():
+  tokenizer = tokenization.BasicTokenizer(do_lower_case=True)
+  hangul_jamo = "\u1112\u1161\u11ab\u1100\u116e\u11a8\u110b\u1165"  # NFD of 한국어
+  assert tokenizer.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["hello", "!", "how", "are", "you", "?"]
+  assert tokenizer.tokenize("H\u00e9llo\u00a0W\u00d6RLD\t\u4e2d\u6587, \ud55c\uad6d\uc5b4!") == [
+      "hello", "world", "\u4e2d", "\u6587", ",", hangul_jamo, "!"]
+  # Kana are not in the CJK ranges: they stay in one word (and lose their dakuten when NFD'd).
+  assert tokenizer.tokenize("\u304b\u306a\u30ac") == ["\u304b\u306a\u30ab"]
+  assert tokenizer.tokenize("a\x00b\u200bc\ufffdd\x07e") == ["abcde"]
+  assert tokenizer.tokenize("\u0301alone e\u0301") == ["alone", "e"]
+  assert tokenizer.tokenize("[MASK] a...b") == ["[", "mask", "]", "a", ".", ".", ".", "b"]
+  assert tokenizer.tokenize("$5^`~") == ["$", "5", "^", "`", "~"]
+  assert tokenizer.tokenize("a\u2028b") == ["a", "b"]
+  # str.lower's final sigma (the word context crosses punctuation, which is case-ignorable).
+  assert tokenizer.tokenize("\u039f\u0394\u039f\u03a3 \u03a3.\u0391\u03a3.") == [
+      "\u03bf\u03b4\u03bf\u03c2", "\u03c3", ".", "\u03b1\u03c2", "."]
+
+
+def test_basic_tokenizer_cased():
+  tokenizer = tokenization.BasicTokenizer(do_lower_case=False)
+  assert tokenizer.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["HeLLo", "!", "how", "Are", "yoU", "?"]
+  assert tokenizer.tokenize("Caf\u00e9 \ud55c") == ["Caf\u00e9", "\ud55c"]
+
+
+def test_wordpiece_greedy_longest_match(tmp_path):
+  vocab = tokenization.load_vocab(write_vocab(
+      tmp_path / "vocab.txt",
+      ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn", "##ing"]))
+  tokenizer = tokenization.WordpieceTokenizer(vocab=vocab)
+  assert tokenizer.tokenize("") == []
+  assert tokenizer.tokenize("unwanted running") == ["un", "##want", "##ed", "runn", "##ing"]
+  assert tokenizer.tokenize("unwantedX running") == ["[UNK]", "runn", "##ing"]
+  assert tokenizer.tokenize("un" * 101) == ["[UNK]"]
+
+
+def test_full_tokenizer_small_vocab(tmp_path):
+  path = write_vocab(tmp_path / "vocab.txt",
+                     ["[UNK]", "[CLS]", "[SEP]", "want", "##want", "##ed", "wa", "un", "runn",
+                      "##ing", ",", "low", "lowest"])
+  tokenizer = tokenization.FullTokenizer(path)
+  tokens = tokenizer.tokenize("UNwant\u00e9d,running")
+  assert tokens == ["un", "##want", "##ed", ",", "runn", "##ing"]
+  assert tokenizer.convert_tokens_to_ids(tokens) == [7, 4, 5, 10, 8, 9]
+
+
+def test_load_vocab_format_and_errors(tmp_path):
+  path = tmp_path / "vocab.txt"
+  path.write_bytes(b"[PAD]\r\n a \nb\n\nb\n")
+  vocab = tokenization.load_vocab(str(path))
+  assert vocab == {"[PAD]": 0, "a": 1, "b": 4, "": 3}
+  with pytest.raises(ValueError, match="does not exist"):
+    tokenization.load_vocab(str(tmp_path / "missing.txt"))
+  (tmp_path / "empty.txt").write_bytes(b"")
+  with pytest.raises(ValueError, match="empty"):
+    tokenization.load_vocab(str(tmp_path / "empty.txt"))
+  tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path / "v2.txt", ["[UNK]", "a"]))
+  with pytest.raises(ValueError, match=r"v2.txt has no \[CLS\]"):
+    tokenizer.encode("a")
+
+
+def test_convert_to_unicode_and_printable_text():
+  assert tokenization.convert_to_unicode(b"a\xffb\xc3\xa9") == "ab\u00e9"
+  assert tokenization.printable_text("x") == "x"
+  with pytest.raises(ValueError):
+    tokenization.convert_to_unicode(5)
+
+
+def test_validate_case_matches_checkpoint():
+  tokenization.validate_case_matches_checkpoint(True, "")
+  tokenization.validate_case_matches_checkpoint(True, "/x/uncased_L-12_H-768_A-12/bert_model.ckpt")
+  tokenization.validate_case_matches_checkpoint(False, "/x/cased_L-12_H-768_A-12/bert_model.ckpt")
+  tokenization.validate_case_matches_checkpoint(False, "/x/my_model/bert_model.ckpt")
+  with pytest.raises(ValueError, match="do_lower_case=False"):
+    tokenization.validate_case_matches_checkpoint(True, "/x/cased_L-12_H-768_A-12/bert_model.ckpt")
+  with pytest.raises(ValueError, match="do_lower_case=True"):
+    tokenization.validate_case_matches_checkpoint(
+        False, "gs://b/chinese_L-12_H-768_A-12/bert_model.ckpt")
+
+
+def test_truncate_seq_pair_and_build_inputs():
+  a, b = list("abcdef"), list("xy")
+  tokenization.truncate_seq_pair(a, b, 5)
+  assert (a, b) == (list("abc"), list("xy"))
+  a, b = list("abcd"), list("wxyz")
+  tokenization.truncate_seq_pair(a, b, 5)  # ties pop from b first
+  assert (a, b) == (list("abc"), list("wx"))
+  assert tokenization.build_inputs([5, 6, 7], None, 6, 101, 102) == (
+      [101, 5, 6, 7, 102, 0], [1, 1, 1, 1, 1, 0], [0, 0, 0, 0, 0, 0])
+  assert tokenization.build_inputs([5, 6, 7, 8], [9, 10], 7, 101, 102) == (
+      [101, 5, 6, 102, 9, 10, 102], [1] * 7, [0, 0, 0, 0, 1, 1, 1])
+  assert tokenization.build_inputs([5, 6, 7], None, 4, 1, 2)[0] == [1, 5, 6, 2]
+
+
+def test_encode_uses_vocab_special_ids(tmp_path):
+  path = write_vocab(tmp_path / "vocab.txt", ["[SEP]", "[UNK]", "hi", "[CLS]", "there"])
+  tokenizer = tokenization.FullTokenizer(path)
+  assert tokenizer.encode("Hi", "there you", max_seq_length=8) == (
+      [3, 2, 0, 4, 1, 0, 0, 0], [1, 1, 1, 1, 1, 1, 0, 0], [0, 0, 0, 1, 1, 1, 0, 0])
+
+
+@pytest.mark.parametrize("fixture_name", ["uncased", "cased", "chinese"])
+def test_fast_path_equals_reference_on_tricky_texts(fixture_name, request):
+  tokenizer = request.getfixturevalue(fixture_name)
+  for text in TRICKY_TEXTS:
+    assert tokenizer.tokenize(text) == reference_tokenize(tokenizer, text), repr(text)
+    assert tokenizer.tokenize(text) == tokenizer.tokenize(text)  # served from the cache
+
+
+def test_chinese_vocab_splits_ideographs(chinese):
+  tokens = chinese.tokenize("我爱北京天安门, BERT!")
+  assert tokens[:6] == ["我", "爱", "北", "京", "天", "安"]
+  assert chinese.convert_tokens_to_ids(["[CLS]", "[SEP]"]) == [101, 102]
+
+
+def test_wikitext_fast_path_equals_reference(uncased):
+  with open(shared_path("corpora", "wikitext2_valid.bert.txt"), encoding="utf-8") as f:
+    lines = f.read().splitlines()[::10]
+  for line in lines:
+    assert uncased.tokenize(line) == reference_tokenize(uncased, line), line
+
+
+_TEXT = st.text(st.one_of(st.characters(exclude_categories=["Cs"]),
+                          st.sampled_from(list("aZ \t.,'\u00a0\u00e9\u0301\u03a3\u4e2d\ud55cI"))),
+                max_size=30)
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(text=st.one_of(_TEXT, st.binary(max_size=30)))
+def test_property_fast_path_equals_reference(uncased, cased, text):
+  for tokenizer in (uncased, cased):
+    tokens = tokenizer.tokenize(text)
+    assert tokens == reference_tokenize(tokenizer, text)
+    ids = tokenizer.convert_tokens_to_ids(tokens)
+    assert all(0 <= i < len(tokenizer.vocab) for i in ids)
+
+
+def test_no_tensorflow_import():
+  code = ("import sys, tokenization; tokenization.FullTokenizer(sys.argv[1]).tokenize('a b'); "
+          "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+  subprocess.run([sys.executable, "-c", code, shared_path("fixtures", "uncased_vocab", "vocab.txt")],
+                 cwd=REPO_ROOT, check=True)
+
+
+def assert_batch_equals_python(tokenizer, texts):
+  ids, lengths = tokenizer.batch_tokenize(texts)
+  assert ids.dtype == np.int32 and ids.shape[0] == len(texts)
+  for row, text in enumerate(texts):
+    assert ids[row, :lengths[row]].tolist() == tokenizer.tokenize_to_ids(text), repr(text)
+    assert not ids[row, lengths[row]:].any()
+
+
+def test_batch_path_equals_python_on_wikitext(uncased, cased):
+  with open(shared_path("corpora", "wikitext2_valid.bert.txt"), encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  assert_batch_equals_python(uncased, lines)
+  assert_batch_equals_python(cased, lines[::4])
+
+
+def test_batch_path_tricky_texts_and_routing(uncased, chinese):
+  # U+1D16D (combining class 226) before U+1D165 (216): NFD reorders them; routed to Python.
+  texts = TRICKY_TEXTS + ["lone \ud800 surrogate", "x\U0001d16d\U0001d165y \u1b44"]
+  assert_batch_equals_python(uncased, texts)
+  assert_batch_equals_python(chinese, texts)
+
+
+@hypothesis.settings(max_examples=40, deadline=None)
+@hypothesis.given(texts=st.lists(_TEXT, min_size=1, max_size=8))
+def test_property_batch_equals_python(uncased, texts):
+  assert_batch_equals_python(uncased, texts)
+
+
+def test_batch_encode_equals_encode(uncased):
+  texts_a = TRICKY_TEXTS
+  texts_b = TRICKY_TEXTS[::-1]
+  for max_seq_length in (5, 24):
+    single = uncased.batch_encode(texts_a, max_seq_length=max_seq_length)
+    pairs = uncased.batch_encode(texts_a, texts_b, max_seq_length=max_seq_length)
+    for row, (a, b) in enumerate(zip(texts_a, texts_b)):
+      assert [f[row].tolist() for f in single] == list(uncased.encode(a, None, max_seq_length))
+      assert [f[row].tolist() for f in pairs] == list(uncased.encode(a, b, max_seq_length))
+
+
+def train_sentencepiece(directory, vocab_size=100):
+  """Trains a tiny SentencePiece model on generated multilingual text; returns its path."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  rng = np.random.RandomState(0)
+  syllables = ["ka", "to", "ri", "men", "sun", "한", "국", "어", "데", "이", "터", "é", "ль"]
+  lines = [" ".join("".join(rng.choice(syllables, rng.randint(1, 4))) for _ in range(8))
+           for _ in range(400)]
+  corpus = os.path.join(directory, "corpus.txt")
+  with open(corpus, "w", encoding="utf-8") as f:
+    f.write("\n".join(lines))
+  prefix = os.path.join(directory, "spm")
+  spm.SentencePieceTrainer.train(
+      input=corpus, model_prefix=prefix, vocab_size=vocab_size, model_type="unigram",
+      character_coverage=1.0, hard_vocab_limit=False, pad_id=0, unk_id=1, bos_id=-1, eos_id=-1,
+      user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+  return prefix + ".model"
+
+
+@pytest.fixture(scope="module")
+def spm_model(tmp_path_factory):
+  return train_sentencepiece(str(tmp_path_factory.mktemp("spm")))
+
+
+def test_sentencepiece_pieces_ids_and_lower_case(spm_model):
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  processor = spm.SentencePieceProcessor(model_file=spm_model)
+  lower = tokenization.FullTokenizer(None, do_lower_case=True, spm_model_file=spm_model)
+  cased = tokenization.FullTokenizer(None, do_lower_case=False, spm_model_file=spm_model)
+  text = "KAto 한국어 men"
+  assert lower.tokenize(text) == processor.encode("kato 한국어 men", out_type=str)
+  assert cased.tokenize(text) == processor.encode(text, out_type=str)
+  tokens = lower.tokenize(text)
+  ids = lower.convert_tokens_to_ids(tokens)
+  assert ids == processor.encode("kato 한국어 men")
+  assert lower.convert_ids_to_tokens(ids) == tokens
+  assert len(lower.vocab) == processor.get_piece_size()
+  input_ids, _, segment_ids = lower.encode("kato", "sun", max_seq_length=10)
+  assert input_ids[0] == processor.piece_to_id("[CLS]") == lower.special_token_id("[CLS]")
+  assert input_ids.count(processor.piece_to_id("[SEP]")) == 2 and segment_ids[-1] == 0
+  texts = [text, "RI\u00e9 데이터", b"men \xff sun", ""]
+  ids, lengths = lower.batch_tokenize(texts)
+  for row, text in enumerate(texts):
+    assert ids[row, :lengths[row]].tolist() == lower.tokenize_to_ids(text)
+  with pytest.raises(ValueError, match="does not exist"):
+    tokenization.FullTokenizer(None, spm_model_file=spm_model + ".missing")
