@@ -19,10 +19,16 @@ import time
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 from absl import logging
+import keras
 import numpy as np
 import tensorflow as tf
+import tensorflow_text as tf_text
 
+import export
+import in_graph_tokenization
+import modeling
 import tokenization
+import training
 
 # The first feature id, as in the original, so feature ids never collide with small integers.
 FIRST_UNIQUE_ID = 1000000000
@@ -425,25 +431,28 @@ def feature_spec(seq_length: int, is_training: bool) -> dict[str, tf.io.FixedLen
   return spec
 
 
-def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int,
+def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int | None = None,
                   seed: int | None = None) -> tf.data.Dataset:
-  """Batches of int32 feature dicts from a TFRecord file.
+  """Int32 feature dicts (int64 `unique_ids`) from a TFRecord file.
 
-  Training data repeats forever and is shuffled (buffer 100, like the original) with full batches
-  only; prediction data is read once, in order, keeping the last partial batch.
+  Training data repeats forever, is shuffled (buffer 100, like the original) and comes in full
+  batches of `batch_size`; prediction data is read once, in order, unbatched (`training.predict`
+  batches it).
   """
   spec = feature_spec(seq_length, is_training)
 
   def parse(record):
     parsed = tf.io.parse_single_example(record, spec)
-    return {name: tf.cast(value, tf.int32) if name != "unique_ids" else value
+    return {name: value if name == "unique_ids" else tf.cast(value, tf.int32)
             for name, value in parsed.items()}
 
   dataset = tf.data.TFRecordDataset(path)
   if is_training:
     dataset = dataset.repeat().shuffle(buffer_size=100, seed=seed)
   dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-  return dataset.batch(batch_size, drop_remainder=is_training).prefetch(tf.data.AUTOTUNE)
+  if is_training:
+    dataset = dataset.batch(batch_size, drop_remainder=True)
+  return dataset.prefetch(tf.data.AUTOTUNE)
 
 
 def _file_signature(path: str | None) -> str:
@@ -454,19 +463,35 @@ def _file_signature(path: str | None) -> str:
   return "%s:%d:%d" % (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
 
 
-def cached_train_features(train_file: str, output_dir: str, tokenizer: Any, settings: dict,
-                          version_2_with_negative: bool, seed: int = 12345) -> tuple[str, int, int]:
+@dataclasses.dataclass
+class SquadOptions:
+  """The run_squad settings the pipeline needs (the original's flag names and defaults)."""
+  max_seq_length: int = 384
+  doc_stride: int = 128
+  max_query_length: int = 64
+  n_best_size: int = 20
+  max_answer_length: int = 30
+  version_2_with_negative: bool = False
+  null_score_diff_threshold: float = 0.0
+  verbose_logging: bool = False
+
+
+def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
+                          options: SquadOptions, seed: int = 12345) -> tuple[str, int, int]:
   """Returns (TFRecord path, number of examples, number of features) of the training features.
 
   The features are written once to `output_dir/train.tf_record` with a `.json` note of everything
-  they depend on (`settings`: window sizes, vocab and case; the train file's size and time); a
-  later run with the same inputs (e.g. a resumed run) reuses them instead of re-tokenizing.
-  Examples are shuffled with a fixed seed before windowing, as in the original.
+  they depend on (window settings, vocab and case, the train file's size and time); a later run
+  with the same inputs (e.g. a resumed run) reuses them instead of re-tokenizing. Examples are
+  shuffled with a fixed seed before windowing, as in the original.
   """
   path = os.path.join(output_dir, "train.tf_record")
-  key_source = json.dumps(dict(settings, train_file=_file_signature(train_file),
-                               version_2_with_negative=version_2_with_negative, seed=seed),
-                          sort_keys=True)
+  key_source = json.dumps({
+      "train_file": _file_signature(train_file),
+      "vocab": _file_signature(tokenizer.spm_model_file or tokenizer.vocab_file),
+      "do_lower_case": tokenizer.do_lower_case, "max_seq_length": options.max_seq_length,
+      "doc_stride": options.doc_stride, "max_query_length": options.max_query_length,
+      "version_2_with_negative": options.version_2_with_negative, "seed": seed}, sort_keys=True)
   key = hashlib.sha256(key_source.encode("utf-8")).hexdigest()
   note_path = path + ".json"
   if os.path.exists(path) and os.path.exists(note_path):
@@ -477,15 +502,15 @@ def cached_train_features(train_file: str, output_dir: str, tokenizer: Any, sett
                    note["num_examples"], note["num_features"])
       return path, note["num_examples"], note["num_features"]
   examples = read_squad_examples(train_file, is_training=True,
-                                 version_2_with_negative=version_2_with_negative)
+                                 version_2_with_negative=options.version_2_with_negative)
   np.random.default_rng(seed).shuffle(examples)
-  features = convert_examples_to_features(
-      examples, tokenizer, settings["max_seq_length"], settings["doc_stride"],
-      settings["max_query_length"], is_training=True)
+  features = convert_examples_to_features(examples, tokenizer, options.max_seq_length,
+                                          options.doc_stride, options.max_query_length,
+                                          is_training=True)
   num_features = write_features_tfrecord(features, path, is_training=True)
   with open(note_path, "w", encoding="utf-8") as writer:
     json.dump({"key": key, "num_examples": len(examples), "num_features": num_features,
-               "settings": json.loads(key_source)}, writer, indent=2)
+               "inputs": json.loads(key_source)}, writer, indent=2)
   logging.info("Wrote %d training features of %d examples to %s", num_features, len(examples), path)
   return path, len(examples), num_features
 
@@ -838,9 +863,400 @@ def evaluate_v2(dataset: list[dict], predictions: dict[str, str],
   return results
 
 
-def write_eval_results(path: str, results: dict[str, float]) -> None:
-  """Writes `key = value` lines (exact_match, f1, ...) like the original's eval_results.txt."""
-  with open(path, "w", encoding="utf-8") as writer:
-    for key, value in results.items():
-      logging.info("  %s = %s", key, value)
-      writer.write("%s = %s\n" % (key, value))
+# ---------------------------------------------------------------------------------------------
+# Model: BERT plus the original's `cls/squad` span head.
+
+
+class SquadHead(keras.layers.Layer):
+  """Start and end logits: `sequence_output @ output_weights^T + output_bias`, as the original.
+
+  Variables `output_weights` [2, hidden] (row 0 start, row 1 end) and `output_bias` [2].
+  """
+
+  def __init__(self, hidden_size: int, initializer_range: float, **kwargs):
+    super().__init__(**kwargs)
+    self.hidden_size = hidden_size
+    self.initializer_range = initializer_range
+
+  def build(self, input_shape=None):
+    self.output_weights = self.add_weight(
+        name="output_weights", shape=(2, self.hidden_size),
+        initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range))
+    self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros")
+
+  def call(self, sequence_output):
+    weights = tf.cast(self.output_weights, sequence_output.dtype)
+    logits = tf.einsum("bth,nh->btn", sequence_output, weights)
+    logits = tf.cast(logits, tf.float32) + self.output_bias
+    return logits[:, :, 0], logits[:, :, 1]
+
+
+class SquadModel(keras.Model):
+  """BERT with the span head; variables `bert/...`, `cls/squad/output_{weights,bias}`.
+
+  Call with a feature dict (`input_ids`, `input_mask`, `segment_ids`, int32 [B, T]); returns
+  {"start_logits", "end_logits"} float32 [B, T].
+  """
+
+  def __init__(self, config: modeling.BertConfig, name: str = "squad_model", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = config
+    self.bert = modeling.BertModel(config, name="bert")
+    self.squad_head = SquadHead(config.hidden_size, config.initializer_range, name="squad")
+
+  def build(self, input_shape=None):
+    self.bert.build()
+    with keras.name_scope("cls"):
+      self.squad_head.build()
+
+  def call(self, features, training=False):
+    sequence_output = self.bert(features, training=training)["sequence_output"]
+    start_logits, end_logits = self.squad_head(sequence_output)
+    return {"start_logits": start_logits, "end_logits": end_logits}
+
+
+def build_model(config: modeling.BertConfig) -> SquadModel:
+  """A SquadModel with all its variables created."""
+  model = SquadModel(config)
+  model.build()
+  return model
+
+
+def squad_loss(model: keras.Model, features: dict, training_mode: bool) -> tuple:
+  """The original's loss: mean over examples of (start cross-entropy + end cross-entropy) / 2.
+
+  Returns this replica's share of the global-batch loss (see `training.replica_weighted_mean`).
+  """
+  outputs = model(features, training=training_mode)
+  start_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=features["start_positions"], logits=outputs["start_logits"])
+  end_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
+      labels=features["end_positions"], logits=outputs["end_logits"])
+  return training.replica_weighted_mean((start_loss + end_loss) / 2.0), {}
+
+
+def predict_logits(model: keras.Model, features: dict) -> dict:
+  """Per-feature outputs for post-processing: unique id and start/end logits."""
+  outputs = model(features, training=False)
+  return {"unique_ids": features["unique_ids"], "start_logits": outputs["start_logits"],
+          "end_logits": outputs["end_logits"]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Export: raw question + context -> answer, inside the graph.
+
+# The characters `is_squad_whitespace` splits contexts on, as an RE2 class.
+_SQUAD_WHITESPACE_RE = "[ \\t\\r\\n\\x{202F}]+"
+_SPACE = 32
+
+
+def _ragged_take(ragged: tf.RaggedTensor, begin: tf.Tensor, end: tf.Tensor) -> tf.RaggedTensor:
+  """Row i of the result is ragged[i, begin[i]:end[i] + 1] (inclusive end)."""
+  positions = tf.ragged.range(ragged.row_lengths())
+  keep = tf.logical_and(positions >= tf.expand_dims(begin, 1), positions <= tf.expand_dims(end, 1))
+  return tf.ragged.boolean_mask(ragged, keep)
+
+
+def _row_values(ragged: tf.RaggedTensor, index: tf.Tensor) -> tf.Tensor:
+  """ragged[i, index[i]] for every row i (int64), 0 where the index is outside the row."""
+  index = tf.cast(index, tf.int64)
+  padded = tf.concat([tf.cast(ragged.to_tensor(0), tf.int64),
+                      tf.zeros([ragged.nrows(), 1], tf.int64)], axis=1)
+  outside = tf.logical_or(index < 0, index >= ragged.row_lengths())
+  index = tf.where(outside, tf.shape(padded, out_type=tf.int64)[1] - 1, index)
+  return tf.gather(padded, index[:, None], batch_dims=1)[:, 0]
+
+
+def _non_space_count(texts: tf.Tensor) -> tf.Tensor:
+  """Number of code points other than " " in every string [B] (int64)."""
+  chars = tf.strings.unicode_decode(texts, "UTF-8")
+  return tf.reduce_sum(tf.cast(tf.not_equal(chars, _SPACE), tf.int64), axis=1)
+
+
+def _find_prefix(haystacks: tf.Tensor, needles: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+  """For strings [B]: whether needle i occurs in haystack i, and the text before its first match."""
+
+  def find(pair):
+    haystack, needle = pair
+    parts = tf.strings.split(haystack, sep=tf.where(needle == "", " ", needle), maxsplit=1)
+    return tf.logical_and(tf.size(parts) == 2, needle != ""), parts[0]
+
+  return tf.map_fn(find, (haystacks, needles), fn_output_signature=(tf.bool, tf.string))
+
+
+class SquadServingModule(tf.Module):
+  """The exported model: tokenization, one window, the span head and `get_final_text` in TF ops.
+
+  `serve(question, context)` ([B] strings) returns `answer` (the text do_predict writes to
+  predictions.json), `score` (start + end logit of the answer span, or the [CLS] null score for
+  an empty answer), `answer_start` and `answer_end` (character offsets of the answer's first and
+  one-past-last character in the context; -1 for an empty answer). Only the first window is used:
+  the question is cut to `max_query_length` sub-tokens and the context to what fits after it.
+  """
+
+  def __init__(self, model: keras.Model, tokenizer: Any, max_seq_length: int,
+               max_query_length: int, n_best_size: int, max_answer_length: int,
+               version_2_with_negative: bool, null_score_diff_threshold: float):
+    super().__init__(name="squad_serving")
+    if tokenizer.sp_model is not None:
+      raise ValueError("export_dir: the SQuAD export supports WordPiece vocabs only "
+                       "(--spm_model_file is not supported for export)")
+    check_feature_settings(max_seq_length, 1, max_query_length)
+    self.model = model
+    self.encoder = in_graph_tokenization.BertInputEncoder(
+        tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=max_seq_length)
+    self._do_lower_case = tokenizer.do_lower_case
+    num_ids = max(tokenizer.inv_vocab) + 1
+    self._id_to_token = tf.constant([tokenizer.inv_vocab.get(i, "") for i in range(num_ids)])
+    self._max_seq_length = max_seq_length
+    self._max_query_length = max_query_length
+    self._n_best_size = min(n_best_size, max_seq_length)
+    self._max_answer_length = max_answer_length
+    self._version_2 = version_2_with_negative
+    self._threshold = null_score_diff_threshold
+    self.serve = tf.function(self._serve, input_signature=[
+        tf.TensorSpec([None], tf.string, name="question"),
+        tf.TensorSpec([None], tf.string, name="context")])
+
+  def logits(self, features: dict) -> dict:
+    """Start and end logits of int32 id features (the token-ids signature)."""
+    outputs = self.model(features, training=False)
+    return {"start_logits": outputs["start_logits"], "end_logits": outputs["end_logits"]}
+
+  def _encode(self, question: tf.Tensor, context: tf.Tensor) -> tuple:
+    """Features of the first window, plus what span selection needs to map pieces back to words.
+
+    Returns (features, doc_start [B] position of the first context sub-token, doc_length [B],
+    context piece ids [B, (doc_length)], their word indexes [B, (doc_length)], the context's
+    whitespace words [B, (words)] and their byte offsets [B, (words)]).
+    """
+    words, word_begin_bytes, _ = tf_text.regex_split_with_offsets(
+        context, _SQUAD_WHITESPACE_RE, "")
+    pieces = self.encoder.tokenize_words(words)  # [B, (words), (pieces)]
+    context_ids = pieces.merge_dims(1, 2)
+    piece_word = pieces.values.value_rowids() - tf.gather(words.row_starts(),
+                                                          context_ids.value_rowids())
+    query_ids = self.encoder.tokenize(question)[:, :self._max_query_length]
+    query_length = query_ids.row_lengths()
+    doc_length = tf.minimum(context_ids.row_lengths(), self._max_seq_length - query_length - 3)
+    first = tf.zeros_like(doc_length)
+    tok_to_orig = _ragged_take(context_ids.with_flat_values(piece_word), first, doc_length - 1)
+    context_ids = _ragged_take(context_ids, first, doc_length - 1)
+    ones = tf.ones([tf.shape(query_length)[0], 1], tf.int32)
+    cls = tf.RaggedTensor.from_tensor(ones * self.encoder.cls_id)
+    sep = tf.RaggedTensor.from_tensor(ones * self.encoder.sep_id)
+    parts = [cls, tf.cast(query_ids, tf.int32), sep, tf.cast(context_ids, tf.int32), sep]
+    input_ids = tf.concat(parts, axis=1)
+    segments = tf.concat([tf.zeros_like(p) for p in parts[:3]] +
+                         [tf.ones_like(p) for p in parts[3:]], axis=1)
+    shape = [None, self._max_seq_length]
+    features = {"input_ids": input_ids.to_tensor(0, shape=shape),
+                "input_mask": tf.ones_like(input_ids).to_tensor(0, shape=shape),
+                "segment_ids": segments.to_tensor(0, shape=shape)}
+    return (features, query_length + 2, doc_length, context_ids, tok_to_orig, words,
+            word_begin_bytes)
+
+  def _best_spans(self, start_logits: tf.Tensor, end_logits: tf.Tensor, doc_start: tf.Tensor,
+                  doc_length: tf.Tensor) -> tuple:
+    """The best valid (start, end) per row under do_predict's rules for a single window.
+
+    Candidates are the `n_best_size` best starts and ends (ties to the lower position, like the
+    stable sort of do_predict), both inside the context, start <= end, length at most
+    `max_answer_length`. Returns (start [B], end [B], score [B], has_span [B]).
+    """
+    length = self._max_seq_length
+    positions = tf.range(length, dtype=tf.int64)
+    in_doc = tf.logical_and(positions >= doc_start[:, None],
+                            positions < (doc_start + doc_length)[:, None])
+
+    def top_mask(logits):
+      top = tf.math.top_k(logits, k=self._n_best_size).indices
+      return tf.reduce_any(tf.equal(top[:, :, None], tf.range(length)[None, None, :]), axis=1)
+
+    start_ok = tf.logical_and(in_doc, top_mask(start_logits))
+    end_ok = tf.logical_and(in_doc, top_mask(end_logits))
+    span_length = positions[None, :] - positions[:, None] + 1  # [start, end]
+    length_ok = tf.logical_and(span_length >= 1, span_length <= self._max_answer_length)
+    valid = start_ok[:, :, None] & end_ok[:, None, :] & length_ok[None]
+    scores = start_logits[:, :, None] + end_logits[:, None, :]
+    flat = tf.reshape(tf.where(valid, scores, -np.inf), [-1, length * length])
+    best = tf.argmax(flat, axis=1)
+    return (best // length, best % length, tf.reduce_max(flat, axis=1),
+            tf.reduce_any(tf.reshape(valid, [-1, length * length]), axis=1))
+
+  def _final_text(self, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tuple:
+    """`get_final_text` in TF ops: character positions [B] (inclusive) of the answer in orig_text.
+
+    Finds the first occurrence of pred_text in the basic tokenization of orig_text and aligns the
+    two texts on their non-space characters; when that fails, the whole orig_text.
+    """
+    tok_text = tf.strings.reduce_join(in_graph_tokenization.split_words(orig_text,
+                                                                        self._do_lower_case),
+                                      axis=1, separator=" ")
+    found, prefix = _find_prefix(tok_text, pred_text)
+    first = _non_space_count(prefix)
+    count = _non_space_count(pred_text)
+    orig_chars = tf.strings.unicode_decode(orig_text, "UTF-8")
+    aligned = found & (count > 0) & tf.equal(_non_space_count(tok_text),
+                                             _non_space_count(orig_text))
+    non_space_positions = tf.ragged.boolean_mask(
+        tf.ragged.range(orig_chars.row_lengths()), tf.not_equal(orig_chars, _SPACE))
+    start = tf.where(aligned, _row_values(non_space_positions, first), 0)
+    end = tf.where(aligned, _row_values(non_space_positions, first + count - 1),
+                   orig_chars.row_lengths() - 1)
+    return start, end
+
+  def _serve(self, question: tf.Tensor, context: tf.Tensor) -> dict:
+    (features, doc_start, doc_length, context_ids, tok_to_orig, words,
+     word_begin_bytes) = self._encode(question, context)
+    outputs = self.model(features, training=False)
+    start_logits, end_logits = outputs["start_logits"], outputs["end_logits"]
+    start, end, score, has_span = self._best_spans(start_logits, end_logits, doc_start,
+                                                   doc_length)
+    null_score = start_logits[:, 0] + end_logits[:, 0]
+    answered = has_span
+    if self._version_2:
+      answered = tf.logical_and(answered, null_score - score <= self._threshold)
+
+    # The prediction as do_predict makes it: sub-tokens -> text, whitespace words -> orig_text.
+    piece_start = tf.maximum(start - doc_start, 0)
+    piece_end = tf.maximum(end - doc_start, 0)
+    pieces = tf.gather(self._id_to_token, _ragged_take(context_ids, piece_start, piece_end))
+    pred_text = tf.strings.reduce_join(pieces, axis=1, separator=" ")
+    pred_text = tf.strings.regex_replace(pred_text, " ##", "")
+    pred_text = tf.strings.strip(tf.strings.regex_replace(pred_text, "##", ""))
+    word_start = _row_values(tok_to_orig, piece_start)
+    word_end = _row_values(tok_to_orig, piece_end)
+    span_words = _ragged_take(words, word_start, word_end)
+    orig_text = tf.strings.reduce_join(span_words, axis=1, separator=" ")
+    char_start, char_end = self._final_text(pred_text, orig_text)
+    answer = tf.strings.substr(orig_text, char_start, char_end - char_start + 1,
+                               unit="UTF8_CHAR")
+
+    # Character offsets in the context: orig_text is the span's words joined by single spaces.
+    word_lengths = tf.cast(tf.strings.length(span_words, unit="UTF8_CHAR"), tf.int64)
+    word_offsets = tf.math.cumsum(word_lengths + 1, axis=1, exclusive=True)
+    context_rows = tf.gather(context, words.value_rowids())
+    word_begin_chars = words.with_flat_values(tf.cast(tf.strings.length(
+        tf.strings.substr(context_rows, tf.zeros_like(word_begin_bytes.flat_values, tf.int32),
+                          tf.cast(word_begin_bytes.flat_values, tf.int32)),
+        unit="UTF8_CHAR"), tf.int64))
+    span_begin_chars = _ragged_take(word_begin_chars, word_start, word_end)
+
+    def context_offset(char_position):
+      word = tf.reduce_sum(tf.cast(word_offsets <= char_position[:, None], tf.int64), axis=1) - 1
+      return (_row_values(span_begin_chars, word) + char_position -
+              _row_values(word_offsets, word))
+
+    empty = tf.fill(tf.shape(answer), "")
+    minus_one = -tf.ones_like(start)
+    return {
+        "answer": tf.where(answered, answer, empty),
+        "score": tf.where(answered, score, null_score),
+        "answer_start": tf.where(answered, context_offset(char_start), minus_one),
+        "answer_end": tf.where(answered, context_offset(char_end) + 1, minus_one),
+    }
+
+
+def export_model(model: keras.Model, tokenizer: Any, export_dir: str, max_seq_length: int,
+                 max_query_length: int, n_best_size: int, max_answer_length: int,
+                 version_2_with_negative: bool = False,
+                 null_score_diff_threshold: float = 0.0) -> str:
+  """Writes the SavedModel (`serving_default` on question/context, `token_ids` on ids) and
+  returns its versioned directory."""
+  module = SquadServingModule(model, tokenizer, max_seq_length, max_query_length, n_best_size,
+                              max_answer_length, version_2_with_negative,
+                              null_score_diff_threshold)
+  signatures = {export.SERVING_DEFAULT: module.serve,
+                export.TOKEN_IDS_SIGNATURE: export.ids_signature(module.logits)}
+  return export.write_saved_model(module, export_dir, signatures)
+
+
+# ---------------------------------------------------------------------------------------------
+# The run_squad steps.
+
+
+def train(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig, tokenizer: Any,
+          options: SquadOptions, train_file: str, config: training.TrainConfig,
+          num_train_epochs: float, warmup_proportion: float) -> training.TrainResult:
+  """Caches the training features, then fine-tunes (or resumes) with the shared training loop.
+
+  `config`'s step counts are replaced by the schedule computed from the number of examples (not
+  windows) and the epochs, as in the original.
+  """
+  os.makedirs(config.output_dir, exist_ok=True)
+  record_path, num_examples, num_features = cached_train_features(
+      train_file, config.output_dir, tokenizer, options)
+  if num_examples == 0:
+    raise ValueError("%s: no usable training examples" % train_file)
+  num_train_steps, num_warmup_steps = training.fine_tuning_steps(
+      num_examples, config.train_batch_size, num_train_epochs, warmup_proportion)
+  config = dataclasses.replace(config, num_train_steps=num_train_steps,
+                               num_warmup_steps=num_warmup_steps)
+  logging.info("***** Training: %d examples, %d features, batch %d, %d steps *****", num_examples,
+               num_features, config.train_batch_size, num_train_steps)
+
+  def dataset_fn(batch_size, seed):
+    return input_dataset(record_path, options.max_seq_length, True, batch_size, seed)
+
+  return training.train(strategy, lambda: build_model(bert_config), squad_loss, dataset_fn, config)
+
+
+def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:
+  """Whether a predict file can be scored: every question lists answers (v1.1: some non-empty)."""
+  questions = list(_questions(data))
+  if not questions or not all("answers" in qa for qa in questions):
+    return False
+  return version_2_with_negative or any(qa["answers"] for qa in questions)
+
+
+def predict(strategy: tf.distribute.Strategy, model: keras.Model, tokenizer: Any,
+            options: SquadOptions, predict_file: str, output_dir: str,
+            predict_batch_size: int) -> tuple[dict[str, str], dict[str, float] | None]:
+  """Predicts every question of a SQuAD file, writes the prediction files and, when the file has
+  answers, the official metrics to `output_dir/eval_results.txt`.
+
+  Returns (predictions, metrics or None); only the chief writes files and computes metrics.
+  """
+  data = load_squad_json(predict_file)
+  examples, stats = examples_from_data(data, False, options.version_2_with_negative, predict_file)
+  if stats.skipped_empty_context:
+    logging.warning("%d questions with an empty context get no prediction",
+                    stats.skipped_empty_context)
+  features = list(convert_examples_to_features(examples, tokenizer, options.max_seq_length,
+                                               options.doc_stride, options.max_query_length,
+                                               is_training=False))
+  os.makedirs(output_dir, exist_ok=True)
+  record_path = os.path.join(output_dir, "eval.tf_record")
+  write_features_tfrecord(features, record_path, is_training=False)
+  logging.info("***** Predicting: %d examples, %d features, batch %d *****", len(examples),
+               len(features), predict_batch_size)
+  start_time = time.time()
+  outputs = training.predict(strategy, model, predict_logits,
+                             input_dataset(record_path, options.max_seq_length, False),
+                             predict_batch_size)
+  seconds = time.time() - start_time
+  logging.info("Predicted %d features in %.1fs (%.1f features/s)", len(features), seconds,
+               len(features) / max(seconds, 1e-9))
+  results = [RawResult(int(uid), start.tolist(), end.tolist()) for uid, start, end in zip(
+      outputs.get("unique_ids", []), outputs.get("start_logits", []),
+      outputs.get("end_logits", []))]
+  predictions, nbest, null_odds = compute_predictions(
+      examples, features, results, options.n_best_size, options.max_answer_length,
+      tokenizer.do_lower_case, options.version_2_with_negative,
+      options.null_score_diff_threshold, options.verbose_logging)
+  if not training.is_chief(strategy):
+    return predictions, None
+  write_predictions(output_dir, predictions, nbest,
+                    null_odds if options.version_2_with_negative else None)
+  if not has_gold_answers(data, options.version_2_with_negative):
+    logging.info("%s has no answers: no evaluation", predict_file)
+    return predictions, None
+  if options.version_2_with_negative:
+    # The null odds at the same threshold as the predictions: the scores of the predictions as
+    # written (the official script with --na-prob-file and --na-prob-thresh=threshold).
+    metrics = evaluate_v2(data, predictions, null_odds, options.null_score_diff_threshold)
+  else:
+    metrics = evaluate_v1(data, predictions)
+  training.write_eval_results(os.path.join(output_dir, "eval_results.txt"), metrics)
+  return predictions, metrics

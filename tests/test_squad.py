@@ -339,9 +339,3 @@ def test_evaluate_v2_without_null_odds_scores_predictions_as_they_are():
   assert results["exact_match"] == pytest.approx(50.0)
   assert results["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
   assert "best_f1" not in results
-
-
-def test_write_eval_results(tmp_path):
-  path = tmp_path / "eval_results.txt"
-  squad.write_eval_results(str(path), {"exact_match": 50.0, "f1": 62.5})
-  assert path.read_text() == "exact_match = 50.0\nf1 = 62.5\n"

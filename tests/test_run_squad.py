@@ -1,0 +1,124 @@
+"""End-to-end tests of run_squad.py: train a tiny model on generated questions, predict, evaluate,
+export, and answer from the SavedModel in a fresh process that imports only TensorFlow."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import REPO_ROOT
+
+PEOPLE = ["Alice", "Bob", "Chloé", "Dmitri"]
+PLACES = ["Paris", "Zürich", "New-York", "Oslo"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "lives", "in", "where", "does", "live", "?",
+         ",", ".", "and", "nobody", "knows", "why", "alice", "bob", "chloe", "dmitri", "paris",
+         "zurich", "new", "-", "york", "os", "##lo", "who", "the"]
+TINY_CONFIG = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=4, intermediate_size=64, hidden_act="gelu",
+                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
+                   max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02)
+
+
+def generated_squad() -> dict:
+  """Four contexts, each with one person and one place, and a where- and a who-question."""
+  paragraphs = []
+  for index, (person, place) in enumerate(zip(PEOPLE, PLACES)):
+    template = ("%s lives in %s, nobody knows why." if index % 2 else
+                "Nobody knows why %s  lives in %s.")
+    context = template % (person, place)
+    qas = [{"id": "where-%d" % index, "question": "Where does %s live?" % person,
+            "answers": [{"text": place, "answer_start": context.index(place)}]},
+           {"id": "who-%d" % index, "question": "Who lives in %s?" % place,
+            "answers": [{"text": person, "answer_start": context.index(person)}]}]
+    paragraphs.append({"context": context, "qas": qas})
+  return {"version": "1.1", "data": [{"title": "generated", "paragraphs": paragraphs}]}
+
+
+def run_squad(tmp_path, *args):
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  completed = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "run_squad.py"),
+       "--vocab_file=%s" % (tmp_path / "vocab.txt"),
+       "--bert_config_file=%s" % (tmp_path / "bert_config.json"),
+       "--max_seq_length=32", "--doc_stride=16", "--max_query_length=8", "--n_best_size=5",
+       "--max_answer_length=4"] + list(args),
+      capture_output=True, text=True, env=env, timeout=300)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  return completed
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+  """A tiny model trained on the generated questions, then predicted and exported by the CLI."""
+  tmp_path = tmp_path_factory.mktemp("squad")
+  (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
+  (tmp_path / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
+  (tmp_path / "train.json").write_text(json.dumps(generated_squad()), encoding="utf-8")
+  run_squad(tmp_path, "--do_train", "--do_predict", "--train_file=%s" % (tmp_path / "train.json"),
+            "--predict_file=%s" % (tmp_path / "train.json"), "--output_dir=%s" % (tmp_path / "out"),
+            "--export_dir=%s" % (tmp_path / "export"), "--train_batch_size=8",
+            "--learning_rate=3e-3", "--num_train_epochs=300", "--warmup_proportion=0.05",
+            "--save_checkpoints_steps=1000", "--iterations_per_loop=50", "--predict_batch_size=3")
+  return tmp_path
+
+
+def test_tiny_model_answers_the_generated_questions_exactly(trained):
+  predictions = json.loads((trained / "out" / "predictions.json").read_text(encoding="utf-8"))
+  expected = {qa["id"]: qa["answers"][0]["text"] for paragraph in
+              generated_squad()["data"][0]["paragraphs"] for qa in paragraph["qas"]}
+  assert predictions == expected
+  results = (trained / "out" / "eval_results.txt").read_text().splitlines()
+  assert results == ["exact_match = 100.0", "f1 = 100.0"]
+  nbest = json.loads((trained / "out" / "nbest_predictions.json").read_text(encoding="utf-8"))
+  first = nbest["where-0"][0]
+  assert sorted(first) == ["end_logit", "probability", "start_logit", "text"]
+  assert first["text"] == "Paris" and first["probability"] > 0.5
+  assert (trained / "out" / "train.tf_record").exists()
+
+
+SERVE_SCRIPT = textwrap.dedent("""
+    import json, sys
+    import tensorflow as tf
+    import tensorflow_text  # registers the ops the SavedModel uses
+    model = tf.saved_model.load(sys.argv[1])
+    questions, contexts = json.loads(sys.argv[2])
+    out = model.signatures["serving_default"](question=tf.constant(questions),
+                                              context=tf.constant(contexts))
+    ids = model.signatures["token_ids"](input_ids=tf.ones([1, 32], tf.int32),
+                                        input_mask=tf.ones([1, 32], tf.int32),
+                                        segment_ids=tf.zeros([1, 32], tf.int32))
+    print(json.dumps({"answer": [a.decode("utf-8") for a in out["answer"].numpy()],
+                      "start": out["answer_start"].numpy().tolist(),
+                      "end": out["answer_end"].numpy().tolist(),
+                      "score": out["score"].numpy().tolist(),
+                      "logits_shape": ids["start_logits"].shape.as_list()}))
+    """)
+
+
+def serve(export_path, questions, contexts):
+  """Runs the SavedModel in a new process that cannot import the project (cwd and path elsewhere)."""
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("PYTHONPATH", None)
+  completed = subprocess.run(
+      [sys.executable, "-c", SERVE_SCRIPT, export_path, json.dumps([questions, contexts])],
+      capture_output=True, text=True, env=env, cwd=os.path.dirname(export_path), timeout=120)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  return json.loads(completed.stdout.strip().splitlines()[-1])
+
+
+def test_export_in_a_fresh_process_agrees_with_do_predict(trained):
+  export_path = str(trained / "export" / "1")
+  predictions = json.loads((trained / "out" / "predictions.json").read_text(encoding="utf-8"))
+  questions, contexts, ids = [], [], []
+  for paragraph in generated_squad()["data"][0]["paragraphs"]:
+    for qa in paragraph["qas"]:
+      questions.append(qa["question"])
+      contexts.append(paragraph["context"])
+      ids.append(qa["id"])
+  out = serve(export_path, questions, contexts)
+  assert out["answer"] == [predictions[qid] for qid in ids]
+  for answer, start, end, context in zip(out["answer"], out["start"], out["end"], contexts):
+    assert context[start:end] == answer
+  assert out["logits_shape"] == [1, 32]
