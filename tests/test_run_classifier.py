@@ -1,0 +1,160 @@
+"""End-to-end tests of run_classifier.py on tiny configs and generated data (in process)."""
+
+import json
+import os
+import random
+
+from absl import flags
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import classifier
+import run_classifier
+
+FLAGS = flags.FLAGS
+
+WORDS = "the a cat dog sat ran big small red blue happy sad day night".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", ",", "."] + WORDS
+
+
+def tiny_model_files(directory) -> dict:
+  """Writes a vocab and a 2-layer, hidden-32 config; returns their flags."""
+  vocab_file = os.path.join(directory, "vocab.txt")
+  with open(vocab_file, "w") as f:
+    f.write("\n".join(VOCAB) + "\n")
+  config_file = os.path.join(directory, "bert_config.json")
+  with open(config_file, "w") as f:
+    json.dump(dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                   num_attention_heads=2, intermediate_size=64, hidden_act="gelu",
+                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
+                   max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02), f)
+  return {"vocab_file": vocab_file, "bert_config_file": config_file}
+
+
+def sentence(rng: random.Random, marker: str) -> str:
+  """A few random filler words with `marker` somewhere among them."""
+  words = [rng.choice(WORDS) for _ in range(rng.randint(2, 7))]
+  words.insert(rng.randint(0, len(words)), marker)
+  return " ".join(words)
+
+
+def generated_rows(rng: random.Random, count: int) -> list:
+  """(text, label): the label is "pos" when the text contains "good", "neg" when it has "bad"."""
+  rows = []
+  for _ in range(count):
+    positive = rng.random() < 0.5
+    rows.append((sentence(rng, "good" if positive else "bad"), "pos" if positive else "neg"))
+  return rows
+
+
+def write_tsv(path, header, rows):
+  with open(path, "w") as f:
+    f.write("\t".join(header) + "\n")
+    f.writelines("\t".join(row) + "\n" for row in rows)
+
+
+def run(**flag_values) -> None:
+  """Runs run_classifier's main in this process with the given flags (others at defaults)."""
+  FLAGS.unparse_flags()
+  FLAGS(["run_classifier.py"] + ["--%s=%s" % item for item in flag_values.items()])
+  run_classifier.main([])
+
+
+def read_eval_results(output_dir) -> dict:
+  with open(os.path.join(output_dir, "eval_results.txt")) as f:
+    return {k: float(v) for k, v in (line.strip().split(" = ") for line in f)}
+
+
+def read_test_results(output_dir) -> np.ndarray:
+  with open(os.path.join(output_dir, "test_results.tsv")) as f:
+    return np.array([[float(x) for x in line.rstrip("\n").split("\t")] for line in f])
+
+
+@pytest.fixture
+def generic_task(tmp_path):
+  """A generated single-sentence task in generic TSV files: 400 train, 100 dev, 13 test rows."""
+  rng = random.Random(1)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  for split, count in (("train", 400), ("dev", 100)):
+    write_tsv(data_dir / (split + ".tsv"), ["id", "sentence", "label"],
+              [(str(i), text, label) for i, (text, label) in enumerate(generated_rows(rng, count))])
+  test_rows = generated_rows(rng, 13)
+  write_tsv(data_dir / "test.tsv", ["id", "sentence"],
+            [(str(i), text) for i, (text, _) in enumerate(test_rows)])
+  return dict(tiny_model_files(str(tmp_path)), task_name="generic", data_dir=str(data_dir),
+              text_a_column="sentence", output_dir=str(tmp_path / "out"), max_seq_length=16,
+              learning_rate=1e-3, train_batch_size=32, num_train_epochs=3.0,
+              save_checkpoints_steps=20, iterations_per_loop=10), test_rows
+
+
+def test_learns_a_generated_rule_and_writes_the_original_outputs(generic_task):
+  flag_values, test_rows = generic_task
+  run(do_train=True, do_eval=True, do_predict=True, **flag_values)
+  output_dir = flag_values["output_dir"]
+  results = read_eval_results(output_dir)
+  assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
+  assert results["eval_accuracy"] > 0.9  # Chance is 0.5.
+  assert results["global_step"] == int(400 / 32 * 3)
+  with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
+    assert f.read().split() == ["neg", "pos"]
+  probabilities = read_test_results(output_dir)
+  assert probabilities.shape == (13, 2)  # One line per test example: no padding rows.
+  np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+  predicted = np.array(["neg", "pos"])[probabilities.argmax(axis=1)]
+  assert np.mean(predicted == [label for _, label in test_rows]) > 0.8
+  shapes = dict(tf.train.list_variables(os.path.join(output_dir, "model.ckpt-37")))
+  assert shapes["output_weights"] == [2, 32] and shapes["output_bias"] == [2]
+  assert "bert/encoder/layer_1/output/dense/kernel" in shapes
+
+  # A second run with more epochs reuses the cached features and resumes from step 37.
+  train_file = os.path.join(output_dir, "train.tf_record")
+  modified = os.path.getmtime(train_file)
+  step_20 = os.path.getmtime(os.path.join(output_dir, "model.ckpt-20.index"))
+  run(do_train=True, **dict(flag_values, num_train_epochs=4.0))
+  assert os.path.getmtime(train_file) == modified
+  # Had it started over, step 20's checkpoint would have been written again.
+  assert os.path.getmtime(os.path.join(output_dir, "model.ckpt-20.index")) == step_20
+  assert tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-50")).get_tensor(
+      "global_step") == 50
+
+
+def test_sts_b_regression_reports_correlations(tmp_path):
+  rng = random.Random(2)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  header = ["index", "genre", "filename", "year", "old_index", "source1", "source2", "sentence1",
+            "sentence2", "score"]
+  meta = ["main-captions", "MSRvid", "2012test", "0001", "none", "none"]
+  for split, count in (("train", 64), ("dev", 20), ("test", 7)):
+    rows = []
+    for i in range(count):
+      score = rng.choice(["0.0", "2.5", "5.0"])
+      row = [str(i)] + meta + [sentence(rng, "good"), sentence(rng, "bad"), score]
+      rows.append(row[:-1] if split == "test" else row)
+    write_tsv(data_dir / (split + ".tsv"), header[:9] if split == "test" else header, rows)
+  output_dir = str(tmp_path / "out")
+  run(task_name="sts-b", data_dir=str(data_dir), output_dir=output_dir, do_train=True,
+      do_eval=True, do_predict=True, max_seq_length=24, train_batch_size=16, num_train_epochs=1.0,
+      **tiny_model_files(str(tmp_path)))
+  results = read_eval_results(output_dir)
+  assert set(results) == {"eval_pearson", "eval_spearman", "eval_loss", "global_step", "loss"}
+  assert -1.0 <= results["eval_pearson"] <= 1.0 and results["eval_loss"] > 0
+  assert read_test_results(output_dir).shape == (7, 1)
+
+
+def test_bad_flags_and_data_give_clear_errors(tmp_path):
+  files = dict(tiny_model_files(str(tmp_path)), max_seq_length=16)
+  output_dir = str(tmp_path / "out")
+  with pytest.raises(ValueError, match="do_lower_case=True.*cased"):
+    run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
+        init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt", **files)
+  with pytest.raises(ValueError, match="At least one of"):
+    run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, **files)
+  with pytest.raises(classifier.BadInputError, match="no such directory"):
+    run(task_name="mrpc", data_dir=str(tmp_path / "absent"), output_dir=output_dir, do_train=True,
+        **files)
+  with pytest.raises(ValueError, match="sequence length 128 because .* up to sequence length 64"):
+    run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
+        **dict(files, max_seq_length=128))
