@@ -25,11 +25,13 @@ only: not on `num_workers`, not on timing.
 import collections
 import dataclasses
 import glob
+import itertools
 import json
 import multiprocessing
 import os
 import random
 import struct
+import sys
 import time
 from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional, Sequence
 
@@ -82,6 +84,8 @@ class VocabIds:
     continues_word: byte per id, 1 when that token continues the previous token's word (WordPiece `##`
       pieces; SentencePiece pieces without the `▁` word-start mark), for whole-word masking.
     id_to_token: for the readable log of the first instances.
+    special_tokens_in_text: whether tokenized text can hold `[CLS]`/`[SEP]` (a SentencePiece model
+      may have them as pieces; WordPiece tokenization splits the brackets off).
   """
   cls_id: int
   sep_id: int
@@ -89,6 +93,7 @@ class VocabIds:
   random_ids: tuple
   continues_word: bytes
   id_to_token: dict
+  special_tokens_in_text: bool
 
   @classmethod
   def from_tokenizer(cls, tokenizer: Any, vocab_description: str,
@@ -106,7 +111,8 @@ class VocabIds:
       continues_word[token_id] = _continues_word(token, is_sentencepiece)
     return cls(cls_id=vocab["[CLS]"], sep_id=vocab["[SEP]"], mask_id=vocab["[MASK]"],
                random_ids=tuple(vocab.values()), continues_word=bytes(continues_word),
-               id_to_token={token_id: token for token, token_id in vocab.items()})
+               id_to_token={token_id: token for token, token_id in vocab.items()},
+               special_tokens_in_text=is_sentencepiece)
 
 
 def _continues_word(token: str, is_sentencepiece: bool) -> bool:
@@ -140,70 +146,99 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
                       rng: random.Random) -> tuple:
   """Truncates a pair to `max_num_tokens` in total, as the original does.
 
-  One token at a time from the longer sequence (B on ties), from its front or its back with equal
-  probability. Returns the truncated (a, b) as new lists.
+  The original removes one token at a time from the longer sequence (B on ties), from its front or its
+  back with probability 1/2 each. Which sequence loses a token depends on the lengths only, so the
+  removals per sequence are counted first; the number taken from the front is then a Binomial(n, 1/2)
+  draw: the number of set bits among n random bits. Returns the truncated (a, b) as new lists.
   """
-  bounds = [[0, len(tokens_a)], [0, len(tokens_b)]]
   length_a, length_b = len(tokens_a), len(tokens_b)
   while length_a + length_b > max_num_tokens:
     if length_a > length_b:
-      side, length_a = bounds[0], length_a - 1
+      length_a -= 1
     else:
-      side, length_b = bounds[1], length_b - 1
-    if rng.random() < 0.5:
-      side[0] += 1
-    else:
-      side[1] -= 1
-  return tokens_a[bounds[0][0]:bounds[0][1]], tokens_b[bounds[1][0]:bounds[1][1]]
+      length_b -= 1
+  front_a = bin(rng.getrandbits(len(tokens_a) - length_a)).count("1")
+  front_b = bin(rng.getrandbits(len(tokens_b) - length_b)).count("1")
+  return (tokens_a[front_a:front_a + length_a], tokens_b[front_b:front_b + length_b])
 
 
 def _random_order(items: list, rng: random.Random) -> Iterator:
   """Yields `items` in a uniformly random order, drawing only as many numbers as items consumed.
 
   The lazy form of the original's `rng.shuffle(cand_indexes)` followed by a scan that usually stops
-  after `num_to_predict` candidates. Shuffles `items` in place.
+  after `num_to_predict` candidates (a Fisher-Yates shuffle of `items` in place, step by step, with
+  `int(random() * n)` for a random index below n, as Python's shuffle did before 3.11).
   """
-  for position in range(len(items)):
-    chosen = rng.randrange(position, len(items))
+  random_float = rng.random
+  size = len(items)
+  for position in range(size):
+    chosen = position + int(random_float() * (size - position))
     items[position], items[chosen] = items[chosen], items[position]
     yield items[position]
+
+
+def _candidate_positions(input_ids: list, vocab: VocabIds) -> list:
+  """Positions of all ids but `[CLS]` and `[SEP]`.
+
+  Unless the tokenizer can produce those tokens from text, the only ones are the three the instance
+  was built with, which are found without a Python loop over the ids.
+  """
+  cls_id, sep_id = vocab.cls_id, vocab.sep_id
+  if not vocab.special_tokens_in_text:
+    first_sep = input_ids.index(sep_id)
+    return [*range(1, first_sep), *range(first_sep + 1, len(input_ids) - 1)]
+  return [position for position, token_id in enumerate(input_ids)
+          if token_id != cls_id and token_id != sep_id]
+
+
+def _choose_masked_positions(input_ids: list, num_to_predict: int, options: InstanceOptions,
+                             vocab: VocabIds, rng: random.Random) -> list:
+  """The positions to predict, as the original chooses them (not yet sorted).
+
+  Candidates are all positions except `[CLS]`/`[SEP]`; with `do_whole_word_mask` a word's pieces form
+  one candidate. Candidates are scanned in random order and taken while they fit in `num_to_predict`.
+  Without whole words every candidate is one position, so that scan is a uniform random sample of
+  `num_to_predict` positions: the first ones in random order.
+  """
+  candidates = _candidate_positions(input_ids, vocab)
+  if not options.do_whole_word_mask:
+    return list(itertools.islice(_random_order(candidates, rng), num_to_predict))
+  words = []
+  for position in candidates:
+    if words and vocab.continues_word[input_ids[position]]:
+      words[-1].append(position)
+    else:
+      words.append([position])
+  positions = []
+  for word_positions in _random_order(words, rng):
+    if len(positions) >= num_to_predict:
+      break
+    if len(positions) + len(word_positions) <= num_to_predict:
+      positions.extend(word_positions)
+  return positions
 
 
 def create_masked_lm_predictions(input_ids: list, options: InstanceOptions, vocab: VocabIds,
                                  rng: random.Random) -> tuple:
   """Masks a `[CLS] A [SEP] B [SEP]` id sequence as the original does.
 
-  Candidates are all positions except `[CLS]`/`[SEP]`; with `do_whole_word_mask` a word's pieces form
-  one candidate. Candidates are taken in random order while they fit in
-  `min(max_predictions_per_seq, max(1, round(len * masked_lm_prob)))` predictions; each chosen position
-  becomes `[MASK]` (80%), stays (10%) or becomes a random vocab token (10%).
+  Chooses `min(max_predictions_per_seq, max(1, round(len * masked_lm_prob)))` positions (whole words
+  with `do_whole_word_mask`); each becomes `[MASK]` (80%), stays (10%) or becomes a random vocab
+  token (10%).
 
   Returns:
     (masked ids, sorted masked positions, the original ids at those positions).
   """
-  candidates = []
-  for position, token_id in enumerate(input_ids):
-    if token_id == vocab.cls_id or token_id == vocab.sep_id:
-      continue
-    if options.do_whole_word_mask and candidates and vocab.continues_word[token_id]:
-      candidates[-1].append(position)
-    else:
-      candidates.append([position])
   num_to_predict = min(options.max_predictions_per_seq,
                        max(1, int(round(len(input_ids) * options.masked_lm_prob))))
+  positions = _choose_masked_positions(input_ids, num_to_predict, options, vocab, rng)
   output_ids = list(input_ids)
-  positions = []
-  for word_positions in _random_order(candidates, rng):
-    if len(positions) >= num_to_predict:
-      break
-    if len(positions) + len(word_positions) > num_to_predict:
-      continue
-    for position in word_positions:
-      if rng.random() < 0.8:
-        output_ids[position] = vocab.mask_id
-      elif rng.random() >= 0.5:
-        output_ids[position] = vocab.random_ids[rng.randrange(len(vocab.random_ids))]
-      positions.append(position)
+  random_ids = vocab.random_ids
+  for position in positions:
+    if rng.random() < 0.8:
+      output_ids[position] = vocab.mask_id
+    elif rng.random() >= 0.5:
+      output_ids[position] = random_ids[int(rng.random() * len(random_ids))]
   positions.sort()
   return output_ids, positions, [input_ids[position] for position in positions]
 
@@ -295,23 +330,32 @@ def _length_delimited(field_tag: bytes, payload: bytes) -> bytes:
 
 # Field tags of feature.proto / example.proto (field number << 3 | wire type 2).
 _TAG_1, _TAG_2, _TAG_3 = b"\x0a", b"\x12", b"\x1a"
+_INT64_LIST, _FLOAT_LIST = _TAG_3, _TAG_2  # Feature.int64_list is field 3, Feature.float_list 2.
+_FEATURE_LIST_TAGS = {name: _FLOAT_LIST if name == "masked_lm_weights" else _INT64_LIST
+                      for name in FEATURE_NAMES}
 
 
-def _feature_entry(name: str, list_tag: bytes, packed_values: bytes) -> bytes:
-  """One `Features.feature` map entry: key `name`, value a Feature holding one packed value list.
+def _feature_entry_prefix(name: str, packed_values_length: int) -> bytes:
+  """Bytes before the packed values of one `Features.feature` map entry.
 
-  Feature.int64_list is field 3 and Feature.float_list field 2; the list's `value` is field 1.
+  The entry is: map key `name`, map value a Feature holding one value list (Int64List or FloatList)
+  whose `value` field 1 holds the packed values. Everything but the values depends on their length.
   """
-  feature = _length_delimited(list_tag, _length_delimited(_TAG_1, packed_values))
-  entry = _length_delimited(_TAG_1, name.encode()) + _length_delimited(_TAG_2, feature)
-  return _length_delimited(_TAG_1, entry)
+  values_field = _TAG_1 + _varint(packed_values_length)
+  list_field = _FEATURE_LIST_TAGS[name] + _varint(len(values_field) + packed_values_length)
+  feature_length = len(list_field) + len(values_field) + packed_values_length
+  key_field = _length_delimited(_TAG_1, name.encode())
+  value_field = _TAG_2 + _varint(feature_length)
+  entry_length = len(key_field) + len(value_field) + feature_length
+  return _TAG_1 + _varint(entry_length) + key_field + value_field + list_field + values_field
 
 
 class ExampleEncoder:
   """Serializes TrainingInstances to the original's `tf.train.Example` bytes, with zero padding.
 
-  Hand-written protobuf encoding (the wire format of example.proto), so worker processes need no
-  TensorFlow; `tf.train.Example.FromString` reads the result (the tests check it field by field).
+  Hand-written protobuf encoding (the wire format of example.proto, features in the original's
+  order), so worker processes need no TensorFlow; the tests check that `tf.train.Example` parses it to
+  the expected values.
   """
 
   def __init__(self, max_seq_length: int, max_predictions_per_seq: int, max_id: int):
@@ -321,6 +365,15 @@ class ExampleEncoder:
     self._weights = [struct.pack("<%df" % max_predictions_per_seq,
                                  *([1.0] * count + [0.0] * (max_predictions_per_seq - count)))
                      for count in range(max_predictions_per_seq + 1)]
+    self._prefixes = {}
+
+  def _entry(self, name: str, packed_values: bytes) -> tuple:
+    """(prefix, values) of one feature entry; the prefixes are cached by name and length."""
+    key = (name, len(packed_values))
+    prefix = self._prefixes.get(key)
+    if prefix is None:
+      prefix = self._prefixes[key] = _feature_entry_prefix(name, len(packed_values))
+    return prefix, packed_values
 
   def _int64_values(self, values: list, length: int) -> bytes:
     """Packed int64 values zero-padded to `length` (a zero is the one byte 0x00)."""
@@ -330,24 +383,23 @@ class ExampleEncoder:
     """The serialized `tf.train.Example` of one instance."""
     num_ids = len(instance.input_ids)
     padding = bytes(self.max_seq_length - num_ids)
-    num_masked = len(instance.masked_lm_positions)
-    features = b"".join((
-        _feature_entry("input_ids", _TAG_3,
-                       self._int64_values(instance.input_ids, self.max_seq_length)),
-        _feature_entry("input_mask", _TAG_3, b"\x01" * num_ids + padding),
-        _feature_entry("segment_ids", _TAG_3,
-                       bytes(instance.first_segment_length)
-                       + b"\x01" * (num_ids - instance.first_segment_length) + padding),
-        _feature_entry("masked_lm_positions", _TAG_3,
-                       self._int64_values(instance.masked_lm_positions,
-                                          self.max_predictions_per_seq)),
-        _feature_entry("masked_lm_ids", _TAG_3,
-                       self._int64_values(instance.masked_lm_ids, self.max_predictions_per_seq)),
-        _feature_entry("masked_lm_weights", _TAG_2, self._weights[num_masked]),
-        _feature_entry("next_sentence_labels", _TAG_3,
-                       b"\x01" if instance.is_random_next else b"\x00"),
-    ))
-    return _length_delimited(_TAG_1, features)
+    entries = (
+        self._entry("input_ids", self._int64_values(instance.input_ids, self.max_seq_length)),
+        self._entry("input_mask", b"\x01" * num_ids + padding),
+        self._entry("segment_ids", bytes(instance.first_segment_length)
+                    + b"\x01" * (num_ids - instance.first_segment_length) + padding),
+        self._entry("masked_lm_positions", self._int64_values(instance.masked_lm_positions,
+                                                              self.max_predictions_per_seq)),
+        self._entry("masked_lm_ids", self._int64_values(instance.masked_lm_ids,
+                                                        self.max_predictions_per_seq)),
+        self._entry("masked_lm_weights", self._weights[len(instance.masked_lm_positions)]),
+        self._entry("next_sentence_labels", b"\x01" if instance.is_random_next else b"\x00"),
+    )
+    features = b"".join(part for entry in entries for part in entry)
+    return _TAG_1 + self._varint(len(features)) + features
+
+  def _varint(self, value: int) -> bytes:
+    return self._varints[value] if value < len(self._varints) else _varint(value)
 
   def feature_values(self, instance: TrainingInstance) -> dict:
     """The padded feature values of one instance, as lists (for the readable log and for tests)."""
@@ -367,16 +419,27 @@ class ExampleEncoder:
     }
 
 
-def _crc32c_table() -> np.ndarray:
-  """Byte table of the reflected CRC-32C (Castagnoli) polynomial 0x82F63B78."""
-  table = np.arange(256, dtype=np.uint32)
+def _crc32c_tables() -> tuple:
+  """Tables of the reflected CRC-32C (Castagnoli, polynomial 0x82F63B78) update.
+
+  Returns (byte_table, low_table, high_table): `byte_table[b]` advances the register by one byte; after
+  four bytes the register is `low_table[x & 0xFFFF] ^ high_table[x >> 16]` with x = register XOR the
+  four bytes read as a little-endian uint32 (the update is linear, and after four bytes nothing of the
+  old register is left but what x carries).
+  """
+  byte_table = np.arange(256, dtype=np.uint32)
   for _ in range(8):
-    table = np.where(table & 1, (table >> 1) ^ np.uint32(0x82F63B78), table >> 1).astype(np.uint32)
-  return table
+    byte_table = np.where(byte_table & 1, (byte_table >> 1) ^ np.uint32(0x82F63B78),
+                          byte_table >> 1).astype(np.uint32)
+  halves = np.arange(1 << 16, dtype=np.uint32)
+  low_table, high_table = halves, halves << np.uint32(16)
+  for _ in range(4):
+    low_table = byte_table[low_table & 0xFF] ^ (low_table >> np.uint32(8))
+    high_table = byte_table[high_table & 0xFF] ^ (high_table >> np.uint32(8))
+  return byte_table, low_table, high_table
 
 
-_CRC_TABLE = _crc32c_table()
-_CRC_TABLE_LIST = [int(entry) for entry in _CRC_TABLE]
+_CRC_BYTE_TABLE, _CRC_LOW_TABLE, _CRC_HIGH_TABLE = _crc32c_tables()
 _CRC_OF_ZEROS = [0xFFFFFFFF]  # [n]: the CRC register after n zero bytes from the initial 0xFFFFFFFF.
 _CRC_BATCH = 4096
 
@@ -386,30 +449,29 @@ def _initial_register_effect(lengths: np.ndarray) -> np.ndarray:
   longest = int(lengths.max())
   while len(_CRC_OF_ZEROS) <= longest:
     register = _CRC_OF_ZEROS[-1]
-    _CRC_OF_ZEROS.append(_CRC_TABLE_LIST[register & 0xFF] ^ (register >> 8))
+    _CRC_OF_ZEROS.append(int(_CRC_BYTE_TABLE[register & 0xFF]) ^ (register >> 8))
   return np.asarray(_CRC_OF_ZEROS, dtype=np.uint32)[lengths]
 
 
 def crc32c(messages: Sequence[bytes]) -> np.ndarray:
-  """CRC-32C of every message, all computed together with NumPy (one vector step per byte column).
+  """CRC-32C of every message, computed together with NumPy: one vector step per 4 bytes.
 
-  The CRC update is linear, so a message's CRC is the CRC of the message from a zero register XOR the
-  effect of the initial register over the message's length; from a zero register, leading zero bytes
-  change nothing, so messages of different lengths are right-aligned in one zero-padded matrix.
+  The CRC update is linear, so a message's CRC is its CRC from a zero register XOR the effect of the
+  initial register over its length; from a zero register leading zero bytes change nothing, so the
+  messages are right-aligned in one zero-padded matrix and processed column by column.
   """
   result = np.empty(len(messages), dtype=np.uint32)
   for start in range(0, len(messages), _CRC_BATCH):
     batch = messages[start:start + _CRC_BATCH]
     lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
-    width = int(lengths.max()) if len(batch) else 0
-    matrix = np.zeros((len(batch), width), dtype=np.uint8)
-    destination_shift = (np.arange(len(batch)) * width + width - lengths) - (np.cumsum(lengths)
-                                                                             - lengths)
-    matrix.reshape(-1)[np.repeat(destination_shift, lengths) + np.arange(int(lengths.sum()))] = (
-        np.frombuffer(b"".join(batch), dtype=np.uint8))
+    width = -(-int(lengths.max()) // 4) * 4
+    zeros = bytes(width)
+    padded = b"".join(part for message in batch for part in (zeros[len(message):], message))
+    words = np.frombuffer(padded, dtype="<u4").reshape(len(batch), width // 4)
     register = np.zeros(len(batch), dtype=np.uint32)
-    for column in np.ascontiguousarray(matrix.T):
-      register = _CRC_TABLE[(register.astype(np.uint8) ^ column)] ^ (register >> 8)
+    for column in np.ascontiguousarray(words.T):
+      mixed = register ^ column
+      register = _CRC_LOW_TABLE[mixed & 0xFFFF] ^ _CRC_HIGH_TABLE[mixed >> 16]
     result[start:start + len(batch)] = (register ^ _initial_register_effect(lengths)
                                         ^ np.uint32(0xFFFFFFFF))
   return result
@@ -628,12 +690,13 @@ class ChunkProcessor:
     return "\n".join(lines)
 
 
-_WORKER_PROCESSOR = None
+_WORKER_PROCESSOR = None  # The processor of a worker process (inherited when forked).
 
 
 def _init_worker(config: WorkerConfig) -> None:
   global _WORKER_PROCESSOR
-  _WORKER_PROCESSOR = ChunkProcessor(config)
+  if _WORKER_PROCESSOR is None or _WORKER_PROCESSOR.config != config:
+    _WORKER_PROCESSOR = ChunkProcessor(config)
 
 
 def _process_in_worker(chunk: Chunk) -> ChunkResult:
@@ -651,9 +714,10 @@ def _process_chunks(chunks: Iterable[Chunk], processor: ChunkProcessor,
   if num_workers == 1:
     yield from map(processor.process, chunks)
     return
-  context = multiprocessing.get_context("forkserver")
-  context.set_forkserver_preload(["pretraining_data"])
-  with context.Pool(num_workers, initializer=_init_worker, initargs=(processor.config,)) as pool:
+  global _WORKER_PROCESSOR
+  _WORKER_PROCESSOR = processor
+  with _worker_context().Pool(num_workers, initializer=_init_worker,
+                              initargs=(processor.config,)) as pool:
     pending = collections.deque()
     for chunk in chunks:
       pending.append(pool.apply_async(_process_in_worker, (chunk,)))
@@ -661,6 +725,17 @@ def _process_chunks(chunks: Iterable[Chunk], processor: ChunkProcessor,
         yield pending.popleft().get()
     while pending:
       yield pending.popleft().get()
+
+
+def _worker_context() -> multiprocessing.context.BaseContext:
+  """Fork when it is safe: workers then start at once with the main process's tokenizer.
+
+  Forking a process that has loaded TensorFlow (only done here for gs:// paths) is not safe, and some
+  platforms have no fork: then workers are spawned and load the tokenizer themselves.
+  """
+  if "fork" in multiprocessing.get_all_start_methods() and "tensorflow" not in sys.modules:
+    return multiprocessing.get_context("fork")
+  return multiprocessing.get_context("spawn")
 
 
 # ---------------------------------------------------------------------------------------------------
