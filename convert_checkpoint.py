@@ -15,14 +15,14 @@ Google -> Hugging Face:
   python convert_checkpoint.py --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
       --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json --output_dir=out
 
-writes `out/model.safetensors` (names with the `bert.` prefix, as `BertForPreTraining` saves them) and
-`out/config.json`. Optimizer slots and `global_step` of training checkpoints are left out.
+writes `out/model.safetensors` (names with the `bert.` prefix, as `BertForPreTraining` saves
+them) and `out/config.json`. Optimizer slots and `global_step` of training checkpoints are left out.
 
-Names are translated by rule, not by table: `.`-scopes become `/`-scopes, `layer.N` becomes `layer_N`,
-PyTorch Linear `weight` [out, in] becomes a transposed `kernel` [in, out], LayerNorm `weight`/`bias`
-(or old `gamma`/`beta`) become `gamma`/`beta`, embedding tables drop `.weight`, and the two heads use
-the original's `output_weights`/`output_bias`. Every tensor is checked against a model built from
-the config, so a converted checkpoint always loads into `modeling.BertModel` or
+Names are translated by rule, not by table: `.`-scopes become `/`-scopes, `layer.N` becomes
+`layer_N`, PyTorch Linear `weight` [out, in] becomes a transposed `kernel` [in, out], LayerNorm
+`weight`/`bias` (or old `gamma`/`beta`) become `gamma`/`beta`, embedding tables drop `.weight`, and
+the two heads use the original's `output_weights`/`output_bias`. Every tensor is checked against a
+model built from the config, so a converted checkpoint always loads into `modeling.BertModel` or
 `modeling.BertPretrainingModel`.
 
 Pickle-based PyTorch files (`pytorch_model.bin`) are refused: unpickling runs arbitrary code.
@@ -306,10 +306,11 @@ def google_to_hf_tensors(tensors: Mapping[str, np.ndarray]) -> Dict[str, np.ndar
 def refuse_pickle(path: str) -> None:
   """Raises ValueError for pickle-based PyTorch checkpoints, saying why and what to use instead."""
   raise ValueError(
-      "%s is a pickle-based PyTorch checkpoint. It is not read: unpickling a file can run arbitrary "
-      "code from it. Use the model's model.safetensors instead (most hubs publish one), or convert "
-      "the file to safetensors once in an environment you trust, e.g. with transformers: "
-      "BertModel.from_pretrained(dir).save_pretrained(out, safe_serialization=True)." % path)
+      "%s is a pickle-based PyTorch checkpoint. It is not read: unpickling a file can run "
+      "arbitrary code from it. Use the model's model.safetensors instead (most hubs publish one), "
+      "or convert the file to safetensors once in an environment you trust, e.g. with "
+      "transformers: BertModel.from_pretrained(dir).save_pretrained(out, safe_serialization=True)."
+      % path)
 
 
 def resolve_hf_files(hf_model_path: str) -> Tuple[list, str]:
@@ -430,10 +431,13 @@ def main(argv):
   if bool(FLAGS.hf_model_path) == bool(FLAGS.init_checkpoint):
     raise app.UsageError("pass exactly one of --hf_model_path (Hugging Face -> Google) and "
                          "--init_checkpoint (Google -> Hugging Face)")
-  if FLAGS.hf_model_path:
-    convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
-  else:
-    convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file)
+  try:
+    if FLAGS.hf_model_path:
+      convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
+    else:
+      convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file)
+  except ValueError as e:  # Bad input: the message names the file and tensor; no traceback.
+    raise SystemExit("convert_checkpoint: error: %s" % e) from e
 
 
 if __name__ == "__main__":

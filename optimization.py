@@ -35,8 +35,8 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
   For `step < num_warmup_steps` the rate is `init_lr * step / num_warmup_steps`. Otherwise it is
   `init_lr * (1 - min(step, num_train_steps) / num_train_steps)`: the decay is measured from step 0,
   not from the end of warmup, so right after warmup the rate is already slightly below `init_lr`
-  (this is what the original's `polynomial_decay(power=1.0)` combined with warmup computes). The step
-  is the number of updates already applied, so the very first update uses step 0 (rate 0 when there
+  (what the original's `polynomial_decay(power=1.0)` combined with warmup computes). The step is
+  the number of updates already applied, so the very first update uses step 0 (rate 0 when there
   is warmup).
   """
 
@@ -97,7 +97,8 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
                beta_1: float = 0.9,
                beta_2: float = 0.999,
                epsilon: float = 1e-6,
-               exclude_from_weight_decay: Optional[Sequence[str]] = DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+               exclude_from_weight_decay: Optional[Sequence[str]] = (
+                   DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY),
                clip_norm: Optional[float] = 1.0,
                name: str = "AdamWeightDecay",
                **kwargs):

@@ -112,7 +112,8 @@ def _numpy_forward(t, prefix, input_ids, input_mask, token_type_ids, leaves=("we
     def split(h):
       return h.reshape(batch, length, heads, size).transpose(0, 2, 1, 3)
 
-    q, k, v = (split(_linear(x, t, layer + "attention.self." + n)) for n in ("query", "key", "value"))
+    q, k, v = (split(_linear(x, t, layer + "attention.self." + part))
+               for part in ("query", "key", "value"))
     scores = q @ k.transpose(0, 1, 3, 2) / math.sqrt(size) + adder
     probs = np.exp(scores - scores.max(-1, keepdims=True))
     probs /= probs.sum(-1, keepdims=True)
@@ -216,23 +217,28 @@ def test_pickle_checkpoints_are_refused(tmp_path):
       convert_checkpoint.convert_hf_to_google(str(path), str(tmp_path / "out"))
 
 
+def _convert(directory, hf_tensors) -> str:
+  return convert_checkpoint.convert_hf_to_google(_write_hf_model(directory, hf_tensors),
+                                                 str(directory / "google"))
+
+
 def test_unknown_tensor_and_wrong_shape_are_named(tmp_path):
   hf = _random_hf_tensors("bert.", with_heads=False)
   hf["classifier.weight"] = np.zeros((3, 16), np.float32)
   with pytest.raises(ValueError, match=r"not in a BERT model: classifier\.weight"):
-    convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "a", hf), str(tmp_path / "o"))
+    _convert(tmp_path / "a", hf)
 
   hf = _random_hf_tensors("bert.", with_heads=False)
   hf["bert.encoder.layer.1.intermediate.dense.weight"] = np.zeros((23, 16), np.float32)
   with pytest.raises(ValueError, match=r"bert\.encoder\.layer\.1\.intermediate\.dense\.weight "
                      r"\(bert/encoder/layer_1/intermediate/dense/kernel\) has shape \[16, 23\] "
                      r"but the config needs \[16, 24\]"):
-    convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "b", hf), str(tmp_path / "o"))
+    _convert(tmp_path / "b", hf)
 
   hf = _random_hf_tensors("bert.", with_heads=True)
   hf["cls.predictions.decoder.weight"] = hf["cls.predictions.decoder.weight"] + 1.0
   with pytest.raises(ValueError, match="differ"):
-    convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "c", hf), str(tmp_path / "o"))
+    _convert(tmp_path / "c", hf)
 
 
 def test_config_conversion(tmp_path):
@@ -240,7 +246,8 @@ def test_config_conversion(tmp_path):
       dict(HF_CONFIG, hidden_act="gelu_pytorch_tanh"), "config.json")
   assert config.hidden_act == "gelu_new"
   with pytest.raises(ValueError, match="config.json: hidden_act 'quick_gelu'"):
-    convert_checkpoint.google_config_from_hf(dict(HF_CONFIG, hidden_act="quick_gelu"), "config.json")
+    convert_checkpoint.google_config_from_hf(dict(HF_CONFIG, hidden_act="quick_gelu"),
+                                             "config.json")
   with pytest.raises(ValueError, match="config.json: missing key.*type_vocab_size"):
     convert_checkpoint.google_config_from_hf(
         {k: v for k, v in HF_CONFIG.items() if k != "type_vocab_size"}, "config.json")

@@ -1,4 +1,4 @@
-"""Tests for optimization.py against hand-computed values and a NumPy copy of the original's rule."""
+"""Tests for optimization.py: hand-computed values and a NumPy copy of the original's update."""
 import json
 import os
 import subprocess
@@ -114,8 +114,9 @@ def test_steps_match_numpy_original(gradient_scale):
   model = _build_model()
   variables = model.trainable_variables
   rng = np.random.default_rng(1)
-  grads_per_step = [[gradient_scale * rng.normal(size=v.shape).astype(np.float32) for v in variables]
-                    for _ in range(3)]
+  grads_per_step = [
+      [gradient_scale * rng.normal(size=v.shape).astype(np.float32) for v in variables]
+      for _ in range(3)]
   init_lr, num_train_steps, num_warmup_steps = 0.01, 4, 1
   lrs = [_schedule_lr(s, init_lr, num_train_steps, num_warmup_steps) for s in range(3)]
   decays = [not any(p in v.path.split("/", 1)[1] for p in ("LayerNorm", "bias")) for v in variables]
