@@ -34,36 +34,42 @@ import tokenization
 import training
 
 FLAGS = flags.FLAGS
-
-flags.DEFINE_string("input_file", None, "Text file, one example per line (`text_a ||| text_b` "
-                    "for a pair).")
-flags.DEFINE_string("output_file", None, "Output JSON Lines file (a directory for "
-                    "--output_format=npz).")
-flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes to output "
-                    "(-1 is the last layer).")
-flags.DEFINE_string("bert_config_file", None, "The config json file corresponding to the "
-                    "pre-trained BERT model. This specifies the model architecture.")
-flags.DEFINE_integer("max_seq_length", 128, "The maximum total input sequence length after "
-                     "WordPiece tokenization. Longer sequences are truncated.")
-flags.DEFINE_string("init_checkpoint", None, "Initial checkpoint (usually from a pre-trained BERT "
-                    "model).")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
-                  "for uncased models and False for cased models.")
-flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
-flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npz"], "jsonl: the original's JSON Lines. "
-                  "npz: one uncompressed NumPy .npz file per batch in the --output_file "
-                  "directory.")
-training.define_tpu_flags()
-flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: one vector per token (the "
-                  "original). cls: the [CLS] vector. mean: the mean over real tokens.")
-
 _PAIR_RE = re.compile(r"^(.*) \|\|\| (.*)$")
 NPZ_PATTERN = "features-%05d.npz"
 
 
+def define_flags() -> None:
+  """Defines the script's flags (the original's, plus the TPU flags, --output_format, --pooling).
+
+  Called only when run as a script, so that importing this module (tests, other tools) never
+  collides with flags another script defines in the same process.
+  """
+  flags.DEFINE_string("input_file", None, "Text file, one example per line (`text_a ||| text_b` "
+                      "for a pair).")
+  flags.DEFINE_string("output_file", None, "Output JSON Lines file (a directory for "
+                      "--output_format=npz).")
+  flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes to output "
+                      "(-1 is the last layer).")
+  flags.DEFINE_string("bert_config_file", None, "The config json file corresponding to the "
+                      "pre-trained BERT model. This specifies the model architecture.")
+  flags.DEFINE_integer("max_seq_length", 128, "The maximum total input sequence length after "
+                       "WordPiece tokenization. Longer sequences are truncated.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Initial checkpoint (usually from a pre-trained BERT model).")
+  flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+  flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
+                    "for uncased models and False for cased models.")
+  flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
+  flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npz"], "jsonl: the original's JSON Lines. "
+                    "npz: one uncompressed NumPy .npz file per batch in the --output_file "
+                    "directory.")
+  training.define_tpu_flags()
+  flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: one vector per token (the "
+                    "original). cls: the [CLS] vector. mean: the mean over real tokens.")
+
+
 def parse_line(line: str) -> tuple[str, Optional[str]]:
-  """Splits an input line into (text_a, text_b) like the original (`a ||| b`, at the last ` ||| `)."""
+  """Splits a line into (text_a, text_b) as the original: `a ||| b`, at the last ` ||| `."""
   line = line.strip()
   match = _PAIR_RE.match(line)
   if match is None:
@@ -278,6 +284,7 @@ def main(_):
 
 
 if __name__ == "__main__":
+  define_flags()
   for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint", "output_file"):
     flags.mark_flag_as_required(name)
   app.run(main)

@@ -30,7 +30,7 @@ import training
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE_TAG = "O"
-# Label id of sub-tokens that are not the first piece of a word ([CLS], [SEP], padding, "##" pieces).
+# Label id of positions that are not a word's first piece ([CLS], [SEP], padding, "##" pieces).
 IGNORE_LABEL = -1
 TAG_LIST_FILE = "tag_list.txt"
 
@@ -70,7 +70,8 @@ def read_conll(path: str) -> list[TaggedSentence]:
         flush(line_number)
         continue
       if len(columns) < 2:
-        raise ValueError("%s:%d: expected `word ... tag`, got %r" % (path, line_number, line.rstrip()))
+        raise ValueError("%s:%d: expected `word ... tag`, got %r" %
+                         (path, line_number, line.rstrip()))
       words.append(columns[0])
       tags.append(columns[-1])
     flush(line_number + 1)
@@ -95,8 +96,8 @@ def read_tag_list(directory: str) -> list[str]:
   """Reads the tag list written by `write_tag_list`."""
   path = os.path.join(directory, TAG_LIST_FILE)
   if not os.path.exists(path):
-    raise FileNotFoundError("%s not found: train first (--do_train) with this --output_dir, or copy "
-                            "the tag list of the model there" % path)
+    raise FileNotFoundError("%s not found: train first (--do_train) with this --output_dir, or "
+                            "copy the tag list of the model there" % path)
   with open(path, encoding="utf-8") as reader:
     return [line.rstrip("\n") for line in reader if line.strip()]
 
@@ -206,7 +207,7 @@ def _tag_id(sentence: TaggedSentence, word_index: int, tag_ids: dict[str, int]) 
 
 
 def features_to_arrays(features: Sequence[TaggingFeature]) -> dict[str, np.ndarray]:
-  """Stacks features into int32 arrays keyed `input_ids`, `input_mask`, `segment_ids`, `label_ids`."""
+  """Stacks features into int32 arrays: `input_ids`, `input_mask`, `segment_ids`, `label_ids`."""
   names = ("input_ids", "input_mask", "segment_ids", "label_ids")
   return {name: np.array([getattr(f, name) for f in features], dtype=np.int32).reshape(
       len(features), -1) for name in names}
@@ -373,7 +374,7 @@ def format_conlleval_report(evaluation: ConllEvaluation) -> str:
 
 
 def evaluation_to_dict(evaluation: ConllEvaluation) -> dict[str, float]:
-  """Flat `name -> value` metrics for eval_results.txt (fractions, like run_classifier's accuracy)."""
+  """Flat `name -> value` metrics for eval_results.txt, as fractions (like eval_accuracy)."""
   results = {
       "eval_accuracy": evaluation.accuracy / 100.0,
       "eval_precision": evaluation.overall.precision / 100.0,

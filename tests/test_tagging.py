@@ -56,7 +56,7 @@ def test_read_tag_list_missing_says_what_to_do(tmp_path):
     tagging.read_tag_list(str(tmp_path))
 
 
-# --- conlleval-equivalent metrics, hand-computed ---------------------------------------------------
+# --- conlleval-equivalent metrics, hand-computed ------------------------------------------------
 
 def _counts(evaluation):
   overall = evaluation.overall
@@ -85,8 +85,9 @@ def test_chunk_with_wrong_end_is_wrong():
 def test_wrong_type_is_wrong_but_found():
   evaluation = tagging.conll_evaluate([["B-PER", "I-PER"]], [["B-ORG", "I-ORG"]])
   assert _counts(evaluation) == (0, 1, 1)
-  assert evaluation.per_type["PER"].found_gold == 1 and evaluation.per_type["PER"].found_predicted == 0
-  assert evaluation.per_type["ORG"].found_predicted == 1 and evaluation.per_type["ORG"].recall == 0.0
+  per_type = evaluation.per_type
+  assert per_type["PER"].found_gold == 1 and per_type["PER"].found_predicted == 0
+  assert per_type["ORG"].found_predicted == 1 and per_type["ORG"].recall == 0.0
 
 
 def test_i_after_o_starts_a_chunk():
