@@ -1,0 +1,146 @@
+"""Speed and memory of create_pretraining_data.py on a real corpus, and on the same text repeated.
+
+Runs the command line as a user would (a fresh process per run, so start-up and vocab loading count)
+with the original's flags `max_seq_length=128 max_predictions_per_seq=20 dupe_factor=5`, and reports
+input MB/s, instances/s and the peak RSS of the whole process tree (the sum over the main process
+and its workers, sampled every 20 ms; pages shared after fork count once per process, so this is an
+upper bound) and its proportional set size (shared pages split between the processes). The original script cannot be run here; the issue's measurements of it on this machine
+kind are quoted under the table.
+
+Usage: python benchmarks/bench_pretraining_data.py [--corpus=...] [--repeats=1,4]
+       [--num_workers=1,2] [--runs=3]
+"""
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+from absl import app
+from absl import flags
+
+BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(BENCHMARK_DIR)
+SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("corpus", os.path.join(SHARED_DIR, "corpora", "wikitext2_valid.bert.txt"),
+                    "Text in the pretraining input format.")
+flags.DEFINE_string("vocab_file", os.path.join(SHARED_DIR, "fixtures", "uncased_vocab", "vocab.txt"),
+                    "WordPiece vocab.")
+flags.DEFINE_list("repeats", ["1", "4"], "Corpus sizes to run: the corpus text repeated this often.")
+flags.DEFINE_list("num_workers", ["1", "2"], "Worker counts to run.")
+flags.DEFINE_integer("runs", 3, "Runs per configuration; the table shows medians.")
+flags.DEFINE_integer("dupe_factor", 5, "As the original's flag.")
+flags.DEFINE_integer("max_seq_length", 128, "As the original's flag.")
+flags.DEFINE_integer("max_predictions_per_seq", 20, "As the original's flag.")
+
+# The issue's measurements of the original script on this machine kind (2 cores, English Wikipedia,
+# max_seq_length=128 max_predictions_per_seq=20 dupe_factor=5).
+ORIGINAL_RUNS = [(4.3, 17.3, 771, 59166), (17.3, 61.5, 1385, 241223)]
+
+
+def _tree_memory_bytes(root_pid: int) -> tuple:
+  """(RSS, PSS) summed over a process and all its descendants (Linux /proc).
+
+  RSS counts pages shared after fork once per process (an upper bound); PSS splits shared pages
+  between the processes sharing them (what the tree really adds to the machine).
+  """
+  parents = {}
+  for entry in os.listdir("/proc"):
+    if entry.isdigit():
+      try:
+        with open("/proc/%s/stat" % entry) as stat:
+          fields = stat.read().rsplit(")", 1)[1].split()
+        parents[int(entry)] = int(fields[1])
+      except (OSError, IndexError, ValueError):
+        continue
+  tree, frontier = {root_pid}, [root_pid]
+  while frontier:
+    parent = frontier.pop()
+    children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+    tree.update(children)
+    frontier.extend(children)
+  rss = pss = 0
+  for pid in tree:
+    try:
+      with open("/proc/%d/smaps_rollup" % pid) as rollup:
+        for line in rollup:
+          if line.startswith(("Rss:", "Pss:")):
+            kilobytes = int(line.split()[1]) * 1024
+            rss += kilobytes if line.startswith("Rss:") else 0
+            pss += kilobytes if line.startswith("Pss:") else 0
+    except (OSError, IndexError, ValueError):
+      continue
+  return rss, pss
+
+
+def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
+  """Runs the CLI once; returns (seconds, peak tree RSS, peak tree PSS (bytes), summary dict)."""
+  import json  # pylint: disable=g-import-not-at-top
+  command = [sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
+             "--input_file=" + corpus, "--vocab_file=" + FLAGS.vocab_file,
+             "--output_file=%s,%s" % (os.path.join(output_dir, "a.tfrecord"),
+                                      os.path.join(output_dir, "b.tfrecord")),
+             "--dupe_factor=%d" % FLAGS.dupe_factor, "--max_seq_length=%d" % FLAGS.max_seq_length,
+             "--max_predictions_per_seq=%d" % FLAGS.max_predictions_per_seq,
+             "--num_workers=%d" % num_workers]
+  start = time.perf_counter()
+  process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+  peak = [0, 0]
+
+  def sample():
+    while process.poll() is None:
+      rss, pss = _tree_memory_bytes(process.pid)
+      peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
+      time.sleep(0.02)
+
+  sampler = threading.Thread(target=sample)
+  sampler.start()
+  stdout, _ = process.communicate()
+  seconds = time.perf_counter() - start
+  sampler.join()
+  if process.returncode != 0:
+    raise RuntimeError("create_pretraining_data.py failed: %s" % " ".join(command))
+  return seconds, peak[0], peak[1], json.loads(stdout)
+
+
+def main(_):
+  with open(FLAGS.corpus, "rb") as reader:
+    text = reader.read()
+  if not text.endswith(b"\n\n"):
+    text = text.rstrip(b"\n") + b"\n\n"
+  print("| corpus | input MB | workers | seconds | input MB/s | instances | instances/s "
+        "| peak RSS, process tree (MB) | peak PSS, process tree (MB) |")
+  print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+  with tempfile.TemporaryDirectory() as temp_dir:
+    for repeat in map(int, FLAGS.repeats):
+      corpus = os.path.join(temp_dir, "corpus_x%d.txt" % repeat)
+      with open(corpus, "wb") as writer:
+        writer.write(text * repeat)
+      megabytes = len(text) * repeat / 1e6
+      for num_workers in map(int, FLAGS.num_workers):
+        runs = [_run_once(corpus, num_workers, temp_dir) for _ in range(FLAGS.runs)]
+        seconds = statistics.median(run[0] for run in runs)
+        rss_mb = statistics.median(run[1] for run in runs) / 1e6
+        pss_mb = statistics.median(run[2] for run in runs) / 1e6
+        instances = runs[0][3]["instances"]
+        print("| %s x%d | %.2f | %d | %.2f | %.2f | %d | %.0f | %.0f | %.0f |" % (
+            os.path.basename(FLAGS.corpus), repeat, megabytes, num_workers, seconds,
+            megabytes / seconds, instances, instances / seconds, rss_mb, pss_mb))
+        sys.stdout.flush()
+  for megabytes, seconds, peak_mb, instances in ORIGINAL_RUNS:
+    print("| original script (quoted from the issue, Wikipedia text) | %.1f | 1 | %.1f | %.2f | %d "
+          "| %.0f | %d | |" % (megabytes, seconds, megabytes / seconds, instances,
+                             instances / seconds, peak_mb))
+  print()
+  print("- Flags: max_seq_length=%d max_predictions_per_seq=%d dupe_factor=%d, two output files; "
+        "medians of %d runs; each run is a fresh process (start-up included)."
+        % (FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.dupe_factor, FLAGS.runs))
+
+
+if __name__ == "__main__":
+  app.run(main)
