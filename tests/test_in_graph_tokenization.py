@@ -1,0 +1,194 @@
+# coding=utf-8
+"""Tests of in_graph_tokenization.py: the same ids as tokenization.FullTokenizer, inside SavedModels."""
+import os
+import shutil
+
+import hypothesis
+from hypothesis import strategies as st
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import shared_path
+import in_graph_tokenization
+import tokenization
+from test_tokenization import TRICKY_TEXTS, train_sentencepiece
+
+
+@pytest.fixture(scope="module")
+def uncased_vocab():
+  return shared_path("fixtures", "uncased_vocab", "vocab.txt")
+
+
+@pytest.fixture(scope="module")
+def uncased(uncased_vocab):
+  return (tokenization.FullTokenizer(uncased_vocab, True),
+          in_graph_tokenization.BertInputEncoder(uncased_vocab, True, max_seq_length=48))
+
+
+@pytest.fixture(scope="module")
+def uncased_tokenize(uncased):
+  return tf.function(uncased[1].tokenize, input_signature=[tf.TensorSpec([None], tf.string)])
+
+
+def as_lists(ragged):
+  return ragged.to_list()
+
+
+def test_character_tables_match_tokenization_predicates():
+  classes = in_graph_tokenization.character_classes()
+  keys, row_splits, values = in_graph_tokenization.character_mapping(strip_accents=True)
+  mapping = {int(key): "".join(chr(v) for v in values[row_splits[i]:row_splits[i + 1]])
+             for i, key in enumerate(keys)}
+  code_points = list(range(0x800)) + list(range(0x800, 0x110000, 53))
+  for cp in code_points:
+    if 0xD800 <= cp <= 0xDFFF:
+      continue
+    char = chr(cp)
+    bits = int(classes[cp])
+    assert bool(bits & 1) == (cp in (0, 0xFFFD) or tokenization.is_control(char)), hex(cp)
+    assert bool(bits & 2) == (tokenization.is_whitespace(char) or char.isspace()), hex(cp)
+    assert bool(bits & 4) == tokenization.is_chinese_char(cp), hex(cp)
+    assert bool(bits & 8) == tokenization.is_punctuation(char), hex(cp)
+    assert mapping.get(cp, char) == tokenization.strip_accents(char.lower()), hex(cp)
+  # Spot checks of the case properties that str.lower's final sigma rule uses.
+  assert classes[ord("A")] & 16 and classes[ord("\u03c3")] & 16 and not classes[ord("1")] & 48
+  assert classes[ord(".")] & 32 and classes[ord("'")] & 32 and classes[0x301] & 32
+
+
+def test_truncated_lengths_match_truncate_seq_pair():
+  grid = np.array([(a, b, m) for a in range(13) for b in range(13) for m in range(16)])
+  new_a, new_b = in_graph_tokenization.truncated_lengths(grid[:, 0], grid[:, 1], grid[:, 2])
+  for (length_a, length_b, budget), got_a, got_b in zip(grid, new_a.numpy(), new_b.numpy()):
+    tokens_a, tokens_b = list(range(length_a)), list(range(length_b))
+    tokenization.truncate_seq_pair(tokens_a, tokens_b, budget)
+    assert (got_a, got_b) == (len(tokens_a), len(tokens_b)), (length_a, length_b, budget)
+
+
+def test_encoder_equals_python_encode_on_wikitext(uncased):
+  tokenizer, encoder = uncased
+  with open(shared_path("corpora", "wikitext2_valid.bert.txt"), encoding="utf-8") as f:
+    lines = f.read().splitlines()
+  texts_a, texts_b = lines[0:4000:2], lines[1:4000:2]
+  pairs = encoder(tf.constant(texts_a), tf.constant(texts_b))
+  singles = encoder(tf.constant(texts_a))
+  for features in (pairs, singles):
+    assert sorted(features) == ["input_ids", "input_mask", "segment_ids"]
+    for value in features.values():
+      assert value.dtype == tf.int32 and value.shape == (len(texts_a), 48)
+  names = ("input_ids", "input_mask", "segment_ids")
+  pairs = [pairs[name].numpy().tolist() for name in names]
+  singles = [singles[name].numpy().tolist() for name in names]
+  for row, (a, b) in enumerate(zip(texts_a, texts_b)):
+    assert [f[row] for f in pairs] == list(tokenizer.encode(a, b, max_seq_length=48)), (a, b)
+    assert [f[row] for f in singles] == list(tokenizer.encode(a, max_seq_length=48)), a
+
+
+@pytest.mark.parametrize("vocab_parts,do_lower_case", [
+    (("uncased_vocab", "vocab.txt"), True), (("uncased_vocab", "vocab.txt"), False),
+    (("google_bert_chinese", "vocab.txt"), True)])
+def test_tricky_texts(vocab_parts, do_lower_case):
+  vocab_file = shared_path("fixtures", *vocab_parts)
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+  encoder = in_graph_tokenization.BertInputEncoder(vocab_file, do_lower_case)
+  data = [text.encode("utf-8") if isinstance(text, str) else text for text in TRICKY_TEXTS]
+  got = as_lists(encoder.tokenize(tf.constant(data)))
+  for text, ids in zip(TRICKY_TEXTS, got):
+    assert ids == tokenizer.tokenize_to_ids(text), repr(text)
+
+
+_TEXT = st.text(st.one_of(st.characters(exclude_categories=["Cs"]),
+                          st.sampled_from(list("aZ \t.,'\u00a0\u00e9\u0301\u03a3\u4e2d\ud55cI"))),
+                max_size=30)
+
+
+@hypothesis.settings(max_examples=30, deadline=None)
+@hypothesis.given(texts=st.lists(st.one_of(_TEXT, st.binary(max_size=20)), min_size=1, max_size=6))
+def test_property_in_graph_equals_python(uncased, uncased_tokenize, texts):
+  tokenizer, _ = uncased
+  sensitive = in_graph_tokenization.reorder_sensitive_chars()
+  hypothesis.assume(not any(char in sensitive for text in texts
+                            for char in tokenization.convert_to_unicode(text)))
+  data = [text.encode("utf-8") if isinstance(text, str) else text for text in texts]
+  for text, ids in zip(texts, as_lists(uncased_tokenize(tf.constant(data)))):
+    assert ids == tokenizer.tokenize_to_ids(text)
+    assert all(0 <= i < len(tokenizer.vocab) for i in ids)
+
+
+def test_tokenize_words_per_word(uncased):
+  tokenizer, encoder = uncased
+  words = [["Unaffable", "don't", "", "中文"], [], ["x" * 250, "naïve,"]]
+  got = encoder.tokenize_words(tf.ragged.constant(words, dtype=tf.string))
+  assert got.shape.rank == 3 and got.dtype == tf.int32
+  assert got.to_list() == [[tokenizer.tokenize_to_ids(word) for word in row] for row in words]
+
+
+def test_special_ids_and_pack(uncased):
+  _, encoder = uncased
+  assert (encoder.cls_id, encoder.sep_id, encoder.unk_id, encoder.pad_id, encoder.mask_id) == (
+      101, 102, 100, 0, 103)
+  features = encoder.pack(tf.ragged.constant([[7, 8, 9], []]), tf.ragged.constant([[5], [6, 6]]))
+  assert features["input_ids"][:, :8].numpy().tolist() == [
+      [101, 7, 8, 9, 102, 5, 102, 0], [101, 102, 6, 6, 102, 0, 0, 0]]
+  assert features["segment_ids"][:, :8].numpy().tolist() == [
+      [0, 0, 0, 0, 0, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0, 0]]
+
+
+def test_learned_vocab_special_ids(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(["[SEP]", "[CLS]", "[UNK]", "a", "##b", "a"]) + "\n")
+  encoder = in_graph_tokenization.BertInputEncoder(str(vocab), max_seq_length=6)
+  features = encoder(tf.constant(["ab a", "c"]))
+  # "a" occurs twice: like load_vocab, the later line wins.
+  assert features["input_ids"].numpy().tolist() == [[1, 5, 4, 5, 0, 0], [1, 2, 0, 0, 0, 0]]
+  vocab.write_text("[CLS]\n[UNK]\na\n")
+  with pytest.raises(ValueError, match=r"no \[SEP\]"):
+    in_graph_tokenization.BertInputEncoder(str(vocab))
+
+
+class _Serving(tf.Module):
+  """What an export helper does: keep the encoder as an attribute, serve a signature."""
+
+  def __init__(self, encoder):
+    super().__init__()
+    self.encoder = encoder
+
+  @tf.function(input_signature=[tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.string)])
+  def serve(self, text_a, text_b):
+    return self.encoder(text_a, text_b)
+
+
+def test_saved_model_with_vocab_asset(uncased, uncased_vocab, tmp_path):
+  tokenizer, _ = uncased
+  vocab_copy = tmp_path / "source" / "vocab.txt"
+  vocab_copy.parent.mkdir()
+  shutil.copy(uncased_vocab, vocab_copy)
+  module = _Serving(in_graph_tokenization.BertInputEncoder(str(vocab_copy), max_seq_length=16))
+  export_dir = str(tmp_path / "saved")
+  tf.saved_model.save(module, export_dir, signatures={"serving_default": module.serve})
+  shutil.rmtree(vocab_copy.parent)
+  assert os.path.exists(os.path.join(export_dir, "assets", "vocab.txt"))
+  loaded = tf.saved_model.load(export_dir)
+  assert loaded.encoder.do_lower_case.numpy()
+  assert loaded.encoder.vocab_file.asset_path.numpy().decode().endswith("vocab.txt")
+  texts_a, texts_b = ["Hello, unaffable world!", "ΟΔΟΣ"], ["naïve café", ""]
+  outputs = loaded.signatures["serving_default"](text_a=tf.constant(texts_a),
+                                                 text_b=tf.constant(texts_b))
+  for row, (a, b) in enumerate(zip(texts_a, texts_b)):
+    expected = tokenizer.encode(a, b, max_seq_length=16)
+    assert [outputs[k][row].numpy().tolist() for k in ("input_ids", "input_mask", "segment_ids")
+           ] == list(expected)
+
+
+def test_sentencepiece_in_graph(tmp_path):
+  model_file = train_sentencepiece(str(tmp_path))
+  texts = ["KAto 한국어 men", "RI\u00e9 데이터 ΟΔΟΣ", "  sun\tmen  ", ""]
+  for do_lower_case in (True, False):
+    tokenizer = tokenization.FullTokenizer(None, do_lower_case, spm_model_file=model_file)
+    encoder = in_graph_tokenization.BertInputEncoder(
+        None, do_lower_case, spm_model_file=model_file, max_seq_length=12)
+    got = encoder.tokenize(tf.constant(texts)).to_list()
+    assert got == [tokenizer.tokenize_to_ids(text) for text in texts]
+    features = encoder(tf.constant(texts), tf.constant(texts[::-1]))
+    for row, (a, b) in enumerate(zip(texts, texts[::-1])):
+      assert features["input_ids"][row].numpy().tolist() == tokenizer.encode(a, b, 12)[0]
