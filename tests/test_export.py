@@ -102,3 +102,75 @@ def test_existing_versions_ignores_other_entries(tmp_path):
   assert export.existing_versions(str(tmp_path)) == [3, 10]
   assert export.next_version(str(tmp_path)) == 11
   assert export.next_version(str(tmp_path / "absent")) == 1
+
+
+CLASSIFIER_SCRIPT = """
+import json, sys
+import tensorflow as tf
+import tensorflow_text  # Registers the tokenization ops the SavedModel uses.
+loaded = tf.saved_model.load(sys.argv[1])
+texts = json.loads(sys.argv[2])
+ids = json.loads(sys.argv[3])
+text = loaded.signatures["serving_default"](text_a=tf.constant(texts["a"]),
+                                            text_b=tf.constant(texts["b"]))
+by_ids = loaded.signatures["token_ids"](**{k: tf.constant(v, tf.int32) for k, v in ids.items()})
+one = loaded.signatures["serving_default"](text_a=tf.constant(texts["a"][:1]),
+                                           text_b=tf.constant(texts["b"][:1]))
+print(json.dumps({"probabilities": text["probabilities"].numpy().tolist(),
+                  "label": [x.decode() for x in text["label"].numpy()],
+                  "ids_probabilities": by_ids["probabilities"].numpy().tolist(),
+                  "one": one["probabilities"].numpy().tolist()}))
+"""
+
+
+def test_classifier_export_serves_raw_text_like_do_predict(tmp_path, uncased_vocab_file):
+  import test_run_classifier as rc  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+  config_file = str(tmp_path / "bert_config.json")
+  with open(config_file, "w") as f:
+    json.dump(dict(vocab_size=30522, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                   intermediate_size=64, hidden_act="gelu", hidden_dropout_prob=0.1,
+                   attention_probs_dropout_prob=0.1, max_position_embeddings=64,
+                   type_vocab_size=2, initializer_range=0.02), f)
+  header = ["Quality", "#1 ID", "#2 ID", "#1 String", "#2 String"]
+  train = [[str(int(i % 3 == 0)), "1", "2", "the %d cats sat." % i, "a dog %d ran!" % (i * 7)]
+           for i in range(24)]
+  pairs = [("Héllo, WORLD! The café's naïve owner.", "東京 is big; isn't it?"),
+           ("", "only the second text"),
+           ("a very long first sentence " * 8, "and an unaffable second one " * 5),
+           ("Odd\u3000and\u00a0wide\u200bspaces", ""),
+           ("The quick brown fox.", "Jumps over the lazy dog?")]
+  test = [["0", str(i), str(i), a, b] for i, (a, b) in enumerate(pairs)]
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  rc.write_tsv(data_dir / "train.tsv", header, train)
+  rc.write_tsv(data_dir / "test.tsv", ["index"] + header[1:], test)
+  output_dir, export_dir = str(tmp_path / "out"), str(tmp_path / "export")
+  rc.run(task_name="MRPC", data_dir=str(data_dir), vocab_file=uncased_vocab_file,
+         bert_config_file=config_file, output_dir=output_dir, export_dir=export_dir,
+         do_train=True, do_predict=True, max_seq_length=32, train_batch_size=8,
+         learning_rate=5e-3, num_train_epochs=2.0)
+  expected = rc.read_test_results(output_dir)
+  assert expected.shape == (5, 2) and np.ptp(expected[:, 0]) > 1e-4  # Not all the same.
+
+  tokenizer = tokenization.FullTokenizer(uncased_vocab_file, do_lower_case=True)
+  encoded = [tokenizer.encode(a, b, 32) for a, b in pairs]
+  ids = {name: [e[i] for e in encoded] for i, name in enumerate(export.ID_INPUTS)}
+  texts = {"a": [a for a, _ in pairs], "b": [b for _, b in pairs]}
+  saved_model = os.path.join(export_dir, "1")
+  result = subprocess.run([sys.executable, "-c", CLASSIFIER_SCRIPT, saved_model,
+                           json.dumps(texts), json.dumps(ids)], capture_output=True, text=True,
+                          env=dict(os.environ, PYTHONPATH=""), cwd=str(tmp_path))
+  assert result.returncode == 0, result.stderr[-3000:]
+  served = json.loads(result.stdout.strip().splitlines()[-1])
+  np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
+  np.testing.assert_allclose(served["ids_probabilities"], expected, atol=1e-5)
+  np.testing.assert_allclose(served["one"], expected[:1], atol=1e-5)
+  assert served["label"] == [["0", "1"][i] for i in expected.argmax(axis=1)]
+
+  cli = subprocess.run(["saved_model_cli", "show", "--all", "--dir", saved_model],
+                       capture_output=True, text=True, check=True).stdout
+  for name in ("signature_def['serving_default']", "signature_def['token_ids']",
+               "inputs['text_a']", "inputs['text_b']", "inputs['input_ids']",
+               "outputs['probabilities']", "outputs['label']", "outputs['logits']"):
+    assert name in cli
