@@ -163,12 +163,11 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     dtype = variable.dtype
     gradient = tf.cast(gradient, dtype)
     learning_rate = tf.cast(learning_rate, dtype)
-    index = self._get_variable_index(variable)
-    slots = {"adam_m": self._adam_m[index], "adam_v": self._adam_v[index]}
+    slots = self.slot_variables(variable)
     next_m = self.beta_1 * slots["adam_m"] + (1.0 - self.beta_1) * gradient
     next_v = self.beta_2 * slots["adam_v"] + (1.0 - self.beta_2) * tf.square(gradient)
     update = next_m / (tf.sqrt(next_v) + self.epsilon)
-    if self._decays[index]:
+    if self._decays[self._get_variable_index(variable)]:
       update += self.weight_decay_rate * variable
     self.assign_sub(variable, learning_rate * update)
     self.assign(slots["adam_m"], next_m)
