@@ -19,7 +19,9 @@ Input is read, run and written batch by batch, so memory does not grow with the 
 import io
 import json
 import os
+import queue
 import re
+import threading
 import time
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -219,6 +221,45 @@ def read_lines(path: str) -> Iterator[str]:
       yield tokenization.convert_to_unicode(line)
 
 
+def prefetch(items: Iterable, depth: int = 2) -> Iterator:
+  """Yields `items`, produced `depth` ahead in a background thread.
+
+  Tokenization (Python) then overlaps the model run (TensorFlow releases the GIL), and memory stays
+  bounded by `depth` items. An exception in the producer is raised in the consumer.
+  """
+  buffer = queue.Queue(maxsize=depth)
+  done = object()
+  stop = threading.Event()
+
+  def produce():
+    try:
+      for item in items:
+        while not stop.is_set():
+          try:
+            buffer.put((item, None), timeout=0.1)
+            break
+          except queue.Full:
+            continue
+        if stop.is_set():
+          return
+      buffer.put((done, None))
+    except Exception as error:  # pylint: disable=broad-except
+      buffer.put((done, error))
+
+  thread = threading.Thread(target=produce, daemon=True)
+  thread.start()
+  try:
+    while True:
+      item, error = buffer.get()
+      if item is done:
+        if error is not None:
+          raise error
+        return
+      yield item
+  finally:
+    stop.set()
+
+
 def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: str,
             output_format: str, total_lines: Optional[int] = None) -> int:
   """Runs every batch and writes its features; returns the number of examples written."""
@@ -230,7 +271,7 @@ def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: 
   start_time = last_log = time.time()
   done = 0
   try:
-    for batch_number, batch in enumerate(batches):
+    for batch_number, batch in enumerate(prefetch(batches)):
       values = extractor(batch.input_ids, batch.input_mask, batch.segment_ids).numpy()
       if writer is None:
         write_npz_batch(output_file, batch_number, batch, extractor.layer_indexes, values)

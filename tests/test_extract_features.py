@@ -159,3 +159,16 @@ def test_pooled_json_and_per_token_npz(bert, tokenizer, tmp_path):
     assert length == len(tokens)
     assert arrays["layers"].shape[:2] == (2, 1)
     np.testing.assert_allclose(arrays["layers"][1, 0, :length], layers[-2], atol=2e-6)
+
+
+def test_prefetch_keeps_order_and_raises_producer_errors():
+  assert list(extract_features.prefetch(iter(range(10)), depth=2)) == list(range(10))
+
+  def failing():
+    yield 1
+    raise ValueError("bad line 2")
+
+  items = extract_features.prefetch(failing())
+  assert next(items) == 1
+  with pytest.raises(ValueError, match="bad line 2"):
+    next(items)
