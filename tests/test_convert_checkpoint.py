@@ -255,3 +255,34 @@ def test_config_conversion(tmp_path):
   assert back["hidden_act"] == "gelu_new" and back["architectures"] == ["BertModel"]
   assert {k: back[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"} == {
       k: HF_CONFIG[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"}
+
+
+def test_google_release_names_map_to_bert_for_pretraining_names(chinese_bert_dir):
+  prefix = os.path.join(chinese_bert_dir, "bert_model.ckpt")
+  google = dict(tf.train.list_variables(prefix))
+  hf = {}
+  for name, shape in google.items():
+    hf_name, transpose = convert_checkpoint.hf_name_for_google(name)
+    hf[hf_name] = shape[::-1] if transpose else shape
+  # The names transformers' BertForPreTraining.save_pretrained writes (tied decoder left out).
+  expected = {"bert.embeddings.%s" % n for n in (
+      "LayerNorm.bias", "LayerNorm.weight", "position_embeddings.weight",
+      "token_type_embeddings.weight", "word_embeddings.weight")}
+  expected |= {"bert.pooler.dense.bias", "bert.pooler.dense.weight", "cls.predictions.bias",
+               "cls.seq_relationship.bias", "cls.seq_relationship.weight"}
+  expected |= {"cls.predictions.transform.%s.%s" % (m, p)
+               for m in ("dense", "LayerNorm") for p in ("weight", "bias")}
+  expected |= {"bert.encoder.layer.%d.%s.%s" % (i, m, p) for i in range(12) for m in (
+      "attention.self.query", "attention.self.key", "attention.self.value",
+      "attention.output.dense", "attention.output.LayerNorm", "intermediate.dense",
+      "output.dense", "output.LayerNorm") for p in ("weight", "bias")}
+  assert set(hf) == expected
+  assert hf["bert.encoder.layer.3.intermediate.dense.weight"] == [3072, 768]  # PyTorch [out, in]
+  assert hf["cls.seq_relationship.weight"] == [2, 768]
+  assert hf["bert.embeddings.word_embeddings.weight"] == [21128, 768]
+
+  config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
+  hf_config = convert_checkpoint.hf_config_from_google(config, with_heads=True)
+  back = convert_checkpoint.google_config_from_hf(hf_config, "config.json")
+  assert {k: getattr(back, k) for k in convert_checkpoint.CONFIG_FIELDS} == {
+      k: getattr(config, k) for k in convert_checkpoint.CONFIG_FIELDS}
