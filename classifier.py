@@ -13,6 +13,7 @@ import collections
 import csv
 import dataclasses
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -482,7 +483,7 @@ def get_processor(task_name: str, **options) -> DataProcessor:
   if name not in PROCESSORS:
     raise ValueError("--task_name=%s: unknown task (known: %s)" % (task_name, ", ".join(PROCESSORS)))
   processor_class = PROCESSORS[name]
-  accepted = processor_class.__init__.__code__.co_varnames
+  accepted = inspect.signature(processor_class.__init__).parameters
   return processor_class(**{k: v for k, v in options.items() if k in accepted})
 
 
