@@ -446,13 +446,12 @@ class FullTokenizer(object):
     """Tokenizes many texts at once: returns (ids int32 [B, L] zero padded, lengths int32 [B]).
 
     Row i equals `tokenize_to_ids(texts[i])`. WordPiece goes through TensorFlow
-    (`in_graph_tokenization`), SentencePiece through the model's batch encoder.
+    (`in_graph_tokenization`, see `_TensorFlowBatchTokenizer`), SentencePiece through the model's
+    batch encoder.
     """
-    id_lists = self._batch_id_lists(texts, batch_size)
-    lengths = np.array([len(ids) for ids in id_lists], np.int32)
-    padded = np.zeros([len(id_lists), max(lengths, default=0)], np.int32)
-    for row, ids in enumerate(id_lists):
-      padded[row, :len(ids)] = ids
+    values, lengths = self._batch_ids(texts, batch_size)
+    padded = np.zeros([len(lengths), lengths.max(initial=0)], np.int32)
+    padded[np.arange(padded.shape[1]) < lengths[:, None]] = values
     return padded, lengths
 
   def batch_encode(self, texts_a: Sequence[TextLike],
@@ -476,19 +475,25 @@ class FullTokenizer(object):
                  for i in range(3))
 
   def _batch_id_lists(self, texts: Sequence[TextLike], batch_size: int) -> List[np.ndarray]:
-    """The ids of every text as int32 arrays, through the batch path."""
+    """The ids of every text as a list of int32 arrays, through the batch path."""
+    values, lengths = self._batch_ids(texts, batch_size)
+    return np.split(values, np.cumsum(lengths)[:-1])
+
+  def _batch_ids(self, texts: Sequence[TextLike],
+                 batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The ids of all texts concatenated (int32) and the number of ids of each text (int32)."""
     texts = [convert_to_unicode(text) for text in texts]
     if self.sp_model is not None:
       encoded = self.sp_model.encode([self._spm_prepare(text) for text in texts], out_type=int)
-      return [np.array(ids, np.int32) for ids in encoded]
+      return _concatenate([np.array(ids, np.int32) for ids in encoded])
     batch_tokenizer = self._batch_tokenizer()
-    id_lists = []
-    for start in range(0, len(texts), batch_size):
-      id_lists.extend(batch_tokenizer(texts[start:start + batch_size]))
-    return id_lists
+    parts = [batch_tokenizer(texts[start:start + batch_size])
+             for start in range(0, len(texts), batch_size)]
+    return (np.concatenate([values for values, _ in parts] + [np.zeros([0], np.int32)]),
+            np.concatenate([lengths for _, lengths in parts] + [np.zeros([0], np.int32)]))
 
   def _batch_tokenizer(self):
-    """A function list of str -> list of id arrays, built once (it loads TensorFlow)."""
+    """A function list of str -> (ids, lengths), built once (it loads TensorFlow)."""
     if self._batch_function is None:
       self._batch_function = _TensorFlowBatchTokenizer(self)
     return self._batch_function
@@ -557,8 +562,8 @@ class _TensorFlowBatchTokenizer(object):
       self._special = re.compile(
           "[%s]" % "".join(sorted(in_graph_tokenization.reorder_sensitive_chars())))
 
-  def __call__(self, texts: Sequence[str]) -> List[np.ndarray]:
-    """Ids of every text (a list of str) as int32 arrays."""
+  def __call__(self, texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
+    """(concatenated int32 ids, int32 number of ids per text) of a list of str."""
     encoded = []
     in_python = []
     for row, text in enumerate(texts):
@@ -566,15 +571,26 @@ class _TensorFlowBatchTokenizer(object):
         data = text.encode("utf-8")
       except UnicodeEncodeError:
         data = None
-      if data is None or (self._special is not None and self._special.search(text)):
+      if data is None or (self._special is not None and not text.isascii() and
+                          self._special.search(text)):
         in_python.append(row)
         data = b""
       encoded.append(data)
     ragged = self._tokenize(encoded)
-    id_lists = np.split(ragged.flat_values.numpy(), ragged.row_splits.numpy()[1:-1])
+    values = ragged.flat_values.numpy()
+    lengths = np.diff(ragged.row_splits.numpy()).astype(np.int32)
+    if not in_python:
+      return values, lengths
+    rows = np.split(values, np.cumsum(lengths)[:-1])
     for row in in_python:
-      id_lists[row] = np.array(self._python_tokenizer.tokenize_to_ids(texts[row]), np.int32)
-    return id_lists
+      rows[row] = np.array(self._python_tokenizer.tokenize_to_ids(texts[row]), np.int32)
+    return _concatenate(rows)
+
+
+def _concatenate(rows: Sequence[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
+  """(concatenated int32 values, int32 lengths) of a list of 1-D arrays."""
+  lengths = np.array([len(row) for row in rows], np.int32)
+  return np.concatenate(list(rows) + [np.zeros([0], np.int32)]).astype(np.int32), lengths
 
 
 def _load_sentencepiece(spm_model_file: str):
