@@ -415,7 +415,12 @@ class FullTokenizer(object):
 
   def tokenize_to_ids(self, text: TextLike) -> List[int]:
     """Returns the ids of `tokenize(text)`."""
-    return self.convert_tokens_to_ids(self.tokenize(text))
+    tokens = self.tokenize(text)
+    try:
+      return self.convert_tokens_to_ids(tokens)
+    except KeyError as error:
+      raise ValueError("The vocab %s has no %s token, which is needed here." %
+                       (self.vocab_file, error.args[0])) from error
 
   def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
     """Maps tokens to ids (KeyError for a token outside a WordPiece vocab)."""

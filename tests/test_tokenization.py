@@ -130,6 +130,9 @@ def test_load_vocab_format_and_errors(tmp_path):
   tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path / "v2.txt", ["[UNK]", "a"]))
   with pytest.raises(ValueError, match=r"v2.txt has no \[CLS\]"):
     tokenizer.encode("a")
+  tokenizer = tokenization.FullTokenizer(write_vocab(tmp_path / "v3.txt", ["a"]))
+  with pytest.raises(ValueError, match=r"v3.txt has no \[UNK\]"):
+    tokenizer.tokenize_to_ids("a b")
 
 
 def test_convert_to_unicode_and_printable_text():
