@@ -16,7 +16,8 @@ so both paths share one definition of every character:
    (several, one or no code points), and capital sigma becomes final sigma in the context where
    `str.lower` does that (a cased letter before it and none after it, skipping case-ignorables).
 4. Words are runs of non-separators, cut around every punctuation character and every CJK
-   ideograph; words longer than 200 characters become "[UNK]"; the rest go through
+   ideograph (`split_words`: the original's `BasicTokenizer`); words longer than 200 characters
+   become "[UNK]"; the rest go through
    tensorflow-text's `FastWordpieceTokenizer` (greedy longest-match-first, like the original).
 
 Known difference from the Python path (the batch path of `tokenization` routes such texts to
@@ -295,8 +296,6 @@ def split_words(texts: tf.Tensor, tables: CharacterTables) -> tf.RaggedTensor:
       tf.boolean_mask(code_points, in_word), tf.boolean_mask(word_ids, in_word),
       nrows=tf.reduce_sum(tf.cast(starts_word, tf.int64)))
   words = tf.strings.unicode_encode(word_chars, "UTF-8")
-  too_long = word_chars.row_lengths() > tokenization.MAX_INPUT_CHARS_PER_WORD
-  words = tf.where(too_long, tokenization.UNK_TOKEN, words)
   return tf.RaggedTensor.from_value_rowids(
       words, tf.boolean_mask(row_ids, starts_word), nrows=tf.shape(texts, out_type=tf.int64)[0])
 
@@ -400,7 +399,11 @@ class BertInputEncoder(tf.Module):
     chunks = tf.strings.split(texts, sep=" ")
     unique_chunks, chunk_index = tf.unique(chunks.flat_values)
     words = split_words(unique_chunks, self._tables)
-    ids = words.with_flat_values(self._wordpiece.tokenize(words.flat_values)).merge_dims(1, 2)
+    # The original makes a word of more than 200 characters one [UNK] (which is in the vocab).
+    too_long = (tf.strings.length(words.flat_values, unit="UTF8_CHAR") >
+                tokenization.MAX_INPUT_CHARS_PER_WORD)
+    flat_words = tf.where(too_long, tokenization.UNK_TOKEN, words.flat_values)
+    ids = words.with_flat_values(self._wordpiece.tokenize(flat_words)).merge_dims(1, 2)
     return chunks.with_flat_values(tf.gather(ids, chunk_index)).merge_dims(1, 2)
 
   def tokenize_words(self, words: tf.RaggedTensor) -> tf.RaggedTensor:

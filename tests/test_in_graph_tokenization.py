@@ -192,3 +192,14 @@ def test_sentencepiece_in_graph(tmp_path):
     features = encoder(tf.constant(texts), tf.constant(texts[::-1]))
     for row, (a, b) in enumerate(zip(texts, texts[::-1])):
       assert features["input_ids"][row].numpy().tolist() == tokenizer.encode(a, b, 12)[0]
+
+
+@pytest.mark.parametrize("do_lower_case", [True, False])
+def test_split_words_equals_basic_tokenizer(do_lower_case):
+  tables = in_graph_tokenization.CharacterTables(
+      "lower_strip_accents" if do_lower_case else None)
+  basic = tokenization.BasicTokenizer(do_lower_case)
+  data = [text.encode("utf-8") if isinstance(text, str) else text for text in TRICKY_TEXTS]
+  words = in_graph_tokenization.split_words(tf.constant(data), tables).to_list()
+  assert [[word.decode("utf-8") for word in row] for row in words] == [
+      basic.tokenize(text) for text in TRICKY_TEXTS]
