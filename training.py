@@ -509,6 +509,8 @@ class _Trainer:
     # A nested tf.function may not all-reduce, so only the one-replica XLA case gets one.
     self._gradients = (tf.function(self._compute_gradients, jit_compile=True) if compiled else
                        self._compute_gradients)
+    # Traced once and called twice by _train_steps (before and inside its loop).
+    self._step = tf.function(self._one_step)
     self.train_steps = tf.function(self._train_steps)
 
   def _compute_gradients(self, features):
@@ -530,9 +532,9 @@ class _Trainer:
 
   def _train_steps(self, iterator, num_steps):
     """Runs `num_steps` (>= 1) steps; returns the sums over steps of loss and metrics."""
-    totals = self._one_step(iterator)
+    totals = self._step(iterator)
     for _ in tf.range(num_steps - 1):
-      step = self._one_step(iterator)
+      step = self._step(iterator)
       totals = {name: totals[name] + step[name] for name in totals}
     return totals
 

@@ -1,0 +1,330 @@
+"""Tests for training.py: checkpoints and resume, NaN handling, evaluate/predict, strategies.
+
+The strategy tests run this file as a script in subprocesses (two logical CPU devices must be
+configured before TensorFlow starts; multi-worker needs one process per worker) and compare the
+losses and final weights with one device on the same global batches.
+"""
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("KERAS_BACKEND", "tensorflow")
+
+import keras  # pylint: disable=g-import-not-at-top
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
+
+import modeling  # pylint: disable=g-import-not-at-top
+import training  # pylint: disable=g-import-not-at-top
+
+VOCAB_SIZE = 40
+SEQ_LENGTH = 8
+CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+              intermediate_size=24, hidden_act="gelu", hidden_dropout_prob=0.0,
+              attention_probs_dropout_prob=0.0, max_position_embeddings=SEQ_LENGTH,
+              type_vocab_size=2, initializer_range=0.02)
+
+
+class TinyClassifier(keras.Model):
+  """BERT + a 2-class head on the pooled output (`output_weights`, `output_bias`)."""
+
+  def __init__(self):
+    super().__init__(name="tiny_classifier")
+    self.bert = modeling.BertModel(modeling.BertConfig.from_dict(CONFIG), name="bert")
+
+  def build(self, input_shape=None):
+    self.bert.build()
+    self.output_weights = self.add_weight(name="output_weights", shape=(2, 16))
+    self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros")
+
+  def call(self, features, training=False):
+    pooled = self.bert(features["input_ids"], training=training)["pooled_output"]
+    return tf.matmul(pooled, self.output_weights, transpose_b=True) + self.output_bias
+
+
+def model_fn():
+  model = TinyClassifier()
+  model.build()
+  return model
+
+
+def per_example_loss(model, features, training_):
+  log_probs = tf.nn.log_softmax(model(features, training=training_), axis=-1)
+  return -tf.gather(log_probs, features["label"], batch_dims=1) * features["scale"]
+
+
+def loss_fn(model, features, training_):
+  loss = training.replica_weighted_mean(per_example_loss(model, features, training_))
+  return loss, {"scaled_mean": training.replica_weighted_mean(features["scale"])}
+
+
+def metric_fn(model, features):
+  real = tf.cast(features[training.REAL_EXAMPLE_KEY], tf.float32)
+  predictions = tf.argmax(model(features), -1, output_type=tf.int32)
+  correct = tf.cast(tf.equal(predictions, features["label"]), tf.float32)
+  return {"accuracy": (tf.reduce_sum(correct * real), tf.reduce_sum(real)),
+          "loss": (tf.reduce_sum(per_example_loss(model, features, False) * real),
+                   tf.reduce_sum(real))}
+
+
+def predict_fn(model, features):
+  return {"logits": model(features), "first_id": features["input_ids"][:, 0]}
+
+
+def examples(count, seed=0, bad_after=None):
+  """Label = whether token 1 appears in the sequence; `scale` is inf from example `bad_after` on."""
+  rng = np.random.RandomState(seed)
+  ids = rng.randint(2, VOCAB_SIZE, size=(count, SEQ_LENGTH)).astype(np.int32)
+  label = (rng.rand(count) < 0.5).astype(np.int32)
+  ids[label == 1, rng.randint(0, SEQ_LENGTH)] = 1
+  scale = np.ones(count, np.float32)
+  if bad_after is not None:
+    scale[bad_after:] = np.inf
+  return {"input_ids": ids, "label": label, "scale": scale}
+
+
+def dataset_fn_of(data):
+  def dataset_fn(batch_size, seed):
+    # A fixed order; `seed` is random_seed + the step training starts from, so skipping that many
+    # batches makes a resumed run see the batches an uninterrupted run would.
+    batches = tf.data.Dataset.from_tensor_slices(data).batch(batch_size, drop_remainder=True)
+    return batches.repeat().skip(seed - training.TrainConfig.random_seed)
+  return dataset_fn
+
+
+def train_config(output_dir, **overrides):
+  values = dict(output_dir=output_dir, num_train_steps=6, num_warmup_steps=1, learning_rate=1e-2,
+                train_batch_size=8, save_checkpoints_steps=2, iterations_per_loop=2,
+                keep_checkpoint_max=2)
+  values.update(overrides)
+  return training.TrainConfig(**values)
+
+
+def train_and_predict(strategy, output_dir):
+  """The scenario every strategy runs: 6 steps on 64 examples, then eval and predict 13."""
+  result = training.train(strategy, model_fn, loss_fn, dataset_fn_of(examples(64)),
+                          train_config(output_dir))
+  dataset = tf.data.Dataset.from_tensor_slices(examples(13, seed=3))
+  predictions = training.predict(strategy, result.model, predict_fn, dataset, batch_size=4)
+  evaluation = training.evaluate(strategy, result.model, metric_fn, dataset, batch_size=4)
+  weights = modeling.checkpoint_variables(result.model)["output_weights"].numpy()
+  return result, {
+      "replicas": strategy.num_replicas_in_sync, "metrics": result.metrics,
+      "output_weights": weights.tolist(), "logits": predictions["logits"].tolist(),
+      "first_id": predictions["first_id"].tolist(), "eval": evaluation}
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+  """(output_dir, TrainResult, summary) of the scenario on one device, in this process."""
+  output_dir = str(tmp_path_factory.mktemp("one_device"))
+  result, summary = train_and_predict(tf.distribute.get_strategy(), output_dir)
+  return output_dir, result, summary
+
+
+def checkpoint_values(prefix):
+  reader = tf.train.load_checkpoint(prefix)
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def test_checkpoints_hold_google_names_slots_and_step(reference):
+  output_dir, result, _ = reference
+  assert result.global_step == 6
+  assert result.checkpoint == os.path.join(output_dir, "model.ckpt-6")
+  # keep_checkpoint_max=2: model.ckpt-2 was pruned, the state file lists 4 and 6.
+  assert not tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-2.*"))
+  state = tf.train.get_checkpoint_state(output_dir)
+  assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
+      "model.ckpt-4", "model.ckpt-6"]
+  values = checkpoint_values(result.checkpoint)
+  assert int(values["global_step"]) == 6
+  model_names = set(modeling.checkpoint_variables(result.model))
+  assert "bert/encoder/layer_0/attention/self/query/kernel" in model_names
+  assert "output_weights" in model_names
+  for name, variable in modeling.checkpoint_variables(result.model).items():
+    np.testing.assert_array_equal(values[name], variable.numpy())
+    assert values[name + "/adam_m"].shape == tuple(variable.shape)
+    assert np.any(values[name + "/adam_v"] != 0)
+  assert set(values) == model_names | {"global_step"} | {
+      n + s for n in model_names for s in ("/adam_m", "/adam_v")}
+  # The checkpoint is a valid init_checkpoint for a fresh model.
+  report = modeling.init_from_checkpoint(model_fn(), result.checkpoint)
+  assert not report.missing and not report.unused
+
+
+def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_path):
+  output_dir, straight, _ = reference
+  # A run that crashed after step 4: only model.ckpt-4 and a state file naming it.
+  for path in tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-4.*")):
+    tf.io.gfile.copy(path, str(tmp_path / os.path.basename(path)))
+  training._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-4")])
+  resumed = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                           dataset_fn_of(examples(64)), train_config(str(tmp_path)))
+  assert resumed.global_step == 6
+  expected = checkpoint_values(straight.checkpoint)
+  actual = checkpoint_values(resumed.checkpoint)
+  assert set(actual) == set(expected)
+  for name, value in expected.items():
+    np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+  # Already finished: a rerun trains nothing and keeps the step.
+  again = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                         dataset_fn_of(examples(64)), train_config(str(tmp_path)))
+  assert again.global_step == 6 and again.examples_per_second == 0.0
+
+
+def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
+  data = examples(48, bad_after=40)  # Batches 1-5 are finite, batch 6 is not.
+  with pytest.raises(training.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
+    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(data),
+                   train_config(str(tmp_path), num_train_steps=8, keep_checkpoint_max=5))
+  assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-4")
+  assert not tf.io.gfile.glob(str(tmp_path / "model.ckpt-6.*"))
+  assert np.all(np.isfinite(checkpoint_values(str(tmp_path / "model.ckpt-4"))["output_bias"]))
+
+
+def test_summaries_are_written_for_tensorboard(reference):
+  tags = {}
+  for event_file in tf.io.gfile.glob(os.path.join(reference[0], "events.out.tfevents.*")):
+    for record in tf.data.TFRecordDataset(event_file):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        tags.setdefault(value.tag, []).append(event.step)
+  assert {"loss", "scaled_mean", "learning_rate", "examples_per_second"} <= set(tags)
+  assert tags["loss"] == [2, 4, 6]
+
+
+def test_replica_weighted_mean_outside_strategy_is_weighted_mean():
+  values = np.array([1.0, 2.0, 4.0], np.float32)
+  weights = np.array([1.0, 0.0, 3.0], np.float32)
+  np.testing.assert_allclose(training.replica_weighted_mean(values, weights, epsilon=1e-5),
+                             13.0 / (4.0 + 1e-5), rtol=1e-6)
+  np.testing.assert_allclose(training.replica_weighted_mean(values), 7.0 / 3.0, rtol=1e-6)
+
+
+def test_evaluate_and_predict_cover_every_example_in_order(reference):
+  strategy = tf.distribute.get_strategy()
+  model = reference[1].model
+  data = examples(13, seed=3)
+  dataset = tf.data.Dataset.from_tensor_slices(data)
+  logits = model(data).numpy()
+  log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+  results = training.evaluate(strategy, model, metric_fn, dataset, batch_size=4)
+  np.testing.assert_allclose(results["accuracy"], np.mean(logits.argmax(-1) == data["label"]))
+  np.testing.assert_allclose(results["loss"],
+                             -np.mean(log_probs[np.arange(13), data["label"]]), rtol=1e-5)
+  dropped = training.evaluate(strategy, model, metric_fn, dataset, batch_size=4,
+                              drop_remainder=True, max_steps=2)
+  np.testing.assert_allclose(dropped["accuracy"],
+                             np.mean(logits[:8].argmax(-1) == data["label"][:8]))
+  outputs = training.predict(strategy, model, predict_fn, dataset, batch_size=4)
+  np.testing.assert_array_equal(outputs["first_id"], data["input_ids"][:, 0])
+  np.testing.assert_allclose(outputs["logits"], logits, rtol=1e-5, atol=1e-6)
+
+
+def test_eval_results_file_format(tmp_path):
+  path = str(tmp_path / "eval_results.txt")
+  training.write_eval_results(path, {"loss": 1.5, "global_step": 7, "accuracy": 0.25})
+  assert open(path).read() == "accuracy = 0.25\nglobal_step = 7\nloss = 1.5\n"
+
+
+def test_shared_flags_have_the_original_defaults():
+  training.define_fine_tuning_flags(max_seq_length=384)
+  training.define_fine_tuning_flags(max_seq_length=384)  # Idempotent.
+  training.define_eval_flags()
+  training.define_predict_flags()
+  flag_values = training.FLAGS
+  expected = {"train_batch_size": 32, "learning_rate": 5e-5, "num_train_epochs": 3.0,
+              "warmup_proportion": 0.1, "save_checkpoints_steps": 1000,
+              "iterations_per_loop": 1000, "max_seq_length": 384, "use_tpu": False,
+              "num_tpu_cores": 8, "tpu_name": None, "eval_batch_size": 8,
+              "predict_batch_size": 8, "do_train": False, "distribution_strategy": "auto"}
+  assert {name: flag_values[name].default for name in expected} == expected
+  assert training.fine_tuning_steps(3668, 32, 3.0, 0.1) == (343, 34)
+
+
+# ------------------------------------------------------------------------------------------------
+# Strategies: this file runs as a worker script in subprocesses.
+# ------------------------------------------------------------------------------------------------
+
+
+def run_worker(strategy_name, output_dir):
+  """Runs the scenario under a strategy and prints its summary as JSON."""
+  if strategy_name == "mirrored":
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+  _, summary = train_and_predict(training.make_strategy(strategy_name), output_dir)
+  print("RESULT " + json.dumps(summary))
+
+
+def _worker_command(strategy_name, output_dir):
+  return [sys.executable, os.path.abspath(__file__), strategy_name, output_dir]
+
+
+def _parse_result(stdout):
+  lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
+  assert lines, stdout
+  return json.loads(lines[-1][len("RESULT "):])
+
+
+def _free_port():
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+def _assert_same_training(actual, expected):
+  for name, value in expected["metrics"].items():
+    np.testing.assert_allclose(actual["metrics"][name], value, rtol=2e-4, err_msg=name)
+  np.testing.assert_allclose(actual["output_weights"], expected["output_weights"], rtol=1e-3,
+                             atol=1e-5)
+  np.testing.assert_allclose(actual["logits"], expected["logits"], rtol=1e-3, atol=1e-5)
+  assert actual["first_id"] == expected["first_id"]
+  for name, value in expected["eval"].items():
+    np.testing.assert_allclose(actual["eval"][name], value, rtol=1e-3, err_msg=name)
+
+
+def test_mirrored_two_cpus_matches_one_device(reference, tmp_path):
+  run = subprocess.run(_worker_command("mirrored", str(tmp_path)), capture_output=True, text=True,
+                       timeout=120)
+  assert run.returncode == 0, run.stderr[-3000:]
+  result = _parse_result(run.stdout)
+  assert result["replicas"] == 2
+  _assert_same_training(result, reference[2])
+
+
+def test_multi_worker_two_processes_match_one_device(reference, tmp_path):
+  workers = ["127.0.0.1:%d" % _free_port() for _ in range(2)]
+  processes = []
+  for index in range(2):
+    env = dict(os.environ, TF_CONFIG=json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+    processes.append(subprocess.Popen(
+        _worker_command("multi_worker_mirrored", str(tmp_path)), env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+  outputs = []
+  try:
+    for process in processes:
+      stdout, stderr = process.communicate(timeout=150)
+      assert process.returncode == 0, stderr[-3000:]
+      outputs.append(_parse_result(stdout))
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+  for result in outputs:
+    assert result["replicas"] == 2
+    _assert_same_training(result, reference[2])
+  # Only the chief (worker 0) wrote checkpoints, into the shared output_dir.
+  assert training.checkpoint_step(training.latest_checkpoint(str(tmp_path))) == 6
+
+
+if __name__ == "__main__":
+  run_worker(sys.argv[1], sys.argv[2])
