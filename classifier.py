@@ -1,12 +1,13 @@
 """Sentence (pair) classification: task processors, features, TFRecord cache, model head, metrics.
 
-`run_classifier.py` is a thin CLI over this module. The pieces keep the original run_classifier's names
-(`InputExample`, `InputFeatures`, `DataProcessor`, `convert_single_example`, `create_model`, ...) so its
-users find their way, and they are shared with the export (`export.py`) and the tests.
+`run_classifier.py` is a thin CLI over this module. The pieces keep the original run_classifier's
+names (`InputExample`, `InputFeatures`, `DataProcessor`, `convert_single_example`, ...) so its users
+find their way.
 
-Data files are read in the layouts GLUE and XNLI ship them in. A row that cannot be used (wrong number of
-columns, unknown label, unparsable score) raises `BadInputError` naming the file and line, or, when the
-processor was built with `skip_bad_rows=True`, is skipped and counted in `processor.skipped_rows`.
+Data files are read in the layouts GLUE and XNLI ship them in. A row that cannot be used (wrong
+number of columns, unknown label, unparsable score) raises `BadInputError` naming the file and line,
+or, when the processor was built with `skip_bad_rows=True`, is skipped and counted in
+`processor.skipped_rows`.
 """
 
 import collections
@@ -70,8 +71,8 @@ class SplitLayout:
       columns.
     num_columns: the exact number of columns of a file without header (None: at least enough for the
       indices above).
-    keep_if: optional (column, value): rows whose column differs are silently left out (XNLI's dev and
-      test files hold all 15 languages).
+    keep_if: optional (column, value): rows whose column differs are silently left out (XNLI's dev
+      and test files hold all 15 languages).
     label_aliases: labels written differently in this file (XNLI's train file says "contradictory").
     file_format: "tsv" (tab-separated, no quoting, as GLUE), "csv" or "jsonl".
     jsonl_keys: for JSON Lines, the keys whose values make up the row's columns, in order.
@@ -155,7 +156,7 @@ class DataProcessor:
 
   def _create_example(self, layout: SplitLayout, row: "Row",
                       guid: str) -> Optional[InputExample]:
-    """Makes the example of one row, None when `keep_if` leaves it out; BadInputError if unusable."""
+    """The example of one row; None when `keep_if` leaves it out; BadInputError if unusable."""
     row.check_columns(layout)
     if layout.keep_if is not None and row.get(layout.keep_if[0]) != layout.keep_if[1]:
       return None
@@ -182,7 +183,8 @@ class DataProcessor:
       raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
                           (path, line_number, reason))
     if not self.skipped_rows[path]:
-      logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number, reason)
+      logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number,
+                      reason)
     self.skipped_rows[path] += 1
 
 
@@ -225,10 +227,10 @@ def read_rows(path: str, file_format: str, has_header: bool,
               jsonl_keys: Sequence[str] = ()) -> Iterator[tuple[int, Row]]:
   """Yields (1-based line number, Row) for each non-blank data row of a TSV, CSV or JSONL file.
 
-  TSV is read like the original (tab-separated, no quoting); CSV with standard quoting (a row may then
-  span lines; its first line is reported). A UTF-8 byte order mark is ignored. A JSON Lines row is an
-  object; its cells are the values of `jsonl_keys`, in order (a missing key or invalid JSON makes a row
-  with a `problem`).
+  TSV is read like the original (tab-separated, no quoting); CSV with standard quoting (a row may
+  then span lines; its first line is reported). A UTF-8 byte order mark is ignored. A JSON Lines row
+  is an object; its cells are the values of `jsonl_keys`, in order (a missing key or invalid JSON
+  makes a row with a `problem`).
   """
   with open(path, encoding="utf-8-sig", newline="") as f:
     if file_format == "jsonl":
@@ -269,7 +271,8 @@ def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int
       yield line_number, Row([], problem="invalid JSON (%s)" % e)
       continue
     if not isinstance(record, dict):
-      yield line_number, Row([], problem="a JSON object is expected, got %s" % type(record).__name__)
+      yield line_number, Row([], problem="a JSON object is expected, got %s" %
+                             type(record).__name__)
       continue
     missing = [k for k in keys if k not in record]
     cells = ["" if record.get(k) is None else str(record.get(k)) for k in keys]
@@ -278,7 +281,7 @@ def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int
 
 def _glue_layouts(text_a: int, text_b: Optional[int], label: int, test_text_a: int,
                   test_text_b: Optional[int]) -> dict[str, SplitLayout]:
-  """Layouts of a GLUE task whose train.tsv and dev.tsv share columns and whose test.tsv has none."""
+  """Layouts of a GLUE task whose train.tsv and dev.tsv share columns and test.tsv has no label."""
   return {
       "train": SplitLayout("train.tsv", text_a, text_b, label),
       "dev": SplitLayout("dev.tsv", text_a, text_b, label),
@@ -377,8 +380,8 @@ class GenericProcessor(DataProcessor):
 
   Columns are named by header (or JSON key), or by 0-based index in files without header. Test files
   need no label column. The class names are the distinct labels of the training file, sorted;
-  `load_or_create_label_list` saves them in output_dir so that later predictions and exports (which may
-  run without the training file) use the same order.
+  `load_or_create_label_list` saves them in output_dir so that later predictions and exports (which
+  may run without the training file) use the same order.
   """
 
   def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
@@ -392,7 +395,7 @@ class GenericProcessor(DataProcessor):
 
   def get_labels(self) -> list[str]:
     if not self.labels:
-      raise ValueError("the generic task's labels are not known yet: call load_or_create_label_list")
+      raise ValueError("the generic task's labels are unknown: call load_or_create_label_list")
     return list(self.labels)
 
   def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
@@ -481,13 +484,14 @@ def get_processor(task_name: str, **options) -> DataProcessor:
   name = task_name.lower()
   name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
   if name not in PROCESSORS:
-    raise ValueError("--task_name=%s: unknown task (known: %s)" % (task_name, ", ".join(PROCESSORS)))
+    raise ValueError("--task_name=%s: unknown task (known: %s)" %
+                     (task_name, ", ".join(PROCESSORS)))
   processor_class = PROCESSORS[name]
   accepted = inspect.signature(processor_class.__init__).parameters
   return processor_class(**{k: v for k, v in options.items() if k in accepted})
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Metrics (NumPy, on the whole evaluation set).
 
 
@@ -497,7 +501,7 @@ def accuracy(labels: np.ndarray, predictions: np.ndarray) -> float:
 
 
 def f1_score(labels: np.ndarray, predictions: np.ndarray, positive: int = 1) -> float:
-  """F1 of the positive class (MRPC, QQP): harmonic mean of precision and recall; 0 when undefined."""
+  """F1 of the positive class (MRPC, QQP): harmonic mean of precision and recall, or 0."""
   labels, predictions = np.asarray(labels) == positive, np.asarray(predictions) == positive
   true_positives = np.sum(labels & predictions)
   denominator = np.sum(labels) + np.sum(predictions)
@@ -555,14 +559,15 @@ def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
   label_ids = np.asarray(label_ids).astype(np.int64)
   results = {"eval_accuracy": accuracy(label_ids, predictions)}
   if "f1" in processor.extra_metrics:
-    results["eval_f1"] = f1_score(label_ids, predictions, positive=processor.get_labels().index("1"))
+    positive = processor.get_labels().index("1")
+    results["eval_f1"] = f1_score(label_ids, predictions, positive=positive)
   if "matthews_corrcoef" in processor.extra_metrics:
     results["eval_matthews_corrcoef"] = matthews_corrcoef(label_ids, predictions)
   return results
 
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Features and the TFRecord cache.
 
 
@@ -727,7 +732,7 @@ def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
   return dataset_fn
 
 
-# ----------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Model, loss, predictions.
 
 
@@ -736,8 +741,8 @@ class BertClassifier(keras.Model):
 
   The head's variables keep the original's names, `output_weights` [num_outputs, hidden_size]
   (note: transposed relative to a Keras Dense kernel) and `output_bias` [num_outputs], so by
-  DESIGN.md's rule its checkpoints hold `bert/...`, `output_weights` and `output_bias` exactly as the
-  original's. Called on a feature dict, it returns float32 logits [batch, num_outputs].
+  DESIGN.md's rule its checkpoints hold `bert/...`, `output_weights` and `output_bias` exactly as
+  the original's. Called on a feature dict, it returns float32 logits [batch, num_outputs].
   """
 
   def __init__(self, config: modeling.BertConfig, num_outputs: int,
@@ -787,7 +792,7 @@ def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor, is_regression: boo
 
 
 def loss_fn_builder(is_regression: bool):
-  """Returns `training.train`'s loss function: mean loss, plus training accuracy when classifying."""
+  """Returns `training.train`'s loss function: mean loss, plus accuracy when classifying."""
 
   def loss_fn(model, features, training):
     logits = model(features, training=training)
@@ -838,7 +843,7 @@ def predict(strategy, model, is_regression: bool, input_file: str, seq_length: i
 
 
 def write_test_results(path: str, probabilities: np.ndarray) -> None:
-  """Writes test_results.tsv as the original: one tab-separated line of probabilities per example."""
+  """Writes test_results.tsv as the original: a tab-separated line of probabilities per example."""
   with tf.io.gfile.GFile(path, "w") as writer:
     for row in probabilities:
       writer.write("\t".join(repr(float(p)) for p in row) + "\n")

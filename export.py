@@ -10,8 +10,8 @@ signatures built here around one task function `outputs_fn(features) -> dict of 
   [batch, seq_length]) for clients that tokenize themselves.
 
 `write_saved_model` writes `export_dir/<version>/` with the next integer version (what TF Serving
-watches for), through a temporary directory renamed at the end so a server never loads a half-written
-model. The result needs only tensorflow and tensorflow_text to load, not this project.
+watches for), through a temporary directory renamed at the end so a server never loads a
+half-written model. The result needs only tensorflow and tensorflow_text to load, not this project.
 
 The signatures are traced without AutoGraph (the encoder and the task functions are written with
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.

@@ -1,4 +1,4 @@
-"""Tests of classifier.py: processors on their real file layouts, metrics, features, cache, model head."""
+"""Tests of classifier.py: processors on real file layouts, metrics, features, cache, model head."""
 
 import json
 import math
@@ -27,17 +27,20 @@ def tsv(*rows):
   return "".join(T.join(row) + "\n" for row in rows)
 
 
+MNLI_COLUMNS = ["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
+                "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
+                "sentence2"]
 MNLI_PARSES = ["(x)", "(y)", "(ROOT x)", "(ROOT y)"]
 STSB_META = ["main-captions", "MSRvid", "2012test", "0001"]
 XNLI_DEV_HEADER = ["language", "gold_label", "sentence1_binary_parse", "sentence2_binary_parse",
-                   "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "promptID", "pairID",
-                   "genre", "label1", "label2", "label3", "label4", "label5", "sentence1_tokenized",
-                   "sentence2_tokenized"]
+                   "sentence1_parse", "sentence2_parse", "sentence1", "sentence2", "promptID",
+                   "pairID", "genre", "label1", "label2", "label3", "label4", "label5",
+                   "sentence1_tokenized", "sentence2_tokenized"]
 
 
 def xnli_dev_row(language, label, premise, hypothesis):
-  return [language, label, "", "", "", "", premise, hypothesis, "1", "2", "facetoface", label, label,
-          label, label, label, premise, hypothesis]
+  return ([language, label, "", "", "", "", premise, hypothesis, "1", "2", "facetoface"] +
+          [label] * 5 + [premise, hypothesis])
 
 
 # task -> (files in the task's real layout, {split: [(text_a, text_b, label), ...]}).
@@ -55,23 +58,17 @@ SAMPLES = {
         "test": [("我们", "你们", "entailment")],
     }),
     "mnli": ({
-        "train.tsv": tsv(["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
-                          "sentence2_binary_parse", "sentence1_parse", "sentence2_parse", "sentence1",
-                          "sentence2", "label1", "gold_label"],
+        "train.tsv": tsv(MNLI_COLUMNS + ["label1", "gold_label"],
                          ["0", "31193", "31193n", "government"] + MNLI_PARSES +
                          ["Conceptually cream skimming.", "Product and geography.", "neutral",
                           "neutral"]),
-        "dev_matched.tsv": tsv(["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
-                                "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
-                                "sentence1", "sentence2", "label1", "label2", "label3", "label4",
-                                "label5", "gold_label"],
+        "dev_matched.tsv": tsv(MNLI_COLUMNS + ["label1", "label2", "label3", "label4", "label5",
+                                               "gold_label"],
                                ["0", "63735", "63735n", "slate"] + MNLI_PARSES +
                                ["The new rights are nice.", "Everyone loves them.", "neutral",
                                 "entailment", "neutral", "neutral", "neutral", "neutral"]),
-        "test_matched.tsv": tsv(["index", "promptID", "pairID", "genre", "sentence1_binary_parse",
-                                 "sentence2_binary_parse", "sentence1_parse", "sentence2_parse",
-                                 "sentence1", "sentence2"],
-                                ["0", "31", "31e", "fiction"] + MNLI_PARSES + ["Hats.", "No hats."]),
+        "test_matched.tsv": tsv(MNLI_COLUMNS, ["0", "31", "31e", "fiction"] + MNLI_PARSES +
+                                ["Hats.", "No hats."]),
     }, {
         "train": [("Conceptually cream skimming.", "Product and geography.", "neutral")],
         "dev": [("The new rights are nice.", "Everyone loves them.", "neutral")],
@@ -155,7 +152,8 @@ SAMPLES = {
     "sts-b": ({
         "train.tsv": tsv(["index", "genre", "filename", "year", "old_index", "source1", "source2",
                           "sentence1", "sentence2", "score"],
-                         ["0"] + STSB_META + ["none", "none", "A plane.", "An air plane.", "5.000"]),
+                         ["0"] + STSB_META +
+                         ["none", "none", "A plane.", "An air plane.", "5.000"]),
         "dev.tsv": tsv(["index", "genre", "filename", "year", "old_index", "source1", "source2",
                         "sentence1", "sentence2", "score"],
                        ["0"] + STSB_META + ["none", "none", "A man.", "A dog.", "0.500"]),
@@ -190,12 +188,14 @@ def test_processor_reads_its_real_layout(task, tmp_path):
 
 
 @pytest.mark.parametrize("task,directory,rows,first,labels", [
-    ("sst-2", "SST-2", 67349, ("hide new secretions from the parental units ", None, "0"), {"0", "1"}),
-    ("mrpc", "MRPC", 3668, ("Amrozi accused his brother, whom he called \"the witness\", of deliberately "
-                    "distorting his evidence.", "Referring to him as only \"the witness\", Amrozi "
-                    "accused his brother of deliberately distorting his evidence.", "1"), {"0", "1"}),
-    ("cola", "CoLA", 8551, ("Our friends won't buy this analysis, let alone the next one we propose.", None,
-                    "1"), {"0", "1"}),
+    ("sst-2", "SST-2", 67349, ("hide new secretions from the parental units ", None, "0"),
+     {"0", "1"}),
+    ("mrpc", "MRPC", 3668, ("Amrozi accused his brother, whom he called \"the witness\", of "
+                            "deliberately distorting his evidence.",
+                            "Referring to him as only \"the witness\", Amrozi accused his brother "
+                            "of deliberately distorting his evidence.", "1"), {"0", "1"}),
+    ("cola", "CoLA", 8551, ("Our friends won't buy this analysis, let alone the next one we "
+                            "propose.", None, "1"), {"0", "1"}),
 ])
 def test_processor_reads_the_shared_glue_training_file(task, directory, rows, first, labels):
   data_dir = os.path.dirname(shared_path("glue", directory, "train.tsv"))
@@ -305,7 +305,8 @@ def test_generic_jsonl_and_its_errors(tmp_path):
 def test_generic_column_and_file_errors(tmp_path):
   data_dir = write_files(tmp_path, {"train.csv": "a,b\nx,y\n", "dev.csv": "a\n", "dev.tsv": "a\n"})
   processor = classifier.get_processor("generic", text_a_column="text")
-  with pytest.raises(classifier.BadInputError, match=r"train\.csv: no column 'text' \(--text_a_column\)"):
+  with pytest.raises(classifier.BadInputError,
+                     match=r"train\.csv: no column 'text' \(--text_a_column\)"):
     processor.load_or_create_label_list(data_dir, str(tmp_path / "out"))
   with pytest.raises(classifier.BadInputError, match="exactly one of dev.tsv, dev.csv, dev.jsonl"):
     processor.get_dev_examples(data_dir)

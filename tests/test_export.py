@@ -14,7 +14,7 @@ import export
 
 
 class HashingEncoder(tf.Module):
-  """A stand-in text encoder: whitespace words hashed into ids 1..99, `[CLS] a [SEP] b`, length 8."""
+  """A stand-in text encoder: whitespace words hashed into ids 1..99, padded to length 8."""
 
   def __call__(self, text_a, text_b=None):
     ids = tf.strings.to_hash_bucket_fast(tf.strings.split(text_a), 99) + 1
