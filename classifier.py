@@ -16,6 +16,7 @@ import dataclasses
 import hashlib
 import inspect
 import json
+import math
 import os
 import time
 from typing import Iterable, Iterator, Optional, Sequence
@@ -171,9 +172,11 @@ class DataProcessor:
     label = dict(layout.label_aliases).get(label, label)
     if self.is_regression:
       try:
-        float(label)
+        score = float(label)
       except ValueError:
-        raise BadInputError("score %r is not a number" % label) from None
+        score = math.nan
+      if not math.isfinite(score):
+        raise BadInputError("score %r is not a number" % label)
     elif label not in self.get_labels():
       raise BadInputError("unknown label %r (labels: %s)" % (label, ", ".join(self.get_labels())))
     return label

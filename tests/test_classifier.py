@@ -220,9 +220,10 @@ def test_unknown_label_names_file_and_line(tmp_path):
 
 def test_bad_score_names_file_and_line(tmp_path):
   row = ["0"] + STSB_META + ["none", "none", "A.", "B."]
-  data_dir = write_files(tmp_path, {"train.tsv": tsv(["h"] * 10, row + ["4.2"], row + ["high"])})
-  with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: score 'high' is not a number"):
-    classifier.get_processor("sts-b").get_train_examples(data_dir)
+  for bad in ("high", "nan"):
+    data_dir = write_files(tmp_path, {"train.tsv": tsv(["h"] * 10, row + ["4.2"], row + [bad])})
+    with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: score '%s' is not a" % bad):
+      classifier.get_processor("sts-b").get_train_examples(data_dir)
 
 
 def test_bad_rows_are_skipped_and_counted_on_request(tmp_path):
