@@ -25,6 +25,7 @@ only: not on `num_workers`, not on timing.
 import collections
 import dataclasses
 import glob
+import io
 import itertools
 import json
 import multiprocessing
@@ -513,11 +514,35 @@ def _is_remote(path: str) -> bool:
   return "://" in path
 
 
+class _GFileReader(io.RawIOBase):
+  """A tf.io.gfile.GFile as a raw binary stream, so io.BufferedReader gives it readline(limit)."""
+
+  def __init__(self, gfile: Any):
+    super().__init__()
+    self._gfile = gfile
+
+  def readable(self) -> bool:
+    return True
+
+  def readinto(self, buffer: Any) -> int:
+    data = self._gfile.read(len(buffer))
+    buffer[:len(data)] = data
+    return len(data)
+
+  def close(self) -> None:
+    self._gfile.close()
+    super().close()
+
+
 def open_file(path: str, mode: str) -> BinaryIO:
-  """Opens a local file, or a `gs://`-style path through tf.io.gfile (TensorFlow imported only then)."""
+  """Opens a local file, or a `gs://`-style path through tf.io.gfile (TensorFlow imported only then).
+
+  `mode` is "rb" or "wb".
+  """
   if _is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    return tf.io.gfile.GFile(path, mode)
+    gfile = tf.io.gfile.GFile(path, mode)
+    return io.BufferedReader(_GFileReader(gfile), 1 << 20) if mode == "rb" else gfile
   return open(path, mode)
 
 

@@ -463,3 +463,17 @@ def test_real_vocab_segments_are_whole_sentences_and_document_suffixes(uncased_v
     assert row[0] == 101 and len(seps) == 2
     assert row[1:seps[0]].tolist() in sentences
     assert row[seps[0] + 1:seps[1]].tolist() in suffixes
+
+
+def test_filesystem_paths_go_through_tf_gfile(tmp_path):
+  """`scheme://` paths (gs:// for TPU users) are read and written with tf.io.gfile; ram:// here."""
+  vocab, corpus = _tagged_corpus(tmp_path, num_documents=8)
+  tf.io.gfile.makedirs("ram://cpd_test")
+  tf.io.gfile.copy(corpus, "ram://cpd_test/corpus.txt", overwrite=True)
+  summary = pretraining_data.run(_config(vocab, "ram://cpd_test/*.txt", "ram://cpd_test/out",
+                                         dupe_factor=2, chunk_bytes=2000))
+  local = pretraining_data.run(_config(vocab, corpus, str(tmp_path / "out"), dupe_factor=2,
+                                       chunk_bytes=2000))
+  with tf.io.gfile.GFile("ram://cpd_test/out", "rb") as reader:
+    assert reader.read() == open(tmp_path / "out", "rb").read()
+  assert summary["instances"] == local["instances"] > 0
