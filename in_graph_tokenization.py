@@ -294,10 +294,11 @@ def split_words(texts: tf.Tensor, tables: CharacterTables) -> tf.RaggedTensor:
   word_ids = tf.cumsum(tf.cast(starts_word, tf.int64)) - 1
   word_chars = tf.RaggedTensor.from_value_rowids(
       tf.boolean_mask(code_points, in_word), tf.boolean_mask(word_ids, in_word),
-      nrows=tf.reduce_sum(tf.cast(starts_word, tf.int64)))
+      nrows=tf.reduce_sum(tf.cast(starts_word, tf.int64)), validate=False)
   words = tf.strings.unicode_encode(word_chars, "UTF-8")
   return tf.RaggedTensor.from_value_rowids(
-      words, tf.boolean_mask(row_ids, starts_word), nrows=tf.shape(texts, out_type=tf.int64)[0])
+      words, tf.boolean_mask(row_ids, starts_word), nrows=tf.shape(texts, out_type=tf.int64)[0],
+      validate=False)
 
 
 def lower_case(texts: tf.Tensor, tables: CharacterTables) -> tf.Tensor:
@@ -310,7 +311,8 @@ def lower_case(texts: tf.Tensor, tables: CharacterTables) -> tf.Tensor:
   row_ids = chars.value_rowids()
   mapped, source = _apply_mapping(code_points, row_ids, tables.classes_of(code_points), tables)
   lowered = tf.RaggedTensor.from_value_rowids(
-      mapped, tf.gather(row_ids, source), nrows=tf.shape(texts, out_type=tf.int64)[0])
+      mapped, tf.gather(row_ids, source), nrows=tf.shape(texts, out_type=tf.int64)[0],
+      validate=False)
   return tf.strings.unicode_encode(lowered, "UTF-8")
 
 
@@ -445,8 +447,13 @@ class BertInputEncoder(tf.Module):
 
   def __call__(self, text_a, text_b=None) -> Dict[str, tf.Tensor]:
     """Strings [B] (and [B] for pairs) -> dict of int32 [B, max_seq_length] BERT inputs."""
-    ids_b = None if text_b is None else self.tokenize(text_b)
-    return self.pack(self.tokenize(text_a), ids_b)
+    if text_b is None:
+      return self.pack(self.tokenize(text_a))
+    # One pass over both texts: a smaller graph, and chunks shared by a and b are tokenized once.
+    text_a = tf.convert_to_tensor(text_a, tf.string)
+    ids = self.tokenize(tf.concat([text_a, tf.convert_to_tensor(text_b, tf.string)], axis=0))
+    batch_size = tf.shape(text_a)[0]
+    return self.pack(ids[:batch_size], ids[batch_size:])
 
 
 def _reencode(texts: tf.Tensor) -> tf.Tensor:
