@@ -477,3 +477,43 @@ def test_filesystem_paths_go_through_tf_gfile(tmp_path):
   with tf.io.gfile.GFile("ram://cpd_test/out", "rb") as reader:
     assert reader.read() == open(tmp_path / "out", "rb").read()
   assert summary["instances"] == local["instances"] > 0
+
+
+def test_sentencepiece_model_with_whole_word_masking(tmp_path):
+  """With spm_model_file, ids are the model's; whole words are a ▁ piece and the pieces after it."""
+  import sentencepiece as spm  # pylint: disable=g-import-not-at-top
+  rng = random.Random(2)
+  syllables = ["ka", "lo", "mi", "ne", "su", "tar", "vin", "zo"]
+  words = ["".join(rng.choice(syllables) for _ in range(rng.randint(1, 4))) for _ in range(300)]
+  documents = ["\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 15)))
+                         for _ in range(rng.randint(3, 20))) for _ in range(40)]
+  corpus = _write(tmp_path / "corpus.txt", "\n\n".join(documents) + "\n")
+  prefix = str(tmp_path / "spm")
+  spm.SentencePieceTrainer.train(
+      input=corpus, model_prefix=prefix, vocab_size=60, model_type="unigram", pad_id=0, unk_id=1,
+      bos_id=-1, eos_id=-1, user_defined_symbols=["[CLS]", "[SEP]", "[MASK]"], minloglevel=2)
+  processor = spm.SentencePieceProcessor(model_file=prefix + ".model")
+  summary = pretraining_data.run(_config(prefix + ".vocab", corpus, str(tmp_path / "out"),
+                                         spm_model_file=prefix + ".model", dupe_factor=2,
+                                         do_whole_word_mask=True, max_seq_length=64,
+                                         max_predictions_per_seq=10))
+  features = _read(summary["output_files"], 64, 10)
+  cls_id, sep_id = processor.piece_to_id("[CLS]"), processor.piece_to_id("[SEP]")
+  assert np.all(features["input_ids"][:, 0] == cls_id)
+  assert features["input_ids"].max() < processor.get_piece_size()
+  original = _restore(features)
+  starts_word = np.array([processor.id_to_piece(i).startswith("\u2581")
+                          for i in range(processor.get_piece_size())])
+  for row in range(len(original)):
+    length = features["input_mask"][row].sum()
+    masked = set(features["masked_lm_positions"][row][features["masked_lm_weights"][row] > 0])
+    assert len(masked) >= 1
+    for position in masked:
+      token = original[row, position]
+      assert token not in (cls_id, sep_id)
+      # Every piece after a masked word's first piece, up to the next word start, is masked too.
+      follower = position + 1
+      while (follower < length and original[row, follower] not in (cls_id, sep_id)
+             and not starts_word[original[row, follower]]):
+        assert follower in masked, (row, position, follower)
+        follower += 1
