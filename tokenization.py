@@ -482,7 +482,7 @@ class FullTokenizer(object):
   def _batch_id_lists(self, texts: Sequence[TextLike], batch_size: int) -> List[np.ndarray]:
     """The ids of every text as a list of int32 arrays, through the batch path."""
     values, lengths = self._batch_ids(texts, batch_size)
-    return np.split(values, np.cumsum(lengths)[:-1])
+    return np.split(values, np.cumsum(lengths)[:-1]) if len(lengths) else []
 
   def _batch_ids(self, texts: Sequence[TextLike],
                  batch_size: int) -> Tuple[np.ndarray, np.ndarray]:

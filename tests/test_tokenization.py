@@ -246,6 +246,14 @@ def test_property_batch_equals_python(uncased, texts):
   assert_batch_equals_python(uncased, texts)
 
 
+def test_batch_paths_on_empty_inputs(uncased):
+  ids, lengths = uncased.batch_tokenize([])
+  assert ids.shape == (0, 0) and lengths.shape == (0,)
+  assert [f.shape for f in uncased.batch_encode([], max_seq_length=8)] == [(0, 8)] * 3
+  ids, lengths = uncased.batch_tokenize(["", " \t"])
+  assert ids.shape == (2, 0) and lengths.tolist() == [0, 0]
+
+
 def test_batch_encode_equals_encode(uncased):
   texts_a = TRICKY_TEXTS
   texts_b = TRICKY_TEXTS[::-1]
