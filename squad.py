@@ -1005,7 +1005,9 @@ class SquadServingModule(tf.Module):
     self.model = model
     self.encoder = in_graph_tokenization.BertInputEncoder(
         tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=max_seq_length)
-    self._do_lower_case = tokenizer.do_lower_case
+    # The basic tokenizer get_final_text aligns the answer with (the encoder keeps its own).
+    self._basic_tables = in_graph_tokenization.CharacterTables(
+        "lower_strip_accents" if tokenizer.do_lower_case else None)
     num_ids = max(tokenizer.inv_vocab) + 1
     self._id_to_token = tf.constant([tokenizer.inv_vocab.get(i, "") for i in range(num_ids)])
     self._max_seq_length = max_seq_length
@@ -1091,7 +1093,7 @@ class SquadServingModule(tf.Module):
     two texts on their non-space characters; when that fails, the whole orig_text.
     """
     tok_text = tf.strings.reduce_join(in_graph_tokenization.split_words(orig_text,
-                                                                        self._do_lower_case),
+                                                                        self._basic_tables),
                                       axis=1, separator=" ")
     found, prefix = _find_prefix(tok_text, pred_text)
     first = _non_space_count(prefix)

@@ -21,8 +21,9 @@ TINY_CONFIG = dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
                    max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02)
 
 
-def generated_squad() -> dict:
-  """Four contexts, each with one person and one place, and a where- and a who-question."""
+def generated_squad(version_2: bool = False) -> dict:
+  """Four contexts, each with one person and one place, and a where- and a who-question; for
+  v2.0 also an unanswerable why-question ("nobody knows why")."""
   paragraphs = []
   for index, (person, place) in enumerate(zip(PEOPLE, PLACES)):
     template = ("%s lives in %s, nobody knows why." if index % 2 else
@@ -32,8 +33,19 @@ def generated_squad() -> dict:
             "answers": [{"text": place, "answer_start": context.index(place)}]},
            {"id": "who-%d" % index, "question": "Who lives in %s?" % place,
             "answers": [{"text": person, "answer_start": context.index(person)}]}]
+    if version_2:
+      for qa in qas:
+        qa["is_impossible"] = False
+      qas.append({"id": "why-%d" % index, "question": "Why does %s live in %s?" % (person, place),
+                  "answers": [], "is_impossible": True})
     paragraphs.append({"context": context, "qas": qas})
-  return {"version": "1.1", "data": [{"title": "generated", "paragraphs": paragraphs}]}
+  return {"version": "2.0" if version_2 else "1.1",
+          "data": [{"title": "generated", "paragraphs": paragraphs}]}
+
+
+def gold_answers(dataset):
+  return {qa["id"]: qa["answers"][0]["text"] if qa["answers"] else ""
+          for paragraph in dataset["data"][0]["paragraphs"] for qa in paragraph["qas"]}
 
 
 def run_squad(tmp_path, *args):
@@ -42,40 +54,49 @@ def run_squad(tmp_path, *args):
       [sys.executable, os.path.join(REPO_ROOT, "run_squad.py"),
        "--vocab_file=%s" % (tmp_path / "vocab.txt"),
        "--bert_config_file=%s" % (tmp_path / "bert_config.json"),
-       "--max_seq_length=32", "--doc_stride=16", "--max_query_length=8", "--n_best_size=5",
-       "--max_answer_length=4"] + list(args),
-      capture_output=True, text=True, env=env, timeout=300)
+       "--max_seq_length=32", "--doc_stride=16", "--max_query_length=10", "--n_best_size=5",
+       "--max_answer_length=4", "--predict_batch_size=5"] + list(args),
+      capture_output=True, text=True, env=env, timeout=600)
   assert completed.returncode == 0, completed.stderr[-3000:]
   return completed
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-  """A tiny model trained on the generated questions, then predicted and exported by the CLI."""
+  """A tiny model trained on the generated v2.0 questions, then predicted and exported by the CLI."""
   tmp_path = tmp_path_factory.mktemp("squad")
   (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
   (tmp_path / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
-  (tmp_path / "train.json").write_text(json.dumps(generated_squad()), encoding="utf-8")
-  run_squad(tmp_path, "--do_train", "--do_predict", "--train_file=%s" % (tmp_path / "train.json"),
-            "--predict_file=%s" % (tmp_path / "train.json"), "--output_dir=%s" % (tmp_path / "out"),
+  (tmp_path / "v2.json").write_text(json.dumps(generated_squad(True)), encoding="utf-8")
+  run_squad(tmp_path, "--do_train", "--do_predict", "--version_2_with_negative",
+            "--train_file=%s" % (tmp_path / "v2.json"),
+            "--predict_file=%s" % (tmp_path / "v2.json"), "--output_dir=%s" % (tmp_path / "out"),
             "--export_dir=%s" % (tmp_path / "export"), "--train_batch_size=8",
-            "--learning_rate=3e-3", "--num_train_epochs=300", "--warmup_proportion=0.05",
-            "--save_checkpoints_steps=1000", "--iterations_per_loop=50", "--predict_batch_size=3")
+            "--learning_rate=3e-3", "--num_train_epochs=400", "--warmup_proportion=0.05",
+            "--iterations_per_loop=100")
   return tmp_path
 
 
+def read_json(path):
+  return json.loads(path.read_text(encoding="utf-8"))
+
+
 def test_tiny_model_answers_the_generated_questions_exactly(trained):
-  predictions = json.loads((trained / "out" / "predictions.json").read_text(encoding="utf-8"))
-  expected = {qa["id"]: qa["answers"][0]["text"] for paragraph in
-              generated_squad()["data"][0]["paragraphs"] for qa in paragraph["qas"]}
-  assert predictions == expected
-  results = (trained / "out" / "eval_results.txt").read_text().splitlines()
-  assert results == ["exact_match = 100.0", "f1 = 100.0"]
-  nbest = json.loads((trained / "out" / "nbest_predictions.json").read_text(encoding="utf-8"))
+  out = trained / "out"
+  assert read_json(out / "predictions.json") == gold_answers(generated_squad(True))
+  results = dict(line.split(" = ") for line in (out / "eval_results.txt").read_text().splitlines())
+  assert (results["exact_match"], results["f1"], results["HasAns_exact_match"],
+          results["NoAns_exact_match"], results["HasAns_total"], results["NoAns_total"]) == (
+              "100.0", "100.0", "100.0", "100.0", "8", "4")
+  null_odds = read_json(out / "null_odds.json")
+  assert sorted(null_odds) == sorted(gold_answers(generated_squad(True)))
+  assert all((odds > 0) == qid.startswith("why") for qid, odds in null_odds.items())
+  nbest = read_json(out / "nbest_predictions.json")
   first = nbest["where-0"][0]
   assert sorted(first) == ["end_logit", "probability", "start_logit", "text"]
   assert first["text"] == "Paris" and first["probability"] > 0.5
-  assert (trained / "out" / "train.tf_record").exists()
+  assert sum(entry["probability"] for entry in nbest["where-0"]) == pytest.approx(1.0)
+  assert (out / "train.tf_record").exists() and (out / "model.ckpt-600.index").exists()
 
 
 SERVE_SCRIPT = textwrap.dedent("""
@@ -92,33 +113,34 @@ SERVE_SCRIPT = textwrap.dedent("""
     print(json.dumps({"answer": [a.decode("utf-8") for a in out["answer"].numpy()],
                       "start": out["answer_start"].numpy().tolist(),
                       "end": out["answer_end"].numpy().tolist(),
-                      "score": out["score"].numpy().tolist(),
                       "logits_shape": ids["start_logits"].shape.as_list()}))
     """)
 
 
 def serve(export_path, questions, contexts):
-  """Runs the SavedModel in a new process that cannot import the project (cwd and path elsewhere)."""
+  """Runs a SavedModel in a new process that cannot import the project (cwd and path elsewhere)."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("PYTHONPATH", None)
   completed = subprocess.run(
       [sys.executable, "-c", SERVE_SCRIPT, export_path, json.dumps([questions, contexts])],
-      capture_output=True, text=True, env=env, cwd=os.path.dirname(export_path), timeout=120)
+      capture_output=True, text=True, env=env, cwd=os.path.dirname(export_path), timeout=300)
   assert completed.returncode == 0, completed.stderr[-3000:]
   return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
 def test_export_in_a_fresh_process_agrees_with_do_predict(trained):
-  export_path = str(trained / "export" / "1")
-  predictions = json.loads((trained / "out" / "predictions.json").read_text(encoding="utf-8"))
   questions, contexts, ids = [], [], []
-  for paragraph in generated_squad()["data"][0]["paragraphs"]:
+  for paragraph in generated_squad(version_2=True)["data"][0]["paragraphs"]:
     for qa in paragraph["qas"]:
       questions.append(qa["question"])
       contexts.append(paragraph["context"])
       ids.append(qa["id"])
-  out = serve(export_path, questions, contexts)
+  out = serve(str(trained / "export" / "1"), questions, contexts)
+  predictions = read_json(trained / "out" / "predictions.json")
   assert out["answer"] == [predictions[qid] for qid in ids]
-  for answer, start, end, context in zip(out["answer"], out["start"], out["end"], contexts):
-    assert context[start:end] == answer
   assert out["logits_shape"] == [1, 32]
+  for answer, start, end, context in zip(out["answer"], out["start"], out["end"], contexts):
+    if answer:
+      assert context[start:end] == answer
+    else:
+      assert (start, end) == (-1, -1)
