@@ -86,7 +86,7 @@ def main(_):
                                     tokenizer, path, processor.is_regression)
     return path
 
-  model = None
+  model, summary = None, []
   if FLAGS.do_train:
     examples = processor.get_train_examples(FLAGS.data_dir)
     train_file = features_file("train", examples)
@@ -100,6 +100,8 @@ def main(_):
                                     processor.is_regression),
         training.TrainConfig.from_flags(num_train_steps, num_warmup_steps))
     model, global_step = result.model, result.global_step
+    summary.append("trained to step %d (%.1f examples/s)" % (global_step,
+                                                            result.examples_per_second))
   if model is None:
     model, global_step, _ = training.restore_model(strategy, model_fn, FLAGS.output_dir,
                                                    FLAGS.init_checkpoint)
@@ -110,6 +112,8 @@ def main(_):
                                   FLAGS.eval_batch_size, global_step)
     if training.is_chief(strategy):
       training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), results)
+    summary.append("evaluated: " + ", ".join(
+        "%s %.4f" % (k, v) for k, v in sorted(results.items()) if k.startswith("eval_")))
 
   if FLAGS.do_predict:
     predict_file = features_file("predict", processor.get_test_examples(FLAGS.data_dir))
@@ -118,10 +122,14 @@ def main(_):
     if training.is_chief(strategy):
       classifier.write_test_results(os.path.join(FLAGS.output_dir, "test_results.tsv"),
                                     probabilities)
+    summary.append("predicted %d examples" % len(probabilities))
 
   if FLAGS.export_dir and training.is_chief(strategy):
-    classifier.export_saved_model(model, processor, FLAGS.export_dir, FLAGS.vocab_file,
-                                  FLAGS.do_lower_case, FLAGS.spm_model_file, FLAGS.max_seq_length)
+    path = classifier.export_saved_model(model, processor, FLAGS.export_dir, FLAGS.vocab_file,
+                                         FLAGS.do_lower_case, FLAGS.spm_model_file,
+                                         FLAGS.max_seq_length)
+    summary.append("exported " + path)
+  logging.info("run_classifier %s: %s", FLAGS.task_name, "; ".join(summary))
 
 
 if __name__ == "__main__":
