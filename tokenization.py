@@ -396,6 +396,12 @@ class FullTokenizer(object):
     self._batch_function = None
     self._max_token_chars = max(len(token) for token in self.vocab)
 
+  def __getstate__(self):
+    """Pickles without the TensorFlow batch function (worker processes rebuild it if used)."""
+    state = self.__dict__.copy()
+    state["_batch_function"] = None
+    return state
+
   def tokenize(self, text: TextLike) -> List[str]:
     """Returns the word pieces (or SentencePiece pieces) of `text`."""
     text = convert_to_unicode(text)

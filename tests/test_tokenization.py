@@ -1,6 +1,7 @@
 # coding=utf-8
 """Tests of tokenization.py: the original's rules, the fast Python path, the batch path and SPM."""
 import os
+import pickle
 import subprocess
 import sys
 
@@ -209,6 +210,13 @@ def test_property_fast_path_equals_reference(uncased, cased, text):
     assert tokens == reference_tokenize(tokenizer, text)
     ids = tokenizer.convert_tokens_to_ids(tokens)
     assert all(0 <= i < len(tokenizer.vocab) for i in ids)
+
+
+def test_pickles_for_worker_processes(uncased, spm_model):
+  uncased.batch_tokenize(["warm up the batch path"])
+  for tokenizer in (uncased, tokenization.FullTokenizer(None, spm_model_file=spm_model)):
+    copy = pickle.loads(pickle.dumps(tokenizer))
+    assert copy.tokenize("Hello, unaffable world!") == tokenizer.tokenize("Hello, unaffable world!")
 
 
 def test_no_tensorflow_import():
