@@ -32,22 +32,30 @@ import tokenization
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("input_file", None,
-                    "Input text file(s): comma-separated paths or glob patterns.")
-flags.DEFINE_string("output_file", None, "Where to write the vocab (one token per line).")
-flags.DEFINE_integer("vocab_size", 30522, "The maximum number of tokens in the vocab.")
-flags.DEFINE_bool("do_lower_case", True,
-                  "Whether to lower-case and strip accents (as the tokenizer will).")
-flags.DEFINE_list("reserved_tokens", [],
-                  "Extra reserved tokens, written after [PAD],[UNK],[CLS],[SEP],[MASK].")
-flags.DEFINE_integer("max_unique_chars", 1000,
-                     "The size of the alphabet: words with rarer characters are not learned.")
-flags.DEFINE_integer("max_token_length", 50, "Longer words are not learned from.")
-flags.DEFINE_integer("max_input_words", 5000000,
-                     "Only the most frequent distinct words are learned from (-1: all).")
-flags.DEFINE_integer("num_iterations", 4, "Learner iterations per threshold.")
-flags.DEFINE_float("slack_ratio", 0.05,
-                   "A vocab of at least (1 - slack_ratio) * vocab_size tokens is good enough.")
+
+def define_flags() -> None:
+  """Defines the script's flags.
+
+  Called only when run as a script, so that importing this module (tests, the demo) never
+  collides with the same flag names defined by another script in one process.
+  """
+  flags.DEFINE_string("input_file", None,
+                      "Input text file(s): comma-separated paths or glob patterns.")
+  flags.DEFINE_string("output_file", None, "Where to write the vocab (one token per line).")
+  flags.DEFINE_integer("vocab_size", 30522, "The maximum number of tokens in the vocab.")
+  flags.DEFINE_bool("do_lower_case", True,
+                    "Whether to lower-case and strip accents (as the tokenizer will).")
+  flags.DEFINE_list("reserved_tokens", [],
+                    "Extra reserved tokens, written after [PAD],[UNK],[CLS],[SEP],[MASK].")
+  flags.DEFINE_integer("max_unique_chars", 1000,
+                       "The size of the alphabet: words with rarer characters are not learned.")
+  flags.DEFINE_integer("max_token_length", 50, "Longer words are not learned from.")
+  flags.DEFINE_integer("max_input_words", 5000000,
+                       "Only the most frequent distinct words are learned from (-1: all).")
+  flags.DEFINE_integer("num_iterations", 4, "Learner iterations per threshold.")
+  flags.DEFINE_float("slack_ratio", 0.05,
+                     "A vocab of at least (1 - slack_ratio) * vocab_size tokens is good enough.")
+
 
 SPECIAL_TOKENS = (tokenization.PAD_TOKEN, tokenization.UNK_TOKEN, tokenization.CLS_TOKEN,
                   tokenization.SEP_TOKEN, tokenization.MASK_TOKEN)
@@ -253,6 +261,7 @@ def main(_):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   app.run(main)

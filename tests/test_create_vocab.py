@@ -117,3 +117,9 @@ def test_cli(tmp_path):
   tokens = output.read_text(encoding="utf-8").splitlines()
   assert tokens[:7] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "[unused0]", "[unused1]"]
   assert len(tokens) <= 150
+
+
+def test_import_defines_no_flags():
+  # Scripts that share flag names (run_classifier, create_pretraining_data) can be imported with it.
+  from absl import flags  # pylint: disable=g-import-not-at-top
+  assert "vocab_size" not in flags.FLAGS and "max_unique_chars" not in flags.FLAGS
