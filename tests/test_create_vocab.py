@@ -122,4 +122,4 @@ def test_cli(tmp_path):
 def test_import_defines_no_flags():
   # Scripts that share flag names (run_classifier, create_pretraining_data) can be imported with it.
   from absl import flags  # pylint: disable=g-import-not-at-top
-  assert "vocab_size" not in flags.FLAGS and "max_unique_chars" not in flags.FLAGS
+  assert "max_unique_chars" not in flags.FLAGS and "slack_ratio" not in flags.FLAGS
