@@ -4,9 +4,9 @@
 Input: one sentence per line, blank lines between documents, any number of files. Output: the
 original's `tf.train.Example` features, instances spread round-robin over the output files.
 
-Unlike the original, the corpus is streamed in chunks of whole documents that `num_workers` processes
-turn into instances independently, so memory stays bounded whatever the corpus size (see DESIGN.md,
-"create_pretraining_data.py"), and one corpus can be split over machines with `--num_shards` and
+Unlike the original, the corpus is streamed in chunks of whole documents that `num_workers`
+processes turn into instances independently, so memory stays bounded whatever the corpus size (see
+DESIGN.md, "Pretraining data"), and one corpus can be split over machines with `--num_shards` and
 `--shard_index`: every machine runs the same command with its own `--shard_index` and writes its own
 files. Prints a JSON summary at the end.
 """

@@ -14,12 +14,12 @@ the original's `tf.train.Example` TFRecords. What changes is how the corpus flow
   instances from its documents (the random "other document" of a NotNext pair is drawn from the same
   chunk), shuffles them, serializes each `tf.train.Example` and frames it as a TFRecord (CRC-32C
   computed with NumPy), all without TensorFlow.
-* The main process receives the chunks in order, passes the records through a bounded shuffle buffer and
-  writes them round-robin to the output files.
+* The main process receives the chunks in order, passes the records through a bounded shuffle
+  buffer and writes them round-robin to the output files.
 
-Every random choice of a chunk comes from a generator seeded by `(random_seed, chunk index)`, and the
-shuffle buffer's from `(random_seed, shard index)`, so the output bytes depend on the inputs and flags
-only: not on `num_workers`, not on timing.
+Every random choice of a chunk comes from a generator seeded by `(random_seed, chunk index)`, and
+the shuffle buffer's from `(random_seed, shard index)`, so the output bytes depend on the inputs and
+flags only: not on `num_workers`, not on timing.
 """
 
 import collections
@@ -82,8 +82,8 @@ class VocabIds:
     cls_id, sep_id, mask_id: ids of `[CLS]`, `[SEP]`, `[MASK]`.
     random_ids: the ids a random replacement is drawn from: one per distinct vocab token, as the
       original draws a random token from `tokenizer.vocab`.
-    continues_word: byte per id, 1 when that token continues the previous token's word (WordPiece `##`
-      pieces; SentencePiece pieces without the `▁` word-start mark), for whole-word masking.
+    continues_word: byte per id, 1 when that token continues the previous token's word (WordPiece
+      `##` pieces; SentencePiece pieces without the `▁` word-start mark), for whole-word masking.
     id_to_token: for the readable log of the first instances.
     special_tokens_in_text: whether tokenized text can hold `[CLS]`/`[SEP]` (a SentencePiece model
       may have them as pieces; WordPiece tokenization splits the brackets off).
@@ -117,7 +117,7 @@ class VocabIds:
 
 
 def _continues_word(token: str, is_sentencepiece: bool) -> bool:
-  """Whether a vocab token is a non-initial piece of a word (joins the previous one when masking)."""
+  """Whether a vocab token is a non-initial piece of a word (masked together with the previous)."""
   if not is_sentencepiece:
     return token.startswith("##")
   is_special = token.startswith("[") and token.endswith("]") and len(token) > 2
@@ -128,9 +128,9 @@ def _continues_word(token: str, is_sentencepiece: bool) -> bool:
 class TrainingInstance(NamedTuple):
   """One pretraining example before padding.
 
-  `input_ids` is `[CLS] A [SEP] B [SEP]` with masking applied; the first `first_segment_length` ids
-  (`[CLS] A [SEP]`) have segment id 0, the rest 1. `masked_lm_ids` are the original ids at the sorted
-  `masked_lm_positions`.
+  `input_ids` is `[CLS] A [SEP] B [SEP]` with masking applied; the first `first_segment_length`
+  ids (`[CLS] A [SEP]`) have segment id 0, the rest 1. `masked_lm_ids` are the original ids at the
+  sorted `masked_lm_positions`.
   """
   input_ids: list
   first_segment_length: int
@@ -139,7 +139,7 @@ class TrainingInstance(NamedTuple):
   is_random_next: bool
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # The original algorithm, on token ids.
 
 
@@ -147,10 +147,11 @@ def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
                       rng: random.Random) -> tuple:
   """Truncates a pair to `max_num_tokens` in total, as the original does.
 
-  The original removes one token at a time from the longer sequence (B on ties), from its front or its
-  back with probability 1/2 each. Which sequence loses a token depends on the lengths only, so the
-  removals per sequence are counted first; the number taken from the front is then a Binomial(n, 1/2)
-  draw: the number of set bits among n random bits. Returns the truncated (a, b) as new lists.
+  The original removes one token at a time from the longer sequence (B on ties), from its front or
+  its back with probability 1/2 each. Which sequence loses a token depends on the lengths only, so
+  the removals per sequence are counted first; the number taken from the front is then a
+  Binomial(n, 1/2) draw: the number of set bits among n random bits. Returns the truncated (a, b)
+  as new lists.
   """
   length_a, length_b = len(tokens_a), len(tokens_b)
   while length_a + length_b > max_num_tokens:
@@ -196,8 +197,9 @@ def _choose_masked_positions(input_ids: list, num_to_predict: int, options: Inst
                              vocab: VocabIds, rng: random.Random) -> list:
   """The positions to predict, as the original chooses them (not yet sorted).
 
-  Candidates are all positions except `[CLS]`/`[SEP]`; with `do_whole_word_mask` a word's pieces form
-  one candidate. Candidates are scanned in random order and taken while they fit in `num_to_predict`.
+  Candidates are all positions except `[CLS]`/`[SEP]`; with `do_whole_word_mask` a word's pieces
+  form one candidate. Candidates are scanned in random order and taken while they fit in
+  `num_to_predict`.
   Without whole words every candidate is one position, so that scan is a uniform random sample of
   `num_to_predict` positions: the first ones in random order.
   """
@@ -266,15 +268,15 @@ def create_instances_from_document(documents: Sequence[list], document_index: in
     current_length += len(document[i])
     if i == len(document) - 1 or current_length >= target_seq_length:
       a_end = rng.randint(1, len(current_chunk) - 1) if len(current_chunk) >= 2 else 1
-      tokens_a = [token for segment in current_chunk[:a_end] for token in segment]
+      tokens_a = list(itertools.chain.from_iterable(current_chunk[:a_end]))
       if len(current_chunk) == 1 or rng.random() < 0.5:
         is_random_next = True
-        tokens_b = _random_continuation(documents, document_index, target_seq_length - len(tokens_a),
-                                        rng, counts)
+        tokens_b = _random_continuation(documents, document_index,
+                                        target_seq_length - len(tokens_a), rng, counts)
         i -= len(current_chunk) - a_end  # The unused segments go back for the next instance.
       else:
         is_random_next = False
-        tokens_b = [token for segment in current_chunk[a_end:] for token in segment]
+        tokens_b = list(itertools.chain.from_iterable(current_chunk[a_end:]))
       tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
       input_ids = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
       masked_ids, positions, labels = create_masked_lm_predictions(input_ids, options, vocab, rng)
@@ -310,7 +312,7 @@ def _random_continuation(documents: Sequence[list], document_index: int, target_
   return tokens_b
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # tf.train.Example and TFRecord encoding without TensorFlow.
 
 
@@ -355,8 +357,8 @@ class ExampleEncoder:
   """Serializes TrainingInstances to the original's `tf.train.Example` bytes, with zero padding.
 
   Hand-written protobuf encoding (the wire format of example.proto, features in the original's
-  order), so worker processes need no TensorFlow; the tests check that `tf.train.Example` parses it to
-  the expected values.
+  order), so worker processes need no TensorFlow; the tests check that `tf.train.Example` parses it
+  to the expected values.
   """
 
   def __init__(self, max_seq_length: int, max_predictions_per_seq: int, max_id: int):
@@ -423,10 +425,10 @@ class ExampleEncoder:
 def _crc32c_tables() -> tuple:
   """Tables of the reflected CRC-32C (Castagnoli, polynomial 0x82F63B78) update.
 
-  Returns (byte_table, low_table, high_table): `byte_table[b]` advances the register by one byte; after
-  four bytes the register is `low_table[x & 0xFFFF] ^ high_table[x >> 16]` with x = register XOR the
-  four bytes read as a little-endian uint32 (the update is linear, and after four bytes nothing of the
-  old register is left but what x carries).
+  Returns (byte_table, low_table, high_table): `byte_table[b]` advances the register by one byte;
+  after four bytes the register is `low_table[x & 0xFFFF] ^ high_table[x >> 16]` with x = register
+  XOR the four bytes read as a little-endian uint32 (the update is linear, and after four bytes
+  nothing of the old register is left but what x carries).
   """
   byte_table = np.arange(256, dtype=np.uint32)
   for _ in range(8):
@@ -441,7 +443,7 @@ def _crc32c_tables() -> tuple:
 
 
 _CRC_BYTE_TABLE, _CRC_LOW_TABLE, _CRC_HIGH_TABLE = _crc32c_tables()
-_CRC_OF_ZEROS = [0xFFFFFFFF]  # [n]: the CRC register after n zero bytes from the initial 0xFFFFFFFF.
+_CRC_OF_ZEROS = [0xFFFFFFFF]  # [n]: the register after n zero bytes from the initial 0xFFFFFFFF.
 _CRC_BATCH = 4096
 
 
@@ -484,7 +486,7 @@ def _masked_crc(crc: np.ndarray) -> np.ndarray:
 
 
 def frame_tfrecords(records: Sequence[bytes]) -> list:
-  """Each record framed as in a TFRecord file: length, its masked CRC, data, the data's masked CRC."""
+  """Each record framed as in a TFRecord file: length, its masked CRC, data, data's masked CRC."""
   if not records:
     return []
   lengths = np.fromiter(map(len, records), dtype="<u8", count=len(records))
@@ -499,7 +501,7 @@ def frame_tfrecords(records: Sequence[bytes]) -> list:
           for i, record in enumerate(records)]
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Streaming the input into chunks (main process).
 
 
@@ -508,6 +510,7 @@ class Chunk(NamedTuple):
   index: int
   text: bytes
   end_offset: int  # Input bytes read (over all files) when the chunk was complete: for progress.
+  counts: collections.Counter  # What was cut or found empty while reading it.
 
 
 def _is_remote(path: str) -> bool:
@@ -535,7 +538,7 @@ class _GFileReader(io.RawIOBase):
 
 
 def open_file(path: str, mode: str) -> BinaryIO:
-  """Opens a local file, or a `gs://`-style path through tf.io.gfile (TensorFlow imported only then).
+  """Opens a local file, or a `gs://`-style path through tf.io.gfile (importing TensorFlow then).
 
   `mode` is "rb" or "wb".
   """
@@ -547,7 +550,7 @@ def open_file(path: str, mode: str) -> BinaryIO:
 
 
 def expand_input_patterns(input_file: str) -> list:
-  """The files of comma-separated glob patterns, in order; a pattern matching nothing is an error."""
+  """The files of comma-separated glob patterns, in order; a pattern matching nothing: an error."""
   files = []
   for pattern in filter(None, (part.strip() for part in input_file.split(","))):
     if _is_remote(pattern):
@@ -570,18 +573,23 @@ def _file_size(path: str) -> int:
   return os.path.getsize(path)
 
 
-def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
-                counts: collections.Counter) -> Iterator[Chunk]:
+def iter_chunks(input_files: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]:
   """Streams the files as chunks of whole documents of about `chunk_bytes` each.
 
   A chunk ends at the first document boundary (blank line or end of file) after `chunk_bytes`; a
   document still going at twice that is cut at a line boundary (counted: `documents_split`). A line
-  longer than `chunk_bytes` is cut into lines of that length (counted: `lines_split`). Memory: one chunk.
+  longer than `chunk_bytes` is cut into lines of that length (counted: `lines_split`). Each chunk
+  carries the counts of what happened while it was read (with `empty_files`), so that every shard
+  reports its own. Memory: one chunk.
   """
-  lines = []
-  size = 0
-  offset = 0
-  index = 0
+  lines, size, offset, index, counts = [], 0, 0, 0, collections.Counter()
+
+  def take_chunk() -> Chunk:
+    nonlocal lines, size, index, counts
+    chunk = Chunk(index, b"".join(lines), offset, counts)
+    lines, size, index, counts = [], 0, index + 1, collections.Counter()
+    return chunk
+
   for path in input_files:
     has_text = False
     with open_file(path, "rb") as reader:
@@ -600,8 +608,7 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
           line += b"\n"
         if not line.strip():
           if size >= chunk_bytes:
-            yield Chunk(index, b"".join(lines), offset)
-            lines, size, index = [], 0, index + 1
+            yield take_chunk()
           elif lines:
             lines.append(line)
           continue
@@ -610,19 +617,17 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
         size += len(line)
         if size >= 2 * chunk_bytes:
           counts["documents_split"] += 1
-          yield Chunk(index, b"".join(lines), offset)
-          lines, size, index = [], 0, index + 1
+          yield take_chunk()
     counts["empty_files"] += not has_text
     if lines:
       lines.append(b"\n")  # A file end ends a document.
       if size >= chunk_bytes:
-        yield Chunk(index, b"".join(lines), offset)
-        lines, size, index = [], 0, index + 1
-  if lines:
-    yield Chunk(index, b"".join(lines), offset)
+        yield take_chunk()
+  if lines or counts:
+    yield take_chunk()
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Chunk processing (worker processes).
 
 
@@ -689,7 +694,7 @@ class ChunkProcessor:
     return documents
 
   def process(self, chunk: Chunk) -> ChunkResult:
-    """Instances of a chunk: `dupe_factor` passes over its documents, shuffled, serialized, framed."""
+    """A chunk's instances: `dupe_factor` passes over its documents, shuffled, serialized."""
     counts = collections.Counter()
     rng = random.Random("%d/%d" % (self.config.random_seed, chunk.index))
     documents = self.read_documents(chunk.text, counts)
@@ -755,20 +760,20 @@ def _process_chunks(chunks: Iterable[Chunk], processor: ChunkProcessor,
 def _worker_context() -> multiprocessing.context.BaseContext:
   """Fork when it is safe: workers then start at once with the main process's tokenizer.
 
-  Forking a process that has loaded TensorFlow (only done here for gs:// paths) is not safe, and some
-  platforms have no fork: then workers are spawned and load the tokenizer themselves.
+  Forking a process that has loaded TensorFlow (only done here for gs:// paths) is not safe, and
+  some platforms have no fork: then workers are spawned and load the tokenizer themselves.
   """
   if "fork" in multiprocessing.get_all_start_methods() and "tensorflow" not in sys.modules:
     return multiprocessing.get_context("fork")
   return multiprocessing.get_context("spawn")
 
 
-# ---------------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------------
 # Writing (main process).
 
 
 class ShuffleBuffer:
-  """Bounded random mixing across chunks, like tf.data's shuffle: emits a random buffered element."""
+  """Bounded random mixing across chunks, like tf.data's shuffle: emits random buffered elements."""
 
   def __init__(self, size: int, rng: random.Random):
     self.size = size
@@ -894,6 +899,9 @@ def run(config: RunConfig) -> dict:
   total_bytes = sum(map(_file_size, input_files))
   logging.info("*** Reading from %d input files (%.1f MB) ***", len(input_files), total_bytes / 1e6)
   writer = RoundRobinWriter(output_files)
+  logging.info("*** Writing to output files ***")
+  for path in output_files:
+    logging.info("  %s", path)
   counts = collections.Counter()
   progress = _Progress(total_bytes)
   try:
@@ -904,14 +912,20 @@ def run(config: RunConfig) -> dict:
 
 
 def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequence[str],
-                 writer: RoundRobinWriter, counts: collections.Counter, progress: _Progress) -> None:
+                 writer: RoundRobinWriter, counts: collections.Counter,
+                 progress: _Progress) -> None:
   """Streams this shard's chunks through the workers, the shuffle buffer and the writer."""
-  shard_chunks = (chunk for chunk in iter_chunks(input_files, config.chunk_bytes, counts)
-                  if chunk.index % config.num_shards == config.shard_index)
+  def shard_chunks():
+    for chunk in iter_chunks(input_files, config.chunk_bytes):
+      if chunk.index % config.num_shards == config.shard_index:
+        counts.update(chunk.counts)
+        yield chunk
+
+
   shuffle = ShuffleBuffer(config.shuffle_buffer_size,
                           random.Random("%d/shuffle/%d" % (config.random_seed, config.shard_index)))
   logged = 0
-  for result in _process_chunks(shard_chunks, processor, config.num_workers):
+  for result in _process_chunks(shard_chunks(), processor, config.num_workers):
     counts.update(result.counts)
     for text in result.readable[:NUM_LOGGED_INSTANCES - logged]:
       for line in text.split("\n"):
@@ -925,6 +939,7 @@ def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequ
   for record in shuffle.drain():
     writer.write(record)
   progress.maybe_report(counts, progress.total_bytes, force=True)
+  logging.info("Wrote %d total instances", counts["instances"])
 
 
 def _summary(config: RunConfig, input_files: Sequence[str], output_files: Sequence[str],

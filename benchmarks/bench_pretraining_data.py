@@ -4,8 +4,9 @@ Runs the command line as a user would (a fresh process per run, so start-up and 
 with the original's flags `max_seq_length=128 max_predictions_per_seq=20 dupe_factor=5`, and reports
 input MB/s, instances/s and the peak RSS of the whole process tree (the sum over the main process
 and its workers, sampled every 20 ms; pages shared after fork count once per process, so this is an
-upper bound) and its proportional set size (shared pages split between the processes). The original script cannot be run here; the issue's measurements of it on this machine
-kind are quoted under the table.
+upper bound) and its proportional set size (shared pages split between the processes). The original
+script cannot be run here; the issue's measurements of it on this machine kind are quoted in the
+table.
 
 Usage: python benchmarks/bench_pretraining_data.py [--corpus=...] [--repeats=1,4]
        [--num_workers=1,2] [--runs=3]
@@ -29,9 +30,10 @@ SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
 FLAGS = flags.FLAGS
 flags.DEFINE_string("corpus", os.path.join(SHARED_DIR, "corpora", "wikitext2_valid.bert.txt"),
                     "Text in the pretraining input format.")
-flags.DEFINE_string("vocab_file", os.path.join(SHARED_DIR, "fixtures", "uncased_vocab", "vocab.txt"),
+flags.DEFINE_string("vocab_file",
+                    os.path.join(SHARED_DIR, "fixtures", "uncased_vocab", "vocab.txt"),
                     "WordPiece vocab.")
-flags.DEFINE_list("repeats", ["1", "4"], "Corpus sizes to run: the corpus text repeated this often.")
+flags.DEFINE_list("repeats", ["1", "4"], "Corpus sizes: the corpus text repeated this often.")
 flags.DEFINE_list("num_workers", ["1", "2"], "Worker counts to run.")
 flags.DEFINE_integer("runs", 3, "Runs per configuration; the table shows medians.")
 flags.DEFINE_integer("dupe_factor", 5, "As the original's flag.")
