@@ -470,6 +470,7 @@ class TrainResult:
   checkpoint: Optional[str]  # the final model.ckpt-<step> (None on non-chief workers)
   metrics: dict  # mean loss and metrics over the last loop
   examples_per_second: float  # over the steps this run trained (0 when it trained none)
+  loop_examples_per_second: list = dataclasses.field(default_factory=list)  # per graph call
 
 
 def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
@@ -600,7 +601,7 @@ def train(strategy: tf.distribute.Strategy,
   trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla)
   writer = (tf.summary.create_file_writer(config.output_dir) if chief else
             tf.summary.create_noop_writer())
-  first_step, start_time, metrics, prefix = step, time.time(), {}, None
+  first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
   logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
                config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
   while step < config.num_train_steps:
@@ -617,6 +618,7 @@ def train(strategy: tf.distribute.Strategy,
           "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
           (metrics.get("loss"), step - num_steps + 1, step, metrics, last or "(none)"))
     examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
+    loop_rates.append(examples_per_second)
     _write_summaries(writer, step, metrics, _learning_rate(optimizer), examples_per_second)
     overall_rate = (step - first_step) / max(time.time() - start_time, 1e-9)
     logging.info("step %d/%d loss %.4f %s| %.1f examples/s | ETA %s", step,
@@ -632,7 +634,7 @@ def train(strategy: tf.distribute.Strategy,
   logging.info("Trained steps %d-%d in %s (%.1f examples/s); final loss %.4f; checkpoint %s",
                first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
   writer.flush()
-  return TrainResult(model, step, prefix, metrics, rate)
+  return TrainResult(model, step, prefix, metrics, rate, loop_rates)
 
 
 def _restore_or_initialize(model, named_variables, config) -> int:
