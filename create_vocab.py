@@ -129,7 +129,8 @@ def _import_learner():
       module = importlib.util.module_from_spec(module_spec)
       module_spec.loader.exec_module(module)
       return module
-  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib  # pylint: disable=g-import-not-at-top
+  # pylint: disable=g-import-not-at-top
+  from tensorflow_text.tools.wordpiece_vocab import wordpiece_tokenizer_learner_lib
   return wordpiece_tokenizer_learner_lib
 
 

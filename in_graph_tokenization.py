@@ -189,6 +189,7 @@ class CharacterTables(object):
 
 
 def _has(bits: tf.Tensor, flag: int) -> tf.Tensor:
+  """Whether each class value has the flag bit."""
   return tf.not_equal(tf.bitwise.bitwise_and(bits, flag), 0)
 
 
@@ -417,7 +418,7 @@ class BertInputEncoder(tf.Module):
 
   def pack(self, ids_a: tf.RaggedTensor,
            ids_b: Optional[tf.RaggedTensor] = None) -> Dict[str, tf.Tensor]:
-    """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `tokenization.build_inputs`."""
+    """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `build_inputs` does."""
     length_a = ids_a.row_lengths()
     batch_size = tf.shape(length_a)[0]
 

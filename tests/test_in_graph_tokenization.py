@@ -1,5 +1,5 @@
 # coding=utf-8
-"""Tests of in_graph_tokenization.py: the same ids as tokenization.FullTokenizer, inside SavedModels."""
+"""Tests of in_graph_tokenization.py: FullTokenizer's ids in TF ops, inside SavedModels."""
 import os
 import shutil
 

@@ -76,7 +76,8 @@ def test_known_ids_on_google_uncased_vocab(uncased):
 def test_basic_tokenizer_lower_case_rules():
   tokenizer = tokenization.BasicTokenizer(do_lower_case=True)
   hangul_jamo = "\u1112\u1161\u11ab\u1100\u116e\u11a8\u110b\u1165"  # NFD of 한국어
-  assert tokenizer.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["hello", "!", "how", "are", "you", "?"]
+  assert tokenizer.tokenize(" \tHeLLo!how  \n Are yoU?  ") == [
+      "hello", "!", "how", "are", "you", "?"]
   assert tokenizer.tokenize("H\u00e9llo\u00a0W\u00d6RLD\t\u4e2d\u6587, \ud55c\uad6d\uc5b4!") == [
       "hello", "world", "\u4e2d", "\u6587", ",", hangul_jamo, "!"]
   # Kana are not in the CJK ranges: they stay in one word (and lose their dakuten when NFD'd).
@@ -93,7 +94,8 @@ def test_basic_tokenizer_lower_case_rules():
 
 def test_basic_tokenizer_cased():
   tokenizer = tokenization.BasicTokenizer(do_lower_case=False)
-  assert tokenizer.tokenize(" \tHeLLo!how  \n Are yoU?  ") == ["HeLLo", "!", "how", "Are", "yoU", "?"]
+  assert tokenizer.tokenize(" \tHeLLo!how  \n Are yoU?  ") == [
+      "HeLLo", "!", "how", "Are", "yoU", "?"]
   assert tokenizer.tokenize("Caf\u00e9 \ud55c") == ["Caf\u00e9", "\ud55c"]
 
 
@@ -222,8 +224,8 @@ def test_pickles_for_worker_processes(uncased, spm_model):
 def test_no_tensorflow_import():
   code = ("import sys, tokenization; tokenization.FullTokenizer(sys.argv[1]).tokenize('a b'); "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
-  subprocess.run([sys.executable, "-c", code, shared_path("fixtures", "uncased_vocab", "vocab.txt")],
-                 cwd=REPO_ROOT, check=True)
+  vocab_file = shared_path("fixtures", "uncased_vocab", "vocab.txt")
+  subprocess.run([sys.executable, "-c", code, vocab_file], cwd=REPO_ROOT, check=True)
 
 
 def assert_batch_equals_python(tokenizer, texts):
@@ -277,7 +279,8 @@ def train_sentencepiece(directory, vocab_size=100):
   """Trains a tiny SentencePiece model on generated multilingual text; returns its path."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
   rng = np.random.RandomState(0)
-  syllables = ["ka", "to", "ri", "men", "sun", "한", "국", "어", "데", "이", "터", "é", "ль"]
+  syllables = ["ka", "to", "ri", "men", "sun", "한", "국", "어", "데", "이", "터", "é",
+               "ль"]
   lines = [" ".join("".join(rng.choice(syllables, rng.randint(1, 4))) for _ in range(8))
            for _ in range(400)]
   corpus = os.path.join(directory, "corpus.txt")
