@@ -1,0 +1,66 @@
+"""The main job, end to end at its tiny size, exactly as a user runs it (`python demo.py`)."""
+
+import os
+import subprocess
+import sys
+
+import demo
+from conftest import REPO_ROOT
+
+
+def read_tsv(path):
+  with open(path, encoding="utf-8") as tsv_file:
+    return [line.rstrip("\n").split("\t") for line in tsv_file]
+
+
+def test_split_sentences_and_prose_filter():
+  paragraphs = list(demo.prose_paragraphs(
+      "Return the sum.  It is an int.\n\n>>> add(1, 2)\n3\n\nRaise ValueError if x is\nnegative."))
+  assert paragraphs == ["Return the sum.  It is an int.", "Raise ValueError if x is negative."]
+  assert demo.split_sentences(paragraphs[0]) == ["Return the sum.", "It is an int."]
+
+
+def test_topic_of_uses_the_top_level_module():
+  assert demo.topic_of(os.path.join("http", "client.py")) == "networking"
+  assert demo.topic_of("shutil.py") == "files"
+  assert demo.topic_of(os.path.join("json", "decoder.py")) == "text"
+  assert demo.topic_of("antigravity.py") is None
+
+
+def test_tiny_demo_runs_every_step(tmp_path):
+  output_dir = tmp_path / "demo"
+  completed = subprocess.run(
+      [sys.executable, "demo.py", "--size=tiny", "--output_dir=%s" % output_dir],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+
+  # The corpus is in the original's format: sentences on lines, blank lines between documents.
+  with open(output_dir / "stdlib_docs.txt", encoding="utf-8") as corpus:
+    documents = corpus.read().split("\n\n")
+  assert len(documents) > 10 and all(line.strip() for line in documents[0].split("\n"))
+
+  # The learned vocab starts with the special tokens; pretraining wrote a Google-format checkpoint.
+  with open(output_dir / "vocab.txt", encoding="utf-8") as vocab:
+    assert [next(vocab).strip() for _ in range(5)] == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+  assert (output_dir / "pretraining" / "model.ckpt-20.index").exists()
+
+  pretraining = demo.read_key_values(output_dir / "pretraining" / "eval_results.txt")
+  assert set(pretraining) >= {"global_step", "loss", "masked_lm_accuracy", "masked_lm_loss",
+                              "next_sentence_accuracy", "next_sentence_loss"}
+  assert pretraining["global_step"] == "20"
+  assert 0.0 <= float(pretraining["masked_lm_accuracy"]) <= 1.0
+
+  classifier_dir = output_dir / "stdlib_topics_classifier"
+  assert 0.0 <= float(demo.read_key_values(classifier_dir / "eval_results.txt")["eval_accuracy"])
+  # One line of class probabilities per test example, in order.
+  test_rows = read_tsv(output_dir / "stdlib_topics" / "test.tsv")[1:]
+  probabilities = read_tsv(classifier_dir / "test_results.tsv")
+  assert len(probabilities) == len(test_rows)
+  for row in probabilities:
+    assert abs(sum(float(p) for p in row) - 1.0) < 1e-4
+
+  # The exported model answered every query with one of the task's labels.
+  answers = [line.split() for line in completed.stdout.splitlines()
+             if line.startswith("  ") and line.strip().split(" ")[0] in demo.TOPIC_MODULES]
+  assert len(answers) == len(demo.QUERIES)
+  assert os.listdir(output_dir / "export") == ["1"]
