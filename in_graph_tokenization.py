@@ -20,11 +20,10 @@ so both paths share one definition of every character:
    become "[UNK]"; the rest go through
    tensorflow-text's `FastWordpieceTokenizer` (greedy longest-match-first, like the original).
 
-Known difference from the Python path (the batch path of `tokenization` routes such texts to
-Python): with `do_lower_case`, per-character NFD does not apply the canonical reordering of
-combining marks, which after dropping nonspacing marks can only matter for two of the 25
-spacing marks that have a nonzero combining class (e.g. U+1D16D before U+1D165) in one combining
-sequence; see `reorder_sensitive_chars()`.
+Per-character NFD differs from NFD of a string only by the canonical reordering of combining
+marks; once nonspacing marks are dropped that can only move the 25 spacing marks with a nonzero
+combining class (`reorder_sensitive_chars()`, e.g. U+1D16D before U+1D165). Batches holding one
+of them take a slower branch that decomposes, reorders and then drops the marks.
 
 With `spm_model_file` the text is lower-cased with the same tables (no accent stripping) when
 `do_lower_case` and encoded by tensorflow-text's `SentencepieceTokenizer`.
@@ -48,6 +47,7 @@ _CJK = 4
 _PUNCTUATION = 8
 _CASED = 16
 _CASE_IGNORABLE = 32
+_REORDER_SENSITIVE = 64
 
 _CAPITAL_SIGMA = 0x3A3
 _FINAL_SIGMA = 0x3C2
@@ -116,24 +116,37 @@ def character_classes() -> np.ndarray:
   cased = _ends_with_final_sigma(_map_each(str.lower, [char + "\u03a3" for char in chars]))
   cased_or_ignorable = _ends_with_final_sigma(
       _map_each(str.lower, ["A" + char + "\u03a3" for char in chars]))
+  sensitive = np.isin(code_points, [ord(char) for char in reorder_sensitive_chars()])
   bits = (drop * _DROP + separator * _SEPARATOR + cjk * _CJK + punctuation * _PUNCTUATION +
-          cased * _CASED + (cased_or_ignorable & ~cased) * _CASE_IGNORABLE)
+          cased * _CASED + (cased_or_ignorable & ~cased) * _CASE_IGNORABLE +
+          sensitive * _REORDER_SENSITIVE)
   classes = np.zeros([_NUM_CODE_POINTS], np.uint8)
   classes[code_points] = bits
   return classes
 
 
+_MAPPINGS = ("lower", "lower_nfd", "lower_strip_accents")
+
+
 @functools.lru_cache(maxsize=None)
-def character_mapping(strip_accents: bool):
-  """Sparse table of `c.lower()` (then `tokenization.strip_accents`) for every c it changes.
+def character_mapping(kind: str):
+  """Sparse table of a per-character function for every character it changes.
+
+  Args:
+    kind: "lower" (`c.lower()`), "lower_nfd" (NFD of `c.lower()`) or "lower_strip_accents"
+      (`tokenization.strip_accents(c.lower())`).
 
   Returns:
     (keys, row_splits, values): int32 arrays; code point keys[i] maps to
     values[row_splits[i]:row_splits[i + 1]] (possibly empty). Other code points map to themselves.
   """
+  if kind not in _MAPPINGS:
+    raise ValueError("Unknown character mapping %r (one of %s)." % (kind, _MAPPINGS))
   code_points, chars = _all_chars()
   mapped = _map_each(str.lower, chars)
-  if strip_accents:
+  if kind == "lower_nfd":
+    mapped = _map_each(lambda text: unicodedata.normalize("NFD", text), mapped)
+  elif kind == "lower_strip_accents":
     nonspacing_marks = dict.fromkeys(code_points[_categories() == "Mn"].tolist())
     mapped = _map_each(
         lambda text: unicodedata.normalize("NFD", text).translate(nonspacing_marks), mapped)
@@ -143,6 +156,19 @@ def character_mapping(strip_accents: bool):
   values = [ord(char) for char in "".join(targets)]
   return (code_points[changed].astype(np.int32), row_splits.astype(np.int32),
           np.array(values, np.int32))
+
+
+@functools.lru_cache(maxsize=None)
+def combining_marks():
+  """(keys, values) int32: every code point with a nonzero canonical combining class or category
+  Mn, and its combining class + 256 if it is Mn (what canonical reordering and accent stripping
+  need)."""
+  code_points, chars = _all_chars()
+  nonspacing = _categories() == "Mn"
+  classes = np.array([unicodedata.combining(char) for char in chars])
+  selected = (classes > 0) | nonspacing
+  return (code_points[selected].astype(np.int32),
+          (classes[selected] + 256 * nonspacing[selected]).astype(np.int32))
 
 
 @functools.lru_cache(maxsize=None)
@@ -175,13 +201,16 @@ class CharacterTables(object):
   """
 
   def __init__(self, mapping: Optional[str]):
+    if mapping not in (None, "lower", "lower_strip_accents"):
+      raise ValueError("Unknown character mapping %r." % mapping)
     self.mapping = mapping
     self.classes = tf.constant(character_classes())
     if mapping is not None:
-      if mapping not in ("lower", "lower_strip_accents"):
-        raise ValueError("Unknown character mapping %r." % mapping)
-      self.keys, self.row_splits, self.values = (
-          tf.constant(table) for table in character_mapping(mapping == "lower_strip_accents"))
+      self.table = tuple(tf.constant(table) for table in character_mapping(mapping))
+    if mapping == "lower_strip_accents":
+      # For the rare texts where NFD's canonical reordering matters (see the module docstring).
+      self.nfd_table = tuple(tf.constant(table) for table in character_mapping("lower_nfd"))
+      self.marks = tuple(tf.constant(table) for table in combining_marks())
 
   def classes_of(self, code_points: tf.Tensor) -> tf.Tensor:
     """Class bits (int32) of a flat int32 code point tensor."""
@@ -221,17 +250,20 @@ def _final_sigma(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor)
   return tf.cond(tf.reduce_any(is_sigma), in_context, lambda: is_sigma)
 
 
-def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor,
-                   tables: CharacterTables):
-  """Lower-cases (and strips accents from) a flat code point sequence.
+def _sparse_lookup(keys: tf.Tensor, code_points: tf.Tensor):
+  """(index into keys, whether found) of every code point, for sorted int32 keys."""
+  index = tf.minimum(tf.searchsorted(keys, code_points), tf.size(keys) - 1)
+  return index, tf.equal(tf.gather(keys, index), code_points)
+
+
+def _map_each_code_point(code_points: tf.Tensor, final_sigma: tf.Tensor, table):
+  """Replaces every code point by its (possibly empty or longer) sequence from a sparse table.
 
   Returns:
     (mapped code points, index of the source character of each mapped code point).
   """
-  keys, splits, values = tables.keys, tables.row_splits, tables.values
-  final_sigma = _final_sigma(code_points, row_ids, classes)
-  index = tf.minimum(tf.searchsorted(keys, code_points), tf.size(keys) - 1)
-  hit = tf.equal(tf.gather(keys, index), code_points)
+  keys, splits, values = table
+  index, hit = _sparse_lookup(keys, code_points)
   lengths = tf.where(hit, tf.gather(splits, index + 1) - tf.gather(splits, index), 1)
   source = tf.repeat(tf.range(tf.size(code_points)), lengths)
   starts = tf.cumsum(lengths, exclusive=True)
@@ -241,8 +273,43 @@ def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tenso
   mapped = tf.where(source_hit,
                     tf.gather(values, tf.where(source_hit, table_position, 0)),
                     tf.gather(code_points, source))
-  mapped = tf.where(tf.gather(final_sigma, source), _FINAL_SIGMA, mapped)
-  return mapped, source
+  return tf.where(tf.gather(final_sigma, source), _FINAL_SIGMA, mapped), source
+
+
+def _strip_accents_with_reordering(code_points, row_ids, final_sigma, tables):
+  """Lower-case, NFD with canonical reordering, drop Mn: exactly `strip_accents(token.lower())`.
+
+  Per-character NFD differs from NFD of a string only in the reordering of combining marks by
+  their combining class (a stable sort within each run of marks); this applies it.
+  """
+  mapped, source = _map_each_code_point(code_points, final_sigma, tables.nfd_table)
+  mark_keys, mark_values = tables.marks
+  index, is_mark = _sparse_lookup(mark_keys, mapped)
+  info = tf.where(is_mark, tf.gather(mark_values, index), 0)
+  combining_class = tf.bitwise.bitwise_and(info, 255)
+  rows = tf.gather(row_ids, source)
+  new_row = tf.not_equal(rows, tf.concat([[-1], rows], axis=0)[:-1])
+  run_ids = tf.cumsum(tf.cast(tf.logical_or(tf.equal(combining_class, 0), new_row), tf.int64))
+  order = tf.argsort(run_ids * 256 + tf.cast(combining_class, tf.int64), stable=True)
+  keep = tf.gather(tf.less(info, 256), order)
+  return (tf.boolean_mask(tf.gather(mapped, order), keep),
+          tf.boolean_mask(tf.gather(source, order), keep))
+
+
+def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tensor,
+                   tables: CharacterTables):
+  """Lower-cases (and strips accents from) a flat code point sequence, as `tables.mapping` says.
+
+  Returns:
+    (mapped code points, index of the source character of each mapped code point).
+  """
+  final_sigma = _final_sigma(code_points, row_ids, classes)
+  if tables.mapping != "lower_strip_accents":
+    return _map_each_code_point(code_points, final_sigma, tables.table)
+  return tf.cond(
+      tf.reduce_any(_has(classes, _REORDER_SENSITIVE)),
+      lambda: _strip_accents_with_reordering(code_points, row_ids, final_sigma, tables),
+      lambda: _map_each_code_point(code_points, final_sigma, tables.table))
 
 
 def _decode(texts: tf.Tensor) -> tf.RaggedTensor:

@@ -545,14 +545,11 @@ class FullTokenizer(object):
 class _TensorFlowBatchTokenizer(object):
   """The batch path of a WordPiece `FullTokenizer`: `in_graph_tokenization` in a tf.function.
 
-  The in-graph tokenizer follows the original rules with Python's own character tables, so its
-  ids equal the Python path's except on inputs it cannot represent or where it knowingly differs;
-  those texts are detected and tokenized in Python instead:
-  * `str` texts with lone surrogates (not encodable as UTF-8);
-  * with do_lower_case, texts with one of the 25 spacing marks that have a nonzero canonical
-    combining class (`in_graph_tokenization.reorder_sensitive_chars()`), where NFD reordering
-    could move them.
-  Invalid UTF-8 bytes are dropped in Python before TensorFlow sees the text.
+  The in-graph tokenizer follows the original rules with Python's own character tables (final
+  sigma and NFD's canonical reordering included), so its ids equal the Python path's on every
+  text it can represent. The texts it cannot represent, `str` with lone surrogates (not
+  encodable as UTF-8), are detected and tokenized in Python. Invalid UTF-8 bytes are dropped in
+  Python before TensorFlow sees the text.
 
   tensorflow-text's own `FastBertTokenizer`/`BertTokenizer` are not used for normalization: with
   lower-casing they apply NFKC case folding (`½` -> `1⁄2`, `…` -> `...`, non-breaking hyphen,
@@ -568,10 +565,6 @@ class _TensorFlowBatchTokenizer(object):
         tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=2)
     self._tokenize = tf.function(self._encoder.tokenize, autograph=False,
                                  input_signature=[tf.TensorSpec([None], tf.string)])
-    self._special = None
-    if tokenizer.do_lower_case:
-      self._special = re.compile(
-          "[%s]" % "".join(sorted(in_graph_tokenization.reorder_sensitive_chars())))
 
   def __call__(self, texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
     """(concatenated int32 ids, int32 number of ids per text) of a list of str."""
@@ -579,14 +572,10 @@ class _TensorFlowBatchTokenizer(object):
     in_python = []
     for row, text in enumerate(texts):
       try:
-        data = text.encode("utf-8")
+        encoded.append(text.encode("utf-8"))
       except UnicodeEncodeError:
-        data = None
-      if data is None or (self._special is not None and not text.isascii() and
-                          self._special.search(text)):
         in_python.append(row)
-        data = b""
-      encoded.append(data)
+        encoded.append(b"")
     ragged = self._tokenize(encoded)
     values = ragged.flat_values.numpy()
     lengths = np.diff(ragged.row_splits.numpy()).astype(np.int32)

@@ -244,7 +244,8 @@ def test_batch_path_equals_python_on_wikitext(uncased, cased):
 
 
 def test_batch_path_tricky_texts_and_routing(uncased, chinese):
-  # U+1D16D (combining class 226) before U+1D165 (216): NFD reorders them; routed to Python.
+  # U+1D16D (combining class 226) before U+1D165 (216): NFD reorders them. A lone surrogate
+  # cannot be encoded as UTF-8: that text goes through Python.
   texts = TRICKY_TEXTS + ["lone \ud800 surrogate", "x\U0001d16d\U0001d165y \u1b44"]
   assert_batch_equals_python(uncased, texts)
   assert_batch_equals_python(chinese, texts)
