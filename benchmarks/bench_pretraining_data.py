@@ -2,17 +2,18 @@
 
 Runs the command line as a user would (a fresh process per run, so start-up and vocab loading count)
 with the original's flags `max_seq_length=128 max_predictions_per_seq=20 dupe_factor=5`, and reports
-input MB/s, instances/s and the peak RSS of the whole process tree (the sum over the main process
-and its workers, sampled every 20 ms; pages shared after fork count once per process, so this is an
-upper bound) and its proportional set size (shared pages split between the processes). The original
-script cannot be run here; the issue's measurements of it on this machine kind are quoted in the
-table.
+input MB/s, instances/s, the CPU time and the peak RSS of the whole process tree (the sum over the
+main process and its workers, sampled every 20 ms; pages shared after fork count once per process,
+so this is an upper bound) and its proportional set size (shared pages split between the processes).
+The original script cannot be run here; the issue's measurements of it on this machine kind are
+quoted in the table.
 
 Usage: python benchmarks/bench_pretraining_data.py [--corpus=...] [--repeats=1,4]
        [--num_workers=1,2] [--runs=3]
 """
 
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -81,7 +82,7 @@ def _tree_memory_bytes(root_pid: int) -> tuple:
 
 
 def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
-  """Runs the CLI once; returns (seconds, peak tree RSS, peak tree PSS (bytes), summary dict)."""
+  """Runs the CLI once: (seconds, CPU seconds of the tree, peak tree RSS and PSS (bytes), summary)."""
   import json  # pylint: disable=g-import-not-at-top
   command = [sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
              "--input_file=" + corpus, "--vocab_file=" + FLAGS.vocab_file,
@@ -91,6 +92,7 @@ def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
              "--max_predictions_per_seq=%d" % FLAGS.max_predictions_per_seq,
              "--num_workers=%d" % num_workers]
   start = time.perf_counter()
+  cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
   process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
   peak = [0, 0]
 
@@ -105,9 +107,12 @@ def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
   stdout, _ = process.communicate()
   seconds = time.perf_counter() - start
   sampler.join()
+  cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)  # Includes the reaped workers.
+  cpu_seconds = (cpu_after.ru_utime + cpu_after.ru_stime
+                 - cpu_before.ru_utime - cpu_before.ru_stime)
   if process.returncode != 0:
     raise RuntimeError("create_pretraining_data.py failed: %s" % " ".join(command))
-  return seconds, peak[0], peak[1], json.loads(stdout)
+  return seconds, cpu_seconds, peak[0], peak[1], json.loads(stdout)
 
 
 def main(_):
@@ -116,8 +121,8 @@ def main(_):
   if not text.endswith(b"\n\n"):
     text = text.rstrip(b"\n") + b"\n\n"
   print("| corpus | input MB | workers | seconds | input MB/s | instances | instances/s "
-        "| peak RSS, process tree (MB) | peak PSS, process tree (MB) |")
-  print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        "| CPU s, process tree | peak RSS, process tree (MB) | peak PSS, process tree (MB) |")
+  print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
   with tempfile.TemporaryDirectory() as temp_dir:
     for repeat in map(int, FLAGS.repeats):
       corpus = os.path.join(temp_dir, "corpus_x%d.txt" % repeat)
@@ -127,21 +132,24 @@ def main(_):
       for num_workers in map(int, FLAGS.num_workers):
         runs = [_run_once(corpus, num_workers, temp_dir) for _ in range(FLAGS.runs)]
         seconds = statistics.median(run[0] for run in runs)
-        rss_mb = statistics.median(run[1] for run in runs) / 1e6
-        pss_mb = statistics.median(run[2] for run in runs) / 1e6
-        instances = runs[0][3]["instances"]
-        print("| %s x%d | %.2f | %d | %.2f | %.2f | %d | %.0f | %.0f | %.0f |" % (
+        cpu_seconds = statistics.median(run[1] for run in runs)
+        rss_mb = statistics.median(run[2] for run in runs) / 1e6
+        pss_mb = statistics.median(run[3] for run in runs) / 1e6
+        instances = runs[0][4]["instances"]
+        print("| %s x%d | %.2f | %d | %.2f | %.2f | %d | %.0f | %.2f | %.0f | %.0f |" % (
             os.path.basename(FLAGS.corpus), repeat, megabytes, num_workers, seconds,
-            megabytes / seconds, instances, instances / seconds, rss_mb, pss_mb))
+            megabytes / seconds, instances, instances / seconds, cpu_seconds, rss_mb, pss_mb))
         sys.stdout.flush()
   for megabytes, seconds, peak_mb, instances in ORIGINAL_RUNS:
     print("| original script (quoted from the issue, Wikipedia text) | %.1f | 1 | %.1f | %.2f | %d "
-          "| %.0f | %d | |" % (megabytes, seconds, megabytes / seconds, instances,
+          "| %.0f | | %d | |" % (megabytes, seconds, megabytes / seconds, instances,
                              instances / seconds, peak_mb))
   print()
   print("- Flags: max_seq_length=%d max_predictions_per_seq=%d dupe_factor=%d, two output files; "
         "medians of %d runs; each run is a fresh process (start-up included)."
         % (FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.dupe_factor, FLAGS.runs))
+  print("- CPU s is user + system time of the main process and its workers: on a busy machine it "
+        "is a steadier measure than the wall time (input MB / CPU s per core ~ MB/s on idle cores).")
 
 
 if __name__ == "__main__":
