@@ -82,7 +82,7 @@ def _tree_memory_bytes(root_pid: int) -> tuple:
 
 
 def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
-  """Runs the CLI once: (seconds, CPU seconds of the tree, peak tree RSS and PSS (bytes), summary)."""
+  """Runs the CLI once: (seconds, CPU seconds, peak RSS and PSS in bytes, summary), for the tree."""
   import json  # pylint: disable=g-import-not-at-top
   command = [sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
              "--input_file=" + corpus, "--vocab_file=" + FLAGS.vocab_file,
@@ -149,7 +149,7 @@ def main(_):
         "medians of %d runs; each run is a fresh process (start-up included)."
         % (FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.dupe_factor, FLAGS.runs))
   print("- CPU s is user + system time of the main process and its workers: on a busy machine it "
-        "is a steadier measure than the wall time (input MB / CPU s per core ~ MB/s on idle cores).")
+        "is a steadier measure than the wall time.")
 
 
 if __name__ == "__main__":
