@@ -54,7 +54,10 @@ flags.DEFINE_integer("shuffle_buffer_size", 10000, "Instances held to mix the ou
 
 def main(_):
   logging.set_verbosity(logging.INFO)
-  num_workers = FLAGS.num_workers or len(os.sched_getaffinity(0))
+  num_workers = FLAGS.num_workers
+  if num_workers is None:  # All cores this process may use.
+    num_workers = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                   else os.cpu_count() or 1)
   config = pretraining_data.RunConfig(
       input_file=FLAGS.input_file,
       output_file=FLAGS.output_file,
