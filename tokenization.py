@@ -407,26 +407,37 @@ class FullTokenizer(object):
     text = convert_to_unicode(text)
     if self.sp_model is not None:
       return self.sp_model.encode(self._spm_prepare(text), out_type=str)
-    cache = self._word_cache
     output = []
-    for word in clean_and_split(text):
-      pieces = cache.get(word)
-      if pieces is None:
-        pieces = self._tokenize_word(word)
-        if len(cache) >= _MAX_CACHED_WORDS:
-          cache.clear()
-        cache[word] = pieces
+    for pieces, _ in self._cached_chunks(text):
       output.extend(pieces)
     return output
 
   def tokenize_to_ids(self, text: TextLike) -> List[int]:
-    """Returns the ids of `tokenize(text)`."""
-    tokens = self.tokenize(text)
-    try:
-      return self.convert_tokens_to_ids(tokens)
-    except KeyError as error:
-      raise ValueError("The vocab %s has no %s token, which is needed here." %
-                       (self.vocab_file, error.args[0])) from error
+    """Returns the ids of `tokenize(text)` (ValueError if the vocab lacks "[UNK]" and needs it)."""
+    text = convert_to_unicode(text)
+    if self.sp_model is not None:
+      return self.sp_model.encode(self._spm_prepare(text), out_type=int)
+    output = []
+    for pieces, ids in self._cached_chunks(text):
+      if ids is None:
+        raise ValueError("The vocab %s has no %s token, which is needed here." %
+                         (self.vocab_file, UNK_TOKEN))
+      output.extend(ids)
+    return output
+
+  def _cached_chunks(self, text: str) -> Iterable[Tuple[List[str], Optional[List[int]]]]:
+    """(word pieces, their ids or None if one is not in the vocab) of every chunk of `text`."""
+    cache = self._word_cache
+    for chunk in clean_and_split(text):
+      entry = cache.get(chunk)
+      if entry is None:
+        pieces = self._tokenize_word(chunk)
+        ids = [self.vocab.get(piece) for piece in pieces]
+        entry = (pieces, None if None in ids else ids)
+        if len(cache) >= _MAX_CACHED_WORDS:
+          cache.clear()
+        cache[chunk] = entry
+      yield entry
 
   def convert_tokens_to_ids(self, tokens: Iterable[str]) -> List[int]:
     """Maps tokens to ids (KeyError for a token outside a WordPiece vocab)."""
