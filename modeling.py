@@ -2,11 +2,11 @@
 """The BERT model of Google's original TF1 code, on TensorFlow 2 and Keras 3.
 
 The architecture is exactly the original's (post-LayerNorm Transformer encoder, learned position
-embeddings, additive attention mask, tanh pooler on the first token, masked-LM and next-sentence heads).
-Layers are named after the original's TF1 variable scopes, so every Keras variable path *is* its
-Google checkpoint name (`bert/encoder/layer_3/attention/self/query/kernel`, ...): checkpoints written
-by Google's code load by name and checkpoints written here are read by Google's tools. See
-DESIGN.md, "Checkpoint names".
+embeddings, additive attention mask, tanh pooler on the first token, masked-LM and next-sentence
+heads). Layers are named after the original's TF1 variable scopes, so every Keras variable path
+*is* its Google checkpoint name (`bert/encoder/layer_3/attention/self/query/kernel`, ...):
+checkpoints written by Google's code load by name and checkpoints written here are read by Google's
+tools. See DESIGN.md, "Checkpoint names".
 
 Also provided, with the original's names for users porting code: `gelu`, `get_activation`,
 `get_shape_list`, `create_attention_mask_from_input_mask` and `attention_layer`.
@@ -105,8 +105,8 @@ def get_shape_list(tensor: tf.Tensor, expected_rank: Union[int, Sequence[int], N
   if expected_rank is not None:
     ranks = [expected_rank] if isinstance(expected_rank, int) else list(expected_rank)
     if tensor.shape.rank not in ranks:
-      raise ValueError("Tensor %s has rank %s, expected %s (shape %s)" %
-                       (name or getattr(tensor, "name", "?"), tensor.shape.rank, ranks, tensor.shape))
+      raise ValueError("Tensor %s has rank %s, expected %s (shape %s)" % (
+          name or getattr(tensor, "name", "?"), tensor.shape.rank, ranks, tensor.shape))
   dynamic = None
   shape = []
   for index, dim in enumerate(tensor.shape.as_list()):
@@ -192,7 +192,8 @@ class BertConfig:
     for field in _PROBABILITY_FIELDS:
       value = getattr(self, field)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError("BertConfig field %s must be a probability in [0, 1), got %r" % (field, value))
+        raise ValueError("BertConfig field %s must be a probability in [0, 1), got %r" %
+                         (field, value))
     if (isinstance(self.initializer_range, bool) or
         not isinstance(self.initializer_range, (int, float)) or self.initializer_range <= 0):
       raise ValueError("BertConfig field initializer_range must be a positive number, got %r" %
@@ -246,6 +247,21 @@ class BertConfig:
 # ----------------------------------------------------------------------------------------------
 
 
+class Dense(keras.layers.Dense):
+  """`keras.layers.Dense` computed as one 2D matmul over all leading dimensions.
+
+  Keras multiplies a 3D input through `tensordot` (reshape, matmul, reshape, then bias and
+  activation), which keeps TensorFlow's CPU graph optimizer from fusing bias and activation into
+  the matmul; flattening first lets it fuse them, as the original's 2D formulation did.
+  """
+
+  def call(self, inputs, training=None):
+    if len(inputs.shape) == 2:
+      return super().call(inputs)
+    outputs = super().call(tf.reshape(inputs, [-1, inputs.shape[-1]]))
+    return tf.reshape(outputs, get_shape_list(inputs)[:-1] + [self.units])
+
+
 class LayerNorm(keras.layers.LayerNormalization):
   """The original's LayerNorm (last axis, epsilon 1e-12); variables `gamma`, `beta`.
 
@@ -266,7 +282,7 @@ class ScopedDense(keras.layers.Layer):
   def __init__(self, units: int, activation: Union[str, Callable, None], initializer_range: float,
                layer_norm: bool = False, **kwargs):
     super().__init__(**kwargs)
-    self.dense = keras.layers.Dense(units, activation=get_activation(activation),
+    self.dense = Dense(units, activation=get_activation(activation),
                                     kernel_initializer=_truncated_normal(initializer_range),
                                     name="dense")
     self.layer_norm = LayerNorm() if layer_norm else None
@@ -288,8 +304,8 @@ class ResidualOutput(keras.layers.Layer):
 
   def __init__(self, hidden_size: int, dropout_prob: float, initializer_range: float, **kwargs):
     super().__init__(**kwargs)
-    self.dense = keras.layers.Dense(hidden_size, kernel_initializer=_truncated_normal(initializer_range),
-                                    name="dense")
+    self.dense = Dense(hidden_size, kernel_initializer=_truncated_normal(initializer_range),
+                       name="dense")
     self.dropout = keras.layers.Dropout(dropout_prob)
     self.layer_norm = LayerNorm()
 
@@ -317,7 +333,7 @@ class SelfAttention(keras.layers.Layer):
     width = num_attention_heads * size_per_head
 
     def projection(name, activation):
-      return keras.layers.Dense(width, activation=get_activation(activation),
+      return Dense(width, activation=get_activation(activation),
                                 kernel_initializer=_truncated_normal(initializer_range), name=name)
 
     self.query = projection("query", query_act)
@@ -332,7 +348,8 @@ class SelfAttention(keras.layers.Layer):
   def _split_heads(self, tensor):
     """[batch, seq, heads * size] -> [batch, seq, heads, size]."""
     batch_size, seq_length = get_shape_list(tensor, expected_rank=3)[:2]
-    return tf.reshape(tensor, [batch_size, seq_length, self.num_attention_heads, self.size_per_head])
+    return tf.reshape(tensor,
+                      [batch_size, seq_length, self.num_attention_heads, self.size_per_head])
 
   def call(self, from_tensor, to_tensor=None, attention_mask=None, training=False):
     """Attends from `from_tensor` [B, F, W] to `to_tensor` [B, T, W] (default: itself).
@@ -364,7 +381,8 @@ class SelfAttention(keras.layers.Layer):
     probs = self.dropout(probs, training=training)
     context = tf.einsum("bnft,btnd->bfnd", probs, value)
     batch_size, from_length = get_shape_list(from_tensor, expected_rank=3)[:2]
-    return tf.reshape(context, [batch_size, from_length, self.num_attention_heads * self.size_per_head])
+    return tf.reshape(context,
+                      [batch_size, from_length, self.num_attention_heads * self.size_per_head])
 
 
 def attention_layer(from_tensor: tf.Tensor,
@@ -462,7 +480,8 @@ class TransformerLayer(keras.layers.Layer):
     self.projection.build(tuple(input_shape[:-1]) + (self.intermediate.dense.units,))
 
   def call(self, hidden_states, attention_mask=None, training=False):
-    attention_output = self.attention(hidden_states, attention_mask=attention_mask, training=training)
+    attention_output = self.attention(hidden_states, attention_mask=attention_mask,
+                                      training=training)
     return self.projection(self.intermediate(attention_output), attention_output, training=training)
 
 
@@ -648,7 +667,7 @@ class NextSentenceHead(keras.layers.Layer):
 
 
 class PretrainingHeads(keras.layers.Layer):
-  """The original's `cls` scope: `predictions` (masked LM) and `seq_relationship` (next sentence)."""
+  """The original's `cls` scope: `predictions` (masked LM), `seq_relationship` (next sentence)."""
 
   def __init__(self, config: BertConfig, **kwargs):
     super().__init__(**kwargs)
@@ -666,7 +685,7 @@ class BertPretrainingModel(keras.Model):
   Call as `model(input_ids, input_mask=None, token_type_ids=None, masked_lm_positions=None,
   training=False)` or with one dict of the pretraining TFRecord features (`input_ids`,
   `input_mask`, `segment_ids`, `masked_lm_positions`). Returns the `BertModel` outputs plus
-    masked_lm_logits float32 [B, P, vocab] at `masked_lm_positions` [B, P] (all T positions if None),
+    masked_lm_logits float32 [B, P, vocab] at `masked_lm_positions` [B, P] (all T if None),
     next_sentence_logits float32 [B, 2].
   """
 
@@ -711,7 +730,7 @@ def checkpoint_variables(model: keras.Model) -> dict:
   """Maps Google checkpoint names to the model's variables.
 
   The rule (DESIGN.md): a `BertModel` keeps its own name (`bert/encoder/...`); any other model
-  drops its own name, so a task model holding `bert` and `cls` layers gives `bert/...` and `cls/...`.
+  drops its own name, so a task model holding `bert` and `cls` layers gives `bert/...`, `cls/...`.
   Paths are taken relative to where the model sits, so a `BertModel` nested in a task model
   (`task.bert`) maps to the same names as a bare one.
 

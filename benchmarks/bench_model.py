@@ -42,8 +42,8 @@ flags.DEFINE_list("modes", ["inference", "training"], "What to measure: inferenc
 flags.DEFINE_integer("iterations", 10, "Timed calls per measurement (the median is reported).")
 flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation, per measurement.")
 flags.DEFINE_enum("xla", "auto", ["auto", "on", "off"],
-                  "auto: time tf.function with and without XLA and keep the faster (XLA only if its "
-                  "outputs match); on/off: force.")
+                  "auto: time tf.function with and without XLA and keep the faster (XLA only "
+                  "if its outputs match); on/off: force.")
 flags.DEFINE_bool("peer", True, "Also run Hugging Face's PyTorch BERT if torch and transformers "
                   "import.")
 flags.DEFINE_string("bert_config_file", None, "Model config; default BERT-Base uncased.")

@@ -246,8 +246,8 @@ def test_xla_compiled_training_step_reaches_every_variable():
     with tf.GradientTape() as tape:
       out = model(ids, mask, types, masked_lm_positions=positions, training=True)
       loss = tf.reduce_sum(out["masked_lm_logits"]) + tf.reduce_sum(out["next_sentence_logits"])
-    return model(ids, mask, types, masked_lm_positions=positions)["masked_lm_logits"], tape.gradient(
-        loss, model.trainable_weights)
+    inference = model(ids, mask, types, masked_lm_positions=positions)["masked_lm_logits"]
+    return inference, tape.gradient(loss, model.trainable_weights)
 
   logits, gradients = forward_and_gradients(ids, mask, types, positions)
   np.testing.assert_allclose(logits, model(ids, mask, types, masked_lm_positions=positions)[
@@ -319,7 +319,8 @@ def test_functional_attention_layer_matches_numpy():
   rng = np.random.default_rng(14)
   for variable in model.weights:
     variable.assign(rng.normal(0, 0.5, variable.shape).astype(np.float32))
-  weights = {"self/" + v.path.split("self/")[1]: v.numpy().astype(np.float64) for v in model.weights}
+  weights = {"self/" + v.path.split("self/")[1]: v.numpy().astype(np.float64)
+             for v in model.weights}
   a, b = rng.normal(size=(2, 5, 16)), rng.normal(size=(2, 6, 16))
   mask = modeling.create_attention_mask_from_input_mask(a, np.array([[1] * 6, [1, 1, 1, 0, 0, 0]]))
   mask = mask.numpy()
@@ -381,9 +382,9 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
   prefix = modeling.save_checkpoint(source, str(tmp_path / "model.ckpt-7"))
   # Readable by TF's own reader under Google's names.
   reader = tf.train.load_checkpoint(prefix)
+  key = source.bert.encoder.transformer_layers[1].attention.self_attention.key
   np.testing.assert_array_equal(reader.get_tensor("bert/encoder/layer_1/attention/self/key/kernel"),
-                                source.bert.encoder.transformer_layers[1].attention.self_attention.key
-                                .kernel.numpy())
+                                key.kernel.numpy())
   (tmp_path / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-7"\n')
   ids, mask, types = example_inputs(seed=16)
   want = source(ids, mask, types)
