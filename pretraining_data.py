@@ -365,44 +365,51 @@ class ExampleEncoder:
     self.max_seq_length = max_seq_length
     self.max_predictions_per_seq = max_predictions_per_seq
     self._varints = [_varint(value) for value in range(max(max_id, max_seq_length) + 1)]
-    self._weights = [struct.pack("<%df" % max_predictions_per_seq,
-                                 *([1.0] * count + [0.0] * (max_predictions_per_seq - count)))
-                     for count in range(max_predictions_per_seq + 1)]
-    self._prefixes = {}
+    # Entries that take few values are built once; 0/1 values are one byte each, so the input_mask
+    # and segment_ids values always have max_seq_length bytes.
+    self._input_mask_entries = [self._entry("input_mask", b"\x01" * count
+                                            + bytes(max_seq_length - count))
+                                for count in range(max_seq_length + 1)]
+    self._segment_ids_prefix = _feature_entry_prefix("segment_ids", max_seq_length)
+    self._weights_entries = [
+        self._entry("masked_lm_weights", struct.pack(
+            "<%df" % max_predictions_per_seq,
+            *([1.0] * count + [0.0] * (max_predictions_per_seq - count))))
+        for count in range(max_predictions_per_seq + 1)]
+    self._label_entries = [self._entry("next_sentence_labels", bytes([label])) for label in (0, 1)]
+    self._prefixes = {name: {} for name in ("input_ids", "masked_lm_positions", "masked_lm_ids")}
 
-  def _entry(self, name: str, packed_values: bytes) -> tuple:
-    """(prefix, values) of one feature entry; the prefixes are cached by name and length."""
-    key = (name, len(packed_values))
-    prefix = self._prefixes.get(key)
+  @staticmethod
+  def _entry(name: str, packed_values: bytes) -> bytes:
+    return _feature_entry_prefix(name, len(packed_values)) + packed_values
+
+  def _int64_entry(self, name: str, values: list, length: int) -> tuple:
+    """(prefix, packed values zero-padded to `length`) of an int64 feature; prefixes are cached."""
+    packed = b"".join(map(self._varints.__getitem__, values)) + bytes(length - len(values))
+    prefixes = self._prefixes[name]
+    prefix = prefixes.get(len(packed))
     if prefix is None:
-      prefix = self._prefixes[key] = _feature_entry_prefix(name, len(packed_values))
-    return prefix, packed_values
-
-  def _int64_values(self, values: list, length: int) -> bytes:
-    """Packed int64 values zero-padded to `length` (a zero is the one byte 0x00)."""
-    return b"".join(map(self._varints.__getitem__, values)) + bytes(length - len(values))
+      prefix = prefixes[len(packed)] = _feature_entry_prefix(name, len(packed))
+    return prefix, packed
 
   def encode(self, instance: TrainingInstance) -> bytes:
     """The serialized `tf.train.Example` of one instance."""
     num_ids = len(instance.input_ids)
-    padding = bytes(self.max_seq_length - num_ids)
-    entries = (
-        self._entry("input_ids", self._int64_values(instance.input_ids, self.max_seq_length)),
-        self._entry("input_mask", b"\x01" * num_ids + padding),
-        self._entry("segment_ids", bytes(instance.first_segment_length)
-                    + b"\x01" * (num_ids - instance.first_segment_length) + padding),
-        self._entry("masked_lm_positions", self._int64_values(instance.masked_lm_positions,
-                                                              self.max_predictions_per_seq)),
-        self._entry("masked_lm_ids", self._int64_values(instance.masked_lm_ids,
-                                                        self.max_predictions_per_seq)),
-        self._entry("masked_lm_weights", self._weights[len(instance.masked_lm_positions)]),
-        self._entry("next_sentence_labels", b"\x01" if instance.is_random_next else b"\x00"),
-    )
-    features = b"".join(part for entry in entries for part in entry)
-    return _TAG_1 + self._varint(len(features)) + features
-
-  def _varint(self, value: int) -> bytes:
-    return self._varints[value] if value < len(self._varints) else _varint(value)
+    first_length = instance.first_segment_length
+    features = b"".join((
+        *self._int64_entry("input_ids", instance.input_ids, self.max_seq_length),
+        self._input_mask_entries[num_ids],
+        self._segment_ids_prefix,
+        bytes(first_length), b"\x01" * (num_ids - first_length),
+        bytes(self.max_seq_length - num_ids),
+        *self._int64_entry("masked_lm_positions", instance.masked_lm_positions,
+                           self.max_predictions_per_seq),
+        *self._int64_entry("masked_lm_ids", instance.masked_lm_ids, self.max_predictions_per_seq),
+        self._weights_entries[len(instance.masked_lm_positions)],
+        self._label_entries[instance.is_random_next],
+    ))
+    size = len(features)
+    return _TAG_1 + (self._varints[size] if size < len(self._varints) else _varint(size)) + features
 
   def feature_values(self, instance: TrainingInstance) -> dict:
     """The padded feature values of one instance, as lists (for the readable log and for tests)."""
