@@ -7,7 +7,8 @@ a question about a raw-text context. Example:
 
   python run_squad.py --vocab_file=$BERT_BASE_DIR/vocab.txt \\
     --bert_config_file=$BERT_BASE_DIR/bert_config.json \\
-    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --do_train --train_file=$SQUAD_DIR/train-v1.1.json \\
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt \\
+    --do_train --train_file=$SQUAD_DIR/train-v1.1.json \\
     --do_predict --predict_file=$SQUAD_DIR/dev-v1.1.json --train_batch_size=12 \\
     --learning_rate=3e-5 --num_train_epochs=2.0 --max_seq_length=384 --doc_stride=128 \\
     --output_dir=/tmp/squad_base --export_dir=/tmp/squad_export

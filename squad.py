@@ -1,22 +1,22 @@
-"""SQuAD v1.1 / v2.0 question answering: examples, windowed features, head, post-processing, metrics.
+"""SQuAD v1.1/v2.0 question answering: examples, windowed features, head, post-processing, metrics.
 
-The data handling reproduces the original run_squad.py decision for decision, because the published
-numbers depend on them: the context is split on whitespace with a character-to-word map, answers are
-mapped to word spans and then to tightened sub-token spans, long contexts are cut into windows of
-`max_seq_length` every `doc_stride` tokens, and every token is scored only in the window where it has
-the most context. Predictions are mapped back onto the original text with the original's
-`get_final_text` alignment. The metrics are those of the official SQuAD v1.1 and v2.0 scripts.
+The data handling reproduces the original run_squad.py decision for decision, because the
+published numbers depend on them: the context is split on whitespace with a character-to-word map,
+answers are mapped to word spans and then to tightened sub-token spans, long contexts are cut into
+windows of `max_seq_length` every `doc_stride` tokens, and every token is scored only in the window
+where it has the most context. Predictions are mapped back onto the original text with the
+original's `get_final_text` alignment. The metrics are those of the official SQuAD v1.1 and v2.0
+scripts. `SquadServingModule` rebuilds the single-window part of this in TF ops for the SavedModel.
 """
 import collections
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 import string
 import time
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Sequence
 
 from absl import logging
 import keras
@@ -818,7 +818,7 @@ def _best_threshold(predictions: dict[str, str], scores: dict[str, float],
 def evaluate_v2(dataset: list[dict], predictions: dict[str, str],
                 na_probs: dict[str, float] | None = None,
                 na_prob_thresh: float = 1.0) -> dict[str, float]:
-  """The official SQuAD v2.0 evaluation: overall, HasAns and NoAns EM/F1 (0-100) and best thresholds.
+  """The official SQuAD v2.0 evaluation: overall, HasAns and NoAns EM/F1 (0-100), best thresholds.
 
   `na_probs` (here the null odds) above `na_prob_thresh` count as predicting no answer. Keys follow
   the official script except that its `exact` is named `exact_match` like v1.1's.

@@ -63,7 +63,7 @@ def run_squad(tmp_path, *args):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-  """A tiny model trained on the generated v2.0 questions, then predicted and exported by the CLI."""
+  """A tiny model trained on the generated v2.0 questions, predicted and exported by the CLI."""
   tmp_path = tmp_path_factory.mktemp("squad")
   (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
   (tmp_path / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
@@ -144,3 +144,62 @@ def test_export_in_a_fresh_process_agrees_with_do_predict(trained):
       assert context[start:end] == answer
     else:
       assert (start, end) == (-1, -1)
+
+
+TRICKY_CONTEXTS = [
+    "The café's owner, José Núñez, sold unaffable croissants (1895-1943).",
+    "Steve Smith's  bat\tbroke\nin   1999; nobody\u2014not even Ms. O'Neil\u2014saw it, 1999.",
+    "Zürich's ÉCOLE polytechnique fédérale: 12,000 students & 5\u202f000 staff (ETH).",
+    "北京 is the capital of 中国, said the naïve coöperative's CEO.",
+    "The \u2603 snowman ate \u2ff0 things \u2014 and 3.5\u00b2 of them were [sic] green.",
+]
+TRICKY_QUESTIONS = ["Who sold croissants?", "When did it break?", "How many students?",
+                    "What is the capital?"]
+
+
+def test_in_graph_span_selection_and_final_text_match_python(uncased_vocab_file):
+  """A random tiny model picks arbitrary spans; the serving graph must map every one of them to
+  the text the Python post-processing gives (accents, case, punctuation, odd whitespace, CJK,
+  [UNK] words), and to character offsets of that text in the context."""
+  import numpy as np
+  import tensorflow as tf
+
+  import modeling
+  import squad
+  import tokenization
+  tokenizer = tokenization.FullTokenizer(uncased_vocab_file, do_lower_case=True)
+  config = modeling.BertConfig.from_dict(dict(TINY_CONFIG, vocab_size=len(tokenizer.vocab),
+                                              max_position_embeddings=128))
+  tf.random.set_seed(3)
+  model = squad.build_model(config)
+  max_seq_length = 64
+  module = squad.SquadServingModule(model, tokenizer, max_seq_length, max_query_length=16,
+                                    n_best_size=20, max_answer_length=30,
+                                    version_2_with_negative=False, null_score_diff_threshold=0.0)
+  data = [{"title": "t", "paragraphs": [
+      {"context": context, "qas": [{"id": "%d-%d" % (c, q), "question": question, "answers": []}
+                                   for q, question in enumerate(TRICKY_QUESTIONS)]}
+      for c, context in enumerate(TRICKY_CONTEXTS)]}]
+  examples, _ = squad.examples_from_data(data, is_training=False)
+  features = list(squad.convert_examples_to_features(examples, tokenizer, max_seq_length, 128, 16,
+                                                     is_training=False))
+  assert len(features) == len(examples)  # every context fits one window
+  inputs = {name: np.array([getattr(f, name) for f in features], np.int32)
+            for name in ("input_ids", "input_mask", "segment_ids")}
+  logits = model(inputs)
+  results = [squad.RawResult(f.unique_id, s.tolist(), e.tolist()) for f, s, e in zip(
+      features, logits["start_logits"].numpy(), logits["end_logits"].numpy())]
+  predictions, _, _ = squad.compute_predictions(examples, features, results, 20, 30, True)
+
+  questions = [e.question_text for e in examples]
+  contexts = [e.context_text for e in examples]
+  encoded = module._encode(tf.constant(questions), tf.constant(contexts))[0]  # pylint: disable=protected-access
+  for name in inputs:
+    np.testing.assert_array_equal(encoded[name].numpy(), inputs[name], err_msg=name)
+  out = module.serve(tf.constant(questions), tf.constant(contexts))
+  answers = [a.decode("utf-8") for a in out["answer"].numpy()]
+  assert answers == [predictions[e.qas_id] for e in examples]
+  assert len(set(answers)) > 5  # the random spans really vary
+  for answer, start, end, context in zip(answers, out["answer_start"].numpy(),
+                                         out["answer_end"].numpy(), contexts):
+    assert " ".join(context[start:end].split()) == answer

@@ -70,7 +70,8 @@ def test_split_context_maps_characters_to_words():
 
 
 def test_read_examples_answer_word_span():
-  examples, stats = squad.examples_from_data(squad_data({"q1": "José Núñez", "q2": "1895"}), True)
+  data = squad_data({"q1": "José Núñez", "q2": "1895"})
+  examples, stats = squad.examples_from_data(data, True)
   assert [(e.start_position, e.end_position) for e in examples] == [(3, 4), (8, 8)]
   assert examples[0].orig_answer_text == "José Núñez"
   assert stats.questions == 2 and stats.skipped_answer_not_found == 0
@@ -168,7 +169,7 @@ def test_features_layout_positions_and_tightened_spans(tokenizer):
   assert last.tokens[6:] == ["##able", "croissants", "(", "1895", "-", "1943", ")", ".", "[SEP]",
                              ] and last.input_mask == [1] * 15 + [0]
   assert last.input_ids[-1] == 0 and last.segment_ids[-1] == 0
-  # "José Núñez" is sub-tokens 6..7 (the comma of "Núñez," is cut off): windows 0 and 1 hold it.
+  # "José Núñez" is sub-tokens 6..7 (the comma of "Núñez," is cut off): windows 0 and 1.
   assert [(f.start_position, f.end_position) for f in features[:4]] == [
       (6 + DOC_OFFSET, 7 + DOC_OFFSET), (2 + DOC_OFFSET, 3 + DOC_OFFSET), (0, 0), (0, 0)]
   # "1895" is sub-token 15 of "(1895-1943).": windows 2 and 3.
