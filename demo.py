@@ -35,12 +35,6 @@ from absl import flags
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("output_dir", "demo_output", "Where every artifact of the demo is written.")
-flags.DEFINE_enum("size", "full", ["full", "tiny"],
-                  "`full` takes about 10 minutes on 2 cores; `tiny` takes seconds and only proves that "
-                  "every step runs (the tests use it).")
-flags.DEFINE_string("stdlib_dir", None,
-                    "Directory of the Python standard library to read. Default: this interpreter's.")
 
 # Top-level standard library modules (or packages) whose docstrings make up each topic.
 TOPIC_MODULES = {
@@ -387,6 +381,16 @@ def run_pipeline(output_dir: str, size: DemoSize, stdlib_dir: str) -> dict[str, 
   }
 
 
+def define_flags() -> None:
+  """Defines the demo's flags (only when run as a script, so importing it defines no flags)."""
+  flags.DEFINE_string("output_dir", "demo_output", "Where every artifact of the demo is written.")
+  flags.DEFINE_enum("size", "full", ["full", "tiny"],
+                    "`full` takes about 10 minutes on 2 cores; `tiny` takes seconds and only proves "
+                    "that every step runs (the tests use it).")
+  flags.DEFINE_string("stdlib_dir", None,
+                      "Directory of the Python standard library to read. Default: this interpreter's.")
+
+
 def main(argv: list[str]) -> None:
   if len(argv) > 1:
     raise app.UsageError("Unexpected arguments: %s" % " ".join(argv[1:]))
@@ -405,4 +409,5 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
+  define_flags()
   app.run(main)
