@@ -122,6 +122,8 @@ def _example_from_qa(qa: dict, context: str, words: list[str], char_to_word_offs
   qas_id = str(_require(qa, "id", where))
   where = "%s, question %s" % (where, qas_id)
   question = _require(qa, "question", where)
+  if not isinstance(question, str):
+    raise SquadFormatError("%s: the question must be a string, got %r" % (where, question))
   example = SquadExample(qas_id=qas_id, question_text=question, context_text=context,
                          doc_tokens=words, char_to_word_offset=char_to_word_offset)
   if not is_training:
@@ -140,9 +142,11 @@ def _example_from_qa(qa: dict, context: str, words: list[str], char_to_word_offs
   answer = answers[0]
   answer_text = _require(answer, "text", where)
   answer_start = _require(answer, "answer_start", where)
+  if not isinstance(answer_text, str) or not isinstance(answer_start, int):
+    raise SquadFormatError("%s: answer text must be a string and answer_start an integer, got "
+                           "%r and %r" % (where, answer_text, answer_start))
   answer_end = answer_start + len(answer_text) - 1
-  if (not isinstance(answer_start, int) or answer_start < 0 or not answer_text or
-      answer_end >= len(context)):
+  if answer_start < 0 or not answer_text or answer_end >= len(context):
     logging.warning("%s: answer_start %r outside the context, skipped", where, answer_start)
     stats.skipped_answer_not_found += 1
     return None
@@ -176,6 +180,8 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
     for paragraph_index, paragraph in enumerate(_require(article, "paragraphs", article_where)):
       where = "%s, paragraph %d" % (article_where, paragraph_index)
       context = _require(paragraph, "context", where)
+      if not isinstance(context, str):
+        raise SquadFormatError("%s: the context must be a string" % where)
       qas = _require(paragraph, "qas", where)
       words, char_to_word_offset = split_context(context)
       stats.questions += len(qas)
@@ -1025,7 +1031,7 @@ class SquadServingModule(tf.Module):
     outputs = self.model(features, training=False)
     return {"start_logits": outputs["start_logits"], "end_logits": outputs["end_logits"]}
 
-  def _encode(self, question: tf.Tensor, context: tf.Tensor) -> tuple:
+  def encode_window(self, question: tf.Tensor, context: tf.Tensor) -> tuple:
     """Features of the first window, plus what span selection needs to map pieces back to words.
 
     Returns (features, doc_start [B] position of the first context sub-token, doc_length [B],
@@ -1110,7 +1116,7 @@ class SquadServingModule(tf.Module):
 
   def _serve(self, question: tf.Tensor, context: tf.Tensor) -> dict:
     (features, doc_start, doc_length, context_ids, tok_to_orig, words,
-     word_begin_bytes) = self._encode(question, context)
+     word_begin_bytes) = self.encode_window(question, context)
     outputs = self.model(features, training=False)
     start_logits, end_logits = outputs["start_logits"], outputs["end_logits"]
     start, end, score, has_span = self._best_spans(start_logits, end_logits, doc_start,

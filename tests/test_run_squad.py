@@ -193,7 +193,7 @@ def test_in_graph_span_selection_and_final_text_match_python(uncased_vocab_file)
 
   questions = [e.question_text for e in examples]
   contexts = [e.context_text for e in examples]
-  encoded = module._encode(tf.constant(questions), tf.constant(contexts))[0]  # pylint: disable=protected-access
+  encoded = module.encode_window(tf.constant(questions), tf.constant(contexts))[0]
   for name in inputs:
     np.testing.assert_array_equal(encoded[name].numpy(), inputs[name], err_msg=name)
   out = module.serve(tf.constant(questions), tf.constant(contexts))

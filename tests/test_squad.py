@@ -116,6 +116,11 @@ def test_malformed_files_give_errors_naming_the_place(tmp_path):
     squad.read_squad_examples(str(no_question), is_training=False)
   with pytest.raises(squad.SquadFormatError, match="missing key 'data'"):
     squad.load_squad_json(str(_write(tmp_path / "no_data.json", {"version": "1.1"})))
+  bad_start = squad_data({"a": "sold"})
+  bad_start[0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = "5"
+  with pytest.raises(squad.SquadFormatError, match="question a: answer text must be a string and "
+                     "answer_start an integer"):
+    squad.examples_from_data(bad_start, True)
   v2_without_flag = squad_data({"a": "sold"})
   with pytest.raises(squad.SquadFormatError, match="missing key 'is_impossible'"):
     squad.examples_from_data(v2_without_flag, True, version_2_with_negative=True)
