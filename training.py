@@ -541,11 +541,8 @@ class _Trainer:
 
 
 def _learning_rate(optimizer) -> float:
-  inner = getattr(optimizer, "inner_optimizer", optimizer)
-  schedule = inner._learning_rate  # pylint: disable=protected-access
-  if callable(schedule):
-    return float(schedule(inner.iterations))
-  return float(keras.ops.convert_to_numpy(schedule))
+  """The rate the next update will use (the schedule at the current step)."""
+  return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
 
 
 def train(strategy: tf.distribute.Strategy,
@@ -693,7 +690,7 @@ def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: b
     features[REAL_EXAMPLE_KEY] = is_real
     return features, index
 
-  indexed = dataset.enumerate().map(lambda index, features: (features, index))
+  indexed = dataset.enumerate().map(lambda index, features: (features, tf.cast(index, tf.int32)))
   return indexed.batch(batch_size, drop_remainder=drop_remainder).map(pad)
 
 

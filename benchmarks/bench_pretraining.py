@@ -72,7 +72,7 @@ COMMON_CONFIG = dict(hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs
 
 
 def bert_config(name: str, **overrides) -> modeling.BertConfig:
-  return modeling.BertConfig.from_dict(dict(COMMON_CONFIG, **CONFIGS[name], **overrides))
+  return modeling.BertConfig.from_dict({**COMMON_CONFIG, **CONFIGS[name], **overrides})
 
 
 def synthetic_batches(config: modeling.BertConfig, count: int, seed: int = 0) -> dict:

@@ -190,14 +190,19 @@ def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(t
 
 
 def test_summaries_are_written_for_tensorboard(reference):
-  tags = {}
+  scalars = {}
   for event_file in tf.io.gfile.glob(os.path.join(reference[0], "events.out.tfevents.*")):
     for record in tf.data.TFRecordDataset(event_file):
       event = event_pb2.Event.FromString(record.numpy())
       for value in event.summary.value:
-        tags.setdefault(value.tag, []).append(event.step)
-  assert {"loss", "scaled_mean", "learning_rate", "examples_per_second"} <= set(tags)
-  assert tags["loss"] == [2, 4, 6]
+        scalar = tf.make_ndarray(value.tensor)
+        scalars.setdefault(value.tag, {})[event.step] = float(scalar)
+  assert {"loss", "scaled_mean", "learning_rate", "examples_per_second"} <= set(scalars)
+  assert sorted(scalars["loss"]) == [2, 4, 6]
+  # After step s the next update uses the original's schedule at s: 1e-2 * (1 - s / 6).
+  for step, rate in scalars["learning_rate"].items():
+    np.testing.assert_allclose(rate, 1e-2 * (1 - step / 6), rtol=1e-5, atol=1e-9)
+  np.testing.assert_allclose(scalars["loss"][6], reference[1].metrics["loss"], rtol=1e-6)
 
 
 def test_replica_weighted_mean_outside_strategy_is_weighted_mean():
