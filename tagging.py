@@ -436,8 +436,9 @@ class BertTagger(keras.Model):
   def call(self, features, training=False):
     sequence_output = self.bert(features, training=training)["sequence_output"]
     sequence_output = self.dropout(sequence_output, training=training)
-    logits = tf.einsum("bth,nh->btn", tf.cast(sequence_output, tf.float32), self.output_weights)
-    return logits + self.output_bias
+    dtype = sequence_output.dtype  # bfloat16/float16 under mixed precision
+    logits = tf.einsum("bth,nh->btn", sequence_output, tf.cast(self.output_weights, dtype))
+    return tf.cast(logits + tf.cast(self.output_bias, dtype), tf.float32)
 
 
 def build_tagger(config: modeling.BertConfig, num_tags: int) -> BertTagger:

@@ -165,3 +165,22 @@ def test_loss_ignores_non_first_sub_tokens():
   names = sorted(modeling.checkpoint_variables(model))
   assert "output_weights" in names and "output_bias" in names
   assert all(n.startswith("bert/") for n in names if not n.startswith("output_"))
+
+
+def test_mixed_precision_gives_float32_logits():
+  import keras  # pylint: disable=g-import-not-at-top
+  config = modeling.BertConfig(vocab_size=20, hidden_size=16, num_hidden_layers=1,
+                               num_attention_heads=2, intermediate_size=16,
+                               max_position_embeddings=8)
+  features = {"input_ids": np.array([[2, 5, 6, 3]], np.int32),
+              "input_mask": np.ones((1, 4), np.int32), "segment_ids": np.zeros((1, 4), np.int32)}
+  reference = tagging.build_tagger(config, 3)
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    model = tagging.build_tagger(config, 3)
+    model.set_weights(reference.get_weights())
+    logits = model(features)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
+  assert logits.dtype == tf.float32 and model.output_weights.dtype == "float32"
+  np.testing.assert_allclose(logits.numpy(), reference(features).numpy(), atol=0.05)
