@@ -422,6 +422,9 @@ class BertTagger(keras.Model):
     self.config = config
     self.num_tags = num_tags
     self.bert = modeling.BertModel(config, name="bert")
+    # Tagging never reads the pooled output: its variables get no gradient, so (as the original
+    # optimizer skipped variables without gradients) they are kept unchanged and get no Adam slots.
+    self.bert.pooler.trainable = False
     self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
 
   def build(self, input_shape=None):

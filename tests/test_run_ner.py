@@ -164,6 +164,8 @@ def test_loss_ignores_non_first_sub_tokens():
   np.testing.assert_allclose(float(metrics["word_accuracy"]), expected_accuracy)
   names = sorted(modeling.checkpoint_variables(model))
   assert "output_weights" in names and "output_bias" in names
+  assert "bert/pooler/dense/kernel" in names  # saved, though not trained
+  assert not any("pooler" in v.path for v in model.trainable_variables)
   assert all(n.startswith("bert/") for n in names if not n.startswith("output_"))
 
 
