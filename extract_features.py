@@ -66,6 +66,10 @@ def define_flags() -> None:
                     "npz: one uncompressed NumPy .npz file per batch in the --output_file "
                     "directory.")
   training.define_tpu_flags()
+  flags.DEFINE_bool("use_one_hot_embeddings", False,
+                    "Accepted so the original's command lines keep working. It chose a one-hot matmul "
+                    "for the embedding lookup on TPUs; here the lookup is a gather on every device, "
+                    "which gives the same values.")
   flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: one vector per token (the "
                     "original). cls: the [CLS] vector. mean: the mean over real tokens.")
 
