@@ -285,8 +285,7 @@ class ScopedDense(keras.layers.Layer):
                layer_norm: bool = False, **kwargs):
     super().__init__(**kwargs)
     self.dense = Dense(units, activation=get_activation(activation),
-                                    kernel_initializer=_truncated_normal(initializer_range),
-                                    name="dense")
+                       kernel_initializer=_truncated_normal(initializer_range), name="dense")
     self.layer_norm = LayerNorm() if layer_norm else None
 
   def build(self, input_shape):
@@ -336,16 +335,18 @@ class SelfAttention(keras.layers.Layer):
 
     def projection(name, activation):
       return Dense(width, activation=get_activation(activation),
-                                kernel_initializer=_truncated_normal(initializer_range), name=name)
+                   kernel_initializer=_truncated_normal(initializer_range), name=name)
 
     self.query = projection("query", query_act)
     self.key = projection("key", key_act)
     self.value = projection("value", value_act)
     self.dropout = keras.layers.Dropout(attention_probs_dropout_prob)
 
-  def build(self, input_shape):
-    for projection in (self.query, self.key, self.value):
-      projection.build(input_shape)
+  def build(self, from_tensor_shape, to_tensor_shape=None):
+    """Builds `query` for the queries' width and `key`, `value` for the keys' (may differ)."""
+    self.query.build(from_tensor_shape)
+    for projection in (self.key, self.value):
+      projection.build(to_tensor_shape or from_tensor_shape)
 
   def _split_heads(self, tensor):
     """[batch, seq, heads * size] -> [batch, seq, heads, size]."""

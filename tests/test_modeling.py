@@ -311,7 +311,7 @@ def test_shape_list_and_attention_mask():
 
 def test_functional_attention_layer_matches_numpy():
   from_x = keras.Input((5, 16))
-  to_x = keras.Input((6, 16))
+  to_x = keras.Input((6, 12))
   mask_in = keras.Input((5, 6))
   context = modeling.attention_layer(from_x, to_x, mask_in, num_attention_heads=4, size_per_head=4,
                                      do_return_2d_tensor=True)
@@ -321,7 +321,7 @@ def test_functional_attention_layer_matches_numpy():
     variable.assign(rng.normal(0, 0.5, variable.shape).astype(np.float32))
   weights = {"self/" + v.path.split("self/")[1]: v.numpy().astype(np.float64)
              for v in model.weights}
-  a, b = rng.normal(size=(2, 5, 16)), rng.normal(size=(2, 6, 16))
+  a, b = rng.normal(size=(2, 5, 16)), rng.normal(size=(2, 6, 12))
   mask = modeling.create_attention_mask_from_input_mask(a, np.array([[1] * 6, [1, 1, 1, 0, 0, 0]]))
   mask = mask.numpy()
   got = model([a.astype(np.float32), b.astype(np.float32), mask])
