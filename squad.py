@@ -1244,7 +1244,8 @@ def predict(strategy: tf.distribute.Strategy, model: keras.Model, tokenizer: Any
                              input_dataset(record_path, options.max_seq_length, False),
                              predict_batch_size)
   seconds = time.time() - start_time
-  logging.info("Predicted %d features in %.1fs (%.1f features/s)", len(features), seconds,
+  logging.info("Predicted %d examples (%d features) in %.1fs: %.1f examples/s, %.1f features/s",
+               len(examples), len(features), seconds, len(examples) / max(seconds, 1e-9),
                len(features) / max(seconds, 1e-9))
   results = [RawResult(int(uid), start.tolist(), end.tolist()) for uid, start, end in zip(
       outputs.get("unique_ids", []), outputs.get("start_logits", []),
