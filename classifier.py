@@ -18,6 +18,7 @@ import inspect
 import json
 import math
 import os
+import socket
 import time
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -690,14 +691,19 @@ def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_
       return True
     changed = sorted(k for k in set(settings) | set(previous) if settings.get(k) != previous.get(k))
     logging.info("Rewriting %s: %s changed since it was written", output_file, ", ".join(changed))
-  if os.path.exists(settings_file):
+  try:
     os.remove(settings_file)
-  temporary = output_file + ".tmp"
+  except FileNotFoundError:
+    pass
+  # Workers of a multi-worker run may all get here: each writes its own temporary files and renames
+  # them (atomically) over the shared names; the contents are identical.
+  unique = ".tmp-%s-%d" % (socket.gethostname(), os.getpid())
   file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                          temporary, is_regression)
-  os.replace(temporary, output_file)
-  with open(settings_file, "w", encoding="utf-8") as f:
+                                          output_file + unique, is_regression)
+  os.replace(output_file + unique, output_file)
+  with open(settings_file + unique, "w", encoding="utf-8") as f:
     json.dump(settings, f, indent=1)
+  os.replace(settings_file + unique, settings_file)
   return False
 
 

@@ -406,6 +406,7 @@ def test_features_cache_is_reused_and_rebuilt_when_settings_change(tokenizer, tm
                                                  "[SEP]") + [0, 0]
   assert records[4]["input_ids"].tolist() == ids("[CLS]", "dog", "[SEP]") + [0] * 6
   assert all(r["is_real_example"] == 1 for r in records)
+  assert sorted(os.listdir(tmp_path)) == ["train.tf_record", "train.tf_record.json", "vocab.txt"]
 
 
 TINY_CONFIG = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=1,
