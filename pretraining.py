@@ -8,6 +8,7 @@ and strategies come from training.py; run_pretraining.py maps the original's fla
 """
 
 import os
+import re
 from typing import Mapping, Optional
 
 from absl import logging
@@ -91,10 +92,12 @@ def check_first_record(input_file: str, max_seq_length: int, max_predictions_per
                      max_predictions_per_seq)
       return
   except tf.errors.InvalidArgumentError as error:
-    raise ValueError(error.message.split("\n")[0]) from None
+    mismatch = re.search(r"a record in .* was written with", error.message)
+    raise ValueError(mismatch.group(0) if mismatch else error.message) from None
   except tf.errors.DataLossError as error:
-    raise ValueError("%s is not a readable TFRecord file: %s" % (input_file, error.message)) from None
-  raise ValueError("%s holds no records" % input_file)
+    raise ValueError("%s is not a readable TFRecord file: %s" %
+                     (input_file, error.message)) from None
+  raise ValueError("%s holds no complete TFRecord records" % input_file)
 
 
 def _with_filename(filename: tf.Tensor) -> tf.data.Dataset:

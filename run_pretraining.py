@@ -31,6 +31,7 @@ def define_flags() -> None:
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
+  flags.adopt_module_key_flags(training)  # --help lists the shared flags too.
 
 
 def main(_):

@@ -68,102 +68,112 @@ class TrainingError(RuntimeError):
 # ------------------------------------------------------------------------------------------------
 
 
-def _is_defined(name: str) -> bool:
-  return name in FLAGS
+def _define(flag_values: flags.FlagValues, kind: str, name: str, default, help_text: str,
+            **kwargs) -> None:
+  """Defines one flag with `flags.DEFINE_<kind>` in `flag_values`."""
+  getattr(flags, "DEFINE_" + kind)(name, default, help=help_text, flag_values=flag_values,
+                                   **kwargs)
 
 
-def define_tpu_flags() -> None:
+def define_tpu_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines the original's TPU flags (`use_tpu`, `tpu_name`, `tpu_zone`, `gcp_project`,
   `master`, `num_tpu_cores`) with its defaults."""
-  if _is_defined("use_tpu"):
+  if "use_tpu" in flag_values:
     return
-  flags.DEFINE_bool("use_tpu", False, "Whether to run on a TPU (TPUStrategy).")
-  flags.DEFINE_string("tpu_name", None,
-                      "The Cloud TPU to use: its name or a grpc://ip:port address.")
-  flags.DEFINE_string("tpu_zone", None,
-                      "GCE zone of the Cloud TPU; looked up from metadata when not given.")
-  flags.DEFINE_string("gcp_project", None,
-                      "GCP project of the Cloud TPU; looked up from metadata when not given.")
-  flags.DEFINE_string("master", None, "TPU master address, used when --tpu_name is not given.")
-  flags.DEFINE_integer("num_tpu_cores", 8,
-                       "Number of TPU cores expected (checked against the TPU's topology).")
+  fv = flag_values
+  _define(fv, "bool", "use_tpu", False, "Whether to run on a TPU (TPUStrategy).")
+  _define(fv, "string", "tpu_name", None,
+          "The Cloud TPU to use: its name or a grpc://ip:port address.")
+  _define(fv, "string", "tpu_zone", None,
+          "GCE zone of the Cloud TPU; looked up from metadata when not given.")
+  _define(fv, "string", "gcp_project", None,
+          "GCP project of the Cloud TPU; looked up from metadata when not given.")
+  _define(fv, "string", "master", None, "TPU master address, used when --tpu_name is not given.")
+  _define(fv, "integer", "num_tpu_cores", 8,
+          "Number of TPU cores expected (checked against the TPU's topology).")
 
 
-def define_runtime_flags() -> None:
+def define_runtime_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines the flags this reimplementation adds: strategy, XLA, precision, checkpoints, seed."""
-  if _is_defined("distribution_strategy"):
+  if "distribution_strategy" in flag_values:
     return
-  flags.DEFINE_enum(
-      "distribution_strategy", "auto", STRATEGIES,
-      "How to spread training over devices. auto: tpu with --use_tpu, multi_worker_mirrored when "
-      "TF_CONFIG names several tasks, mirrored with several GPUs, else one_device. mirrored uses "
-      "all GPUs, or all logical CPU devices when there is no GPU.")
-  flags.DEFINE_bool("use_xla", False,
-                    "Compile the forward and backward pass with XLA (one replica only; TPUs "
-                    "always compile).")
-  flags.DEFINE_enum("mixed_precision", "float32", PRECISIONS,
-                    "Compute dtype. float16 adds dynamic loss scaling; bfloat16 suits TPUs and "
-                    "CPUs with AVX512-BF16. Variables and checkpoints stay float32.")
-  flags.DEFINE_integer("keep_checkpoint_max", 5,
-                       "How many of the most recent training checkpoints to keep.")
-  flags.DEFINE_integer("random_seed", 12345,
-                       "Seed for initialization, dropout and input shuffling (the same on every "
-                       "worker, so workers see one consistent stream of global batches).")
+  fv = flag_values
+  _define(fv, "enum", "distribution_strategy", "auto",
+          "How to spread training over devices. auto: tpu with --use_tpu, multi_worker_mirrored "
+          "when TF_CONFIG names several tasks, mirrored with several GPUs, else one_device. "
+          "mirrored uses all GPUs, or all logical CPU devices when there is no GPU.",
+          enum_values=STRATEGIES)
+  _define(fv, "bool", "use_xla", False,
+          "Compile the forward and backward pass with XLA (one replica only; TPUs always "
+          "compile).")
+  _define(fv, "enum", "mixed_precision", "float32",
+          "Compute dtype. float16 adds dynamic loss scaling; bfloat16 suits TPUs and CPUs with "
+          "AVX512-BF16. Variables and checkpoints stay float32.", enum_values=PRECISIONS)
+  _define(fv, "integer", "keep_checkpoint_max", 5,
+          "How many of the most recent training checkpoints to keep.")
+  _define(fv, "integer", "random_seed", 12345,
+          "Seed for initialization, dropout and input shuffling (the same on every worker, so "
+          "workers see one consistent stream of global batches).")
 
 
-def define_common_flags(max_seq_length: int = 128) -> None:
+def define_common_flags(max_seq_length: int = 128,
+                        flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines the flags every training script shares, with the original's defaults.
 
   Also defines the TPU and runtime flags. `max_seq_length` is the script's default (128 for
-  pretraining and classification, 384 for SQuAD).
+  pretraining and classification, 384 for SQuAD). A script should then call
+  `flags.adopt_module_key_flags(training)` so that `--help` lists these flags too.
   """
-  define_tpu_flags()
-  define_runtime_flags()
-  if _is_defined("bert_config_file"):
+  define_tpu_flags(flag_values)
+  define_runtime_flags(flag_values)
+  if "bert_config_file" in flag_values:
     return
-  flags.DEFINE_string("bert_config_file", None,
-                      "The config json file of the pre-trained BERT model (architecture).")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
-  flags.DEFINE_string("output_dir", None,
-                      "Where checkpoints, summaries and results are written.")
-  flags.DEFINE_integer("max_seq_length", max_seq_length,
-                       "Maximum total input length in WordPiece tokens after tokenization; "
-                       "longer inputs are truncated, shorter ones padded.")
-  flags.DEFINE_bool("do_train", False, "Whether to run training.")
-  flags.DEFINE_integer("train_batch_size", 32, "Global batch size for training.")
-  flags.DEFINE_float("learning_rate", 5e-5, "The initial learning rate for Adam.")
-  flags.DEFINE_integer("save_checkpoints_steps", 1000, "How often to save a checkpoint.")
-  flags.DEFINE_integer("iterations_per_loop", 1000,
-                       "How many steps to run per call into the graph (and per progress line).")
+  fv = flag_values
+  _define(fv, "string", "bert_config_file", None,
+          "The config json file of the pre-trained BERT model (architecture).")
+  _define(fv, "string", "init_checkpoint", None,
+          "Initial checkpoint (usually from a pre-trained BERT model).")
+  _define(fv, "string", "output_dir", None,
+          "Where checkpoints, summaries and results are written.")
+  _define(fv, "integer", "max_seq_length", max_seq_length,
+          "Maximum total input length in WordPiece tokens after tokenization; longer inputs are "
+          "truncated, shorter ones padded.")
+  _define(fv, "bool", "do_train", False, "Whether to run training.")
+  _define(fv, "integer", "train_batch_size", 32, "Global batch size for training.")
+  _define(fv, "float", "learning_rate", 5e-5, "The initial learning rate for Adam.")
+  _define(fv, "integer", "save_checkpoints_steps", 1000, "How often to save a checkpoint.")
+  _define(fv, "integer", "iterations_per_loop", 1000,
+          "How many steps to run per call into the graph (and per progress line).")
 
 
-def define_fine_tuning_flags(max_seq_length: int = 128) -> None:
+def define_fine_tuning_flags(max_seq_length: int = 128,
+                             flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines the common flags plus the fine-tuning schedule (`num_train_epochs`=3.0,
   `warmup_proportion`=0.1), as run_classifier and run_squad had."""
-  define_common_flags(max_seq_length)
-  if _is_defined("num_train_epochs"):
+  define_common_flags(max_seq_length, flag_values)
+  if "num_train_epochs" in flag_values:
     return
-  flags.DEFINE_float("num_train_epochs", 3.0, "Total number of training epochs to perform.")
-  flags.DEFINE_float("warmup_proportion", 0.1,
-                     "Proportion of training to perform linear learning rate warmup for, "
-                     "e.g. 0.1 = 10% of training.")
+  _define(flag_values, "float", "num_train_epochs", 3.0,
+          "Total number of training epochs to perform.")
+  _define(flag_values, "float", "warmup_proportion", 0.1,
+          "Proportion of training to perform linear learning rate warmup for, e.g. 0.1 = 10% of "
+          "training.")
 
 
-def define_eval_flags() -> None:
+def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `do_eval` and `eval_batch_size` (default 8, global)."""
-  if _is_defined("do_eval"):
+  if "do_eval" in flag_values:
     return
-  flags.DEFINE_bool("do_eval", False, "Whether to run evaluation.")
-  flags.DEFINE_integer("eval_batch_size", 8, "Global batch size for evaluation.")
+  _define(flag_values, "bool", "do_eval", False, "Whether to run evaluation.")
+  _define(flag_values, "integer", "eval_batch_size", 8, "Global batch size for evaluation.")
 
 
-def define_predict_flags() -> None:
+def define_predict_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `do_predict` and `predict_batch_size` (default 8, global)."""
-  if _is_defined("do_predict"):
+  if "do_predict" in flag_values:
     return
-  flags.DEFINE_bool("do_predict", False, "Whether to run prediction.")
-  flags.DEFINE_integer("predict_batch_size", 8, "Global batch size for prediction.")
+  _define(flag_values, "bool", "do_predict", False, "Whether to run prediction.")
+  _define(flag_values, "integer", "predict_batch_size", 8, "Global batch size for prediction.")
 
 
 def fine_tuning_steps(num_examples: int, train_batch_size: int, num_train_epochs: float,

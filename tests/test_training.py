@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 
+from absl import flags
 import numpy as np
 import pytest
 
@@ -240,11 +241,11 @@ def test_eval_results_file_format(tmp_path):
 
 
 def test_shared_flags_have_the_original_defaults():
-  training.define_fine_tuning_flags(max_seq_length=384)
-  training.define_fine_tuning_flags(max_seq_length=384)  # Idempotent.
-  training.define_eval_flags()
-  training.define_predict_flags()
-  flag_values = training.FLAGS
+  flag_values = flags.FlagValues()
+  training.define_fine_tuning_flags(max_seq_length=384, flag_values=flag_values)
+  training.define_fine_tuning_flags(max_seq_length=384, flag_values=flag_values)  # Idempotent.
+  training.define_eval_flags(flag_values)
+  training.define_predict_flags(flag_values)
   expected = {"train_batch_size": 32, "learning_rate": 5e-5, "num_train_epochs": 3.0,
               "warmup_proportion": 0.1, "save_checkpoints_steps": 1000,
               "iterations_per_loop": 1000, "max_seq_length": 384, "use_tpu": False,
