@@ -39,20 +39,7 @@ def outputs_of(model):
   return outputs_fn
 
 
-LOAD_SCRIPT = """
-import json, sys
-import tensorflow as tf
-OURS = ("export", "classifier", "modeling", "tokenization", "in_graph_tokenization", "training")
-loaded = tf.saved_model.load(sys.argv[1])
-text = loaded.signatures["serving_default"](text_a=tf.constant(json.loads(sys.argv[2])))
-ids = loaded.signatures["token_ids"](**{k: tf.constant(v, tf.int32) for k, v in
-                                        json.loads(sys.argv[3]).items()})
-print(json.dumps({"text": text["logits"].numpy().tolist(), "ids": ids["logits"].numpy().tolist(),
-                  "ours": sorted(m for m in sys.modules if m in OURS)}))
-"""
-
-
-def test_export_writes_versions_loadable_without_this_project(tmp_path):
+def test_export_writes_numbered_versions_with_both_signatures(tmp_path):
   export_dir = str(tmp_path / "export")
   model, encoder = toy_model(), HashingEncoder()
   first = export.export_task_model(export_dir, model, encoder, outputs_of(model), ["text_a"])
@@ -67,13 +54,12 @@ def test_export_writes_versions_loadable_without_this_project(tmp_path):
   features = {k: v.numpy().tolist() for k, v in encoder(tf.constant(texts)).items()}
   expected = model.predict(np.array(features["input_ids"]) * np.array(features["input_mask"]),
                            verbose=0)
-  result = subprocess.run([sys.executable, "-c", LOAD_SCRIPT, second, json.dumps(texts),
-                           json.dumps(features)], capture_output=True, text=True, check=True,
-                          env=dict(os.environ, PYTHONPATH=""), cwd=str(tmp_path))
-  outputs = json.loads(result.stdout.strip().splitlines()[-1])
-  assert outputs["ours"] == []
-  np.testing.assert_allclose(outputs["text"], expected, atol=1e-6)
-  np.testing.assert_allclose(outputs["ids"], expected, atol=1e-6)
+  loaded = tf.saved_model.load(second)
+  text = loaded.signatures[export.SERVING_DEFAULT](text_a=tf.constant(texts))
+  ids = loaded.signatures[export.TOKEN_IDS_SIGNATURE](
+      **{k: tf.constant(v, tf.int32) for k, v in features.items()})
+  np.testing.assert_allclose(text["logits"], expected, atol=1e-6)
+  np.testing.assert_allclose(ids["logits"], expected, atol=1e-6)
 
 
 def test_signatures_take_any_batch_size_and_pairs(tmp_path):
@@ -104,10 +90,12 @@ def test_existing_versions_ignores_other_entries(tmp_path):
   assert export.next_version(str(tmp_path / "absent")) == 1
 
 
+# Runs in a fresh process that cannot import the project (PYTHONPATH empty, cwd elsewhere).
 CLASSIFIER_SCRIPT = """
 import json, sys
 import tensorflow as tf
 import tensorflow_text  # Registers the tokenization ops the SavedModel uses.
+OURS = ("export", "classifier", "modeling", "tokenization", "in_graph_tokenization", "training")
 loaded = tf.saved_model.load(sys.argv[1])
 texts = json.loads(sys.argv[2])
 ids = json.loads(sys.argv[3])
@@ -119,7 +107,8 @@ one = loaded.signatures["serving_default"](text_a=tf.constant(texts["a"][:1]),
 print(json.dumps({"probabilities": text["probabilities"].numpy().tolist(),
                   "label": [x.decode() for x in text["label"].numpy()],
                   "ids_probabilities": by_ids["probabilities"].numpy().tolist(),
-                  "one": one["probabilities"].numpy().tolist()}))
+                  "one": one["probabilities"].numpy().tolist(),
+                  "ours": sorted(m for m in sys.modules if m in OURS)}))
 """
 
 
@@ -163,6 +152,7 @@ def test_classifier_export_serves_raw_text_like_do_predict(tmp_path, uncased_voc
                           env=dict(os.environ, PYTHONPATH=""), cwd=str(tmp_path))
   assert result.returncode == 0, result.stderr[-3000:]
   served = json.loads(result.stdout.strip().splitlines()[-1])
+  assert served["ours"] == []
   np.testing.assert_allclose(served["probabilities"], expected, atol=1e-5)
   np.testing.assert_allclose(served["ids_probabilities"], expected, atol=1e-5)
   np.testing.assert_allclose(served["one"], expected[:1], atol=1e-5)
