@@ -55,10 +55,12 @@ flags.DEFINE_bool("peer", True, "Also time Hugging Face BertForPreTraining (PyTo
 flags.DEFINE_bool("proof", True, "Run the learning proof on WikiText-2 after the speed table.")
 flags.DEFINE_string("corpus", os.path.join(os.path.dirname(REPO_ROOT), "shared", "corpora",
                                            "wikitext2_valid.bert.txt"), "Proof corpus.")
-flags.DEFINE_integer("proof_steps", 2000, "Training steps of the proof.")
+flags.DEFINE_integer("proof_steps", 1500, "Training steps of the proof (10% warmup).")
 flags.DEFINE_integer("proof_batch_size", 32, "Training batch size of the proof.")
 flags.DEFINE_integer("proof_vocab_size", 8000, "Vocab size create_vocab.py learns for the proof.")
-flags.DEFINE_float("proof_learning_rate", 1e-3, "Peak learning rate of the proof.")
+flags.DEFINE_float("proof_learning_rate", 2e-4,
+                   "Peak learning rate of the proof (1e-3 stalls this post-LayerNorm model at the "
+                   "unigram distribution: 0.057 masked LM accuracy after 2000 steps).")
 flags.DEFINE_string("proof_dir", None, "Where the proof writes (default: a temporary directory).")
 
 CONFIGS = {
@@ -235,7 +237,7 @@ def proof_table() -> list:
                  "--num_warmup_steps=%d" % (FLAGS.proof_steps // 10),
                  "--learning_rate=%g" % FLAGS.proof_learning_rate,
                  "--save_checkpoints_steps=%d" % FLAGS.proof_steps,
-                 "--iterations_per_loop=100"])
+                 "--iterations_per_loop=50"])
   minutes = (time.time() - start) / 60
   _run(common + ["--do_eval", "--input_file=" + records["heldout"], "--eval_batch_size=32",
                  "--max_eval_steps=1000"])
