@@ -70,7 +70,13 @@ class TrainingError(RuntimeError):
 
 def _define(flag_values: flags.FlagValues, kind: str, name: str, default, help_text: str,
             **kwargs) -> None:
-  """Defines one flag with `flags.DEFINE_<kind>` in `flag_values`."""
+  """Defines one flag with `flags.DEFINE_<kind>` in `flag_values`, unless it exists already.
+
+  Checking each name (not each group) keeps the definitions idempotent when another program in
+  the same process (e.g. extract_features in a test run) defined some of these flags first.
+  """
+  if name in flag_values:
+    return
   getattr(flags, "DEFINE_" + kind)(name, default, help=help_text, flag_values=flag_values,
                                    **kwargs)
 
@@ -78,8 +84,6 @@ def _define(flag_values: flags.FlagValues, kind: str, name: str, default, help_t
 def define_tpu_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines the original's TPU flags (`use_tpu`, `tpu_name`, `tpu_zone`, `gcp_project`,
   `master`, `num_tpu_cores`) with its defaults."""
-  if "use_tpu" in flag_values:
-    return
   fv = flag_values
   _define(fv, "bool", "use_tpu", False, "Whether to run on a TPU (TPUStrategy).")
   _define(fv, "string", "tpu_name", None,
@@ -95,8 +99,6 @@ def define_tpu_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 def define_runtime_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines the flags this reimplementation adds: strategy, XLA, precision, checkpoints, seed."""
-  if "distribution_strategy" in flag_values:
-    return
   fv = flag_values
   _define(fv, "enum", "distribution_strategy", "auto",
           "How to spread training over devices. auto: tpu with --use_tpu, multi_worker_mirrored "
@@ -126,8 +128,6 @@ def define_common_flags(max_seq_length: int = 128,
   """
   define_tpu_flags(flag_values)
   define_runtime_flags(flag_values)
-  if "bert_config_file" in flag_values:
-    return
   fv = flag_values
   _define(fv, "string", "bert_config_file", None,
           "The config json file of the pre-trained BERT model (architecture).")
@@ -151,8 +151,6 @@ def define_fine_tuning_flags(max_seq_length: int = 128,
   """Defines the common flags plus the fine-tuning schedule (`num_train_epochs`=3.0,
   `warmup_proportion`=0.1), as run_classifier and run_squad had."""
   define_common_flags(max_seq_length, flag_values)
-  if "num_train_epochs" in flag_values:
-    return
   _define(flag_values, "float", "num_train_epochs", 3.0,
           "Total number of training epochs to perform.")
   _define(flag_values, "float", "warmup_proportion", 0.1,
@@ -162,16 +160,12 @@ def define_fine_tuning_flags(max_seq_length: int = 128,
 
 def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `do_eval` and `eval_batch_size` (default 8, global)."""
-  if "do_eval" in flag_values:
-    return
   _define(flag_values, "bool", "do_eval", False, "Whether to run evaluation.")
   _define(flag_values, "integer", "eval_batch_size", 8, "Global batch size for evaluation.")
 
 
 def define_predict_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `do_predict` and `predict_batch_size` (default 8, global)."""
-  if "do_predict" in flag_values:
-    return
   _define(flag_values, "bool", "do_predict", False, "Whether to run prediction.")
   _define(flag_values, "integer", "predict_batch_size", 8, "Global batch size for prediction.")
 
