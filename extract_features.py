@@ -306,9 +306,7 @@ def _log_progress(done: int, total: Optional[int], elapsed: float) -> None:
 
 def main(_):
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d" %
-                     (FLAGS.max_seq_length, bert_config.max_position_embeddings))
+  bert_config.check_max_seq_length(FLAGS.max_seq_length)
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   tokenizer = tokenization.FullTokenizer(vocab_file=FLAGS.vocab_file,

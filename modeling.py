@@ -235,6 +235,13 @@ class BertConfig:
     except (ValueError, TypeError) as e:
       raise ValueError("%s: %s" % (json_file, e)) from e
 
+  def check_max_seq_length(self, max_seq_length: int) -> None:
+    """Raises a ValueError naming `--max_seq_length` when it exceeds the learned positions."""
+    if max_seq_length > self.max_position_embeddings:
+      raise ValueError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d: the "
+                       "model was only trained up to that length" %
+                       (max_seq_length, self.max_position_embeddings))
+
   def to_dict(self) -> dict:
     """All fields, including the extra keys read from a file."""
     return copy.deepcopy(self.__dict__)

@@ -236,9 +236,7 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
 
 
 def _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq) -> None:
-  if max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d" %
-                     (max_seq_length, bert_config.max_position_embeddings))
+  bert_config.check_max_seq_length(max_seq_length)
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")
   check_first_record(input_files[0], max_seq_length, max_predictions_per_seq)

@@ -65,10 +65,7 @@ def main(_):
     raise ValueError("At least one of `do_train`, `do_eval`, `do_predict` or `export_dir` must "
                      "be set.")
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError("Cannot use sequence length %d because the BERT model was only trained up to "
-                     "sequence length %d" % (FLAGS.max_seq_length,
-                                             bert_config.max_position_embeddings))
+  bert_config.check_max_seq_length(FLAGS.max_seq_length)
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   processor = classifier.get_processor(
       FLAGS.task_name, skip_bad_rows=FLAGS.skip_bad_rows, language=FLAGS.xnli_language,

@@ -80,10 +80,7 @@ def main(_):
     raise ValueError("--vocab_file (or --spm_model_file) is required")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError("Cannot use sequence length %d because the BERT model was only trained up "
-                     "to sequence length %d" % (FLAGS.max_seq_length,
-                                                bert_config.max_position_embeddings))
+  bert_config.check_max_seq_length(FLAGS.max_seq_length)
   strategy = training.setup_from_flags()
   os.makedirs(FLAGS.output_dir, exist_ok=True)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,

@@ -75,10 +75,7 @@ def validate_flags() -> modeling.BertConfig:
     raise ValueError("If `do_predict` is True, then `predict_file` must be specified.")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  if FLAGS.max_seq_length > bert_config.max_position_embeddings:
-    raise ValueError("Cannot use sequence length %d because the BERT model was only trained up to "
-                     "sequence length %d" % (FLAGS.max_seq_length,
-                                             bert_config.max_position_embeddings))
+  bert_config.check_max_seq_length(FLAGS.max_seq_length)
   squad.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
   return bert_config
 

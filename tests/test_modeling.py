@@ -365,6 +365,13 @@ def test_bad_config_names_the_field(overrides, field):
     tiny_config(**overrides)
 
 
+def test_max_seq_length_up_to_the_learned_positions():
+  config = tiny_config(max_position_embeddings=64)
+  config.check_max_seq_length(64)
+  with pytest.raises(ValueError, match=r"--max_seq_length=65 .*max_position_embeddings=64"):
+    config.check_max_seq_length(65)
+
+
 def test_bad_config_file_names_the_file(tmp_path):
   missing = dict(TINY)
   del missing["vocab_size"]

@@ -155,6 +155,6 @@ def test_bad_flags_and_data_give_clear_errors(tmp_path):
   with pytest.raises(classifier.BadInputError, match="no such directory"):
     run(task_name="mrpc", data_dir=str(tmp_path / "absent"), output_dir=output_dir, do_train=True,
         **files)
-  with pytest.raises(ValueError, match="sequence length 128 because .* up to sequence length 64"):
+  with pytest.raises(ValueError, match="--max_seq_length=128 exceeds .*max_position_embeddings=64"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
         **dict(files, max_seq_length=128))
