@@ -335,7 +335,7 @@ def main(argv):
 
 def print_table(rows: list, tf_peak: float, torch_peak: Optional[float], optimizer_name: str,
                 config: modeling.BertConfig) -> None:
-  print("\nBERT (L=%d, H=%d, A=%d), %s, %d CPU threads; medians of %d calls. Training step: "
+  print("\n- BERT (L=%d, H=%d, A=%d), %s, %d CPU threads; medians of %d calls. Training step: "
         "forward, MLM+NSP loss, backward, %s. TensorFlow fp32 matmul peak %.0f GFLOP/s%s.\n" %
         (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
          FLAGS.dtype_policy, os.cpu_count() or 1, FLAGS.iterations, optimizer_name, tf_peak,

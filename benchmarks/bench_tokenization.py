@@ -137,7 +137,7 @@ def main(_):
     if hf is not None:
       paths.append(("HF tokenizers BertWordPiece (batch %d)" % FLAGS.batch_size, hf))
   reference_seconds, reference_ids = None, None
-  print("%d lines, %.1f MB, vocab %s, do_lower_case=%s, median of %d runs\n" % (
+  print("- %d lines, %.1f MB, vocab %s, do_lower_case=%s, median of %d runs\n" % (
       len(lines), sum(len(line.encode("utf-8")) + 1 for line in lines) / 1e6,
       os.path.basename(os.path.dirname(FLAGS.vocab_file)), FLAGS.do_lower_case, FLAGS.repeats))
   print("| path | lines/s | pieces/s | x original | lines with the original's ids |")

@@ -37,3 +37,15 @@ def uncased_vocab_file() -> str:
 def chinese_bert_dir() -> str:
   """Directory with the chinese_L-12_H-768_A-12 index, config and vocab."""
   return shared_path("fixtures", "google_bert_chinese")
+
+
+def write_model_files(directory: str, config, vocab: list) -> tuple:
+  """Writes `bert_config.json` (from a modeling.BertConfig) and `vocab.txt` (one token a line) into
+  directory, as a released model ships them; returns their paths (config, vocab)."""
+  config_file = os.path.join(directory, "bert_config.json")
+  vocab_file = os.path.join(directory, "vocab.txt")
+  with open(config_file, "w", encoding="utf-8") as writer:
+    writer.write(config.to_json_string())
+  with open(vocab_file, "w", encoding="utf-8") as writer:
+    writer.write("\n".join(vocab) + "\n")
+  return config_file, vocab_file

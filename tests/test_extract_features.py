@@ -7,6 +7,7 @@ import sys
 import numpy as np
 import pytest
 
+from conftest import write_model_files
 import extract_features
 import modeling
 import tokenization
@@ -23,10 +24,7 @@ def model_dir(tmp_path_factory):
   config = modeling.BertConfig(vocab_size=len(_VOCAB), hidden_size=16, num_hidden_layers=3,
                                num_attention_heads=2, intermediate_size=32,
                                max_position_embeddings=32)
-  with open(os.path.join(directory, "bert_config.json"), "w") as writer:
-    writer.write(config.to_json_string())
-  with open(os.path.join(directory, "vocab.txt"), "w") as writer:
-    writer.write("\n".join(_VOCAB) + "\n")
+  write_model_files(directory, config, _VOCAB)
   bert = modeling.BertModel(config, name="bert")
   bert.build()
   modeling.save_checkpoint(bert, os.path.join(directory, "bert_model.ckpt"))

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import write_model_files
 import modeling
 import tagging
 import tokenization
@@ -63,10 +64,7 @@ def trained(tmp_path_factory):
   config = modeling.BertConfig(vocab_size=len(_VOCAB), hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=64,
                                max_position_embeddings=32)
-  with open(os.path.join(root, "bert_config.json"), "w") as writer:
-    writer.write(config.to_json_string())
-  with open(os.path.join(root, "vocab.txt"), "w") as writer:
-    writer.write("\n".join(_VOCAB) + "\n")
+  write_model_files(root, config, _VOCAB)
   common = ["--data_dir", data_dir, "--output_dir", output_dir, "--vocab_file",
             os.path.join(root, "vocab.txt"), "--bert_config_file",
             os.path.join(root, "bert_config.json"), "--max_seq_length=16"]
