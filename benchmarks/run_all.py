@@ -68,6 +68,22 @@ def machine_description() -> list[str]:
   ]
 
 
+def markdown_blocks(output_lines: list[str]) -> list[str]:
+  """The Markdown lines of a benchmark's output (tables, notes, headings), with a blank line wherever
+  one kind ends and another begins, so each table stays a table of its own in the report."""
+  kept, previous_kind = [], None
+  for line in output_lines:
+    if not line.startswith(("|", "#", "- ")):
+      previous_kind = None if previous_kind is None else "gap"
+      continue
+    kind = "table" if line.startswith("|") else "text"
+    if kept and kind != previous_kind:
+      kept.append("")
+    kept.append(line)
+    previous_kind = kind
+  return kept
+
+
 def run_benchmark(name: str, extra_flags: list[str]) -> tuple[list[str], float, int]:
   """Runs bench_<name>.py; returns its Markdown lines (tables and notes), seconds taken, exit code."""
   command = [sys.executable, os.path.join(BENCHMARK_DIR, "bench_%s.py" % name)] + extra_flags
@@ -76,7 +92,7 @@ def run_benchmark(name: str, extra_flags: list[str]) -> tuple[list[str], float, 
   completed = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                              check=False)
   seconds = time.time() - start
-  lines = [line for line in completed.stdout.splitlines() if line.startswith(("|", "#", "- "))]
+  lines = markdown_blocks(completed.stdout.splitlines())
   if completed.returncode != 0:
     lines.append("- failed with exit code %d; last error lines:" % completed.returncode)
     lines.extend("    " + line for line in completed.stderr.splitlines()[-5:])
