@@ -148,7 +148,8 @@ def read_eval_results(path):
 
 
 def test_learns_a_trivial_corpus_and_eval_results_match_numpy(tmp_path):
-  """Tiny BERT from scratch: MLM accuracy far above the most-frequent-token baseline in seconds."""
+  """Tiny BERT from scratch: MLM accuracy far above the most-frequent-token baseline and
+  next-sentence accuracy far above chance, in seconds."""
   train_file = write_records(tmp_path / "train.tfrecord", 512, seed=1)
   eval_file = write_records(tmp_path / "eval.tfrecord", 100, seed=2)
   bert_config = modeling.BertConfig.from_dict(CONFIG)
@@ -168,6 +169,8 @@ def test_learns_a_trivial_corpus_and_eval_results_match_numpy(tmp_path):
   assert before["masked_lm_accuracy"] < 0.2
   assert after["masked_lm_accuracy"] > 0.9
   assert after["masked_lm_loss"] < 0.5 * before["masked_lm_loss"]
+  # The next-sentence label is whether the two segments repeat the same word: learnable too.
+  assert after["next_sentence_accuracy"] > 0.9
   assert after["loss"] < before["loss"]
   # eval_results.txt agrees with the metrics recomputed from the logits with NumPy.
   written = read_eval_results(os.path.join(output_dir, "eval_results.txt"))
