@@ -73,10 +73,13 @@ def markdown_blocks(output_lines: list[str]) -> list[str]:
   one kind ends and another begins, so each table stays a table of its own in the report."""
   kept, previous_kind = [], None
   for line in output_lines:
-    if not line.startswith(("|", "#", "- ")):
-      previous_kind = None if previous_kind is None else "gap"
+    if line.startswith("|"):
+      kind = "table"
+    elif line.startswith(("#", "- ")):
+      kind = "text"
+    else:  # Log or blank lines: dropped, but they separate the blocks around them.
+      previous_kind = "gap"
       continue
-    kind = "table" if line.startswith("|") else "text"
     if kept and kind != previous_kind:
       kept.append("")
     kept.append(line)
