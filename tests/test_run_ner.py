@@ -64,10 +64,9 @@ def trained(tmp_path_factory):
   config = modeling.BertConfig(vocab_size=len(_VOCAB), hidden_size=32, num_hidden_layers=2,
                                num_attention_heads=2, intermediate_size=64,
                                max_position_embeddings=32)
-  write_model_files(root, config, _VOCAB)
+  config_file, vocab_file = write_model_files(root, config, _VOCAB)
   common = ["--data_dir", data_dir, "--output_dir", output_dir, "--vocab_file",
-            os.path.join(root, "vocab.txt"), "--bert_config_file",
-            os.path.join(root, "bert_config.json"), "--max_seq_length=16"]
+            vocab_file, "--bert_config_file", config_file, "--max_seq_length=16"]
   subprocess.run(
       [sys.executable, "run_ner.py", "--do_train", "--do_eval", "--do_predict",
        "--train_batch_size=16", "--learning_rate=2e-3", "--num_train_epochs=8",
