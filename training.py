@@ -527,7 +527,11 @@ class _Trainer:
 
   def _replica_step(self, features):
     loss, metrics, grads = self._gradients(features)
-    self.optimizer.apply(grads, self.model.trainable_variables)
+    # Variables the loss does not reach (the pooler under SQuAD and NER heads) have no gradient;
+    # like the original's optimizer, leave them alone (no update, no weight decay, no warning).
+    used = [(grad, variable) for grad, variable in zip(grads, self.model.trainable_variables)
+            if grad is not None]
+    self.optimizer.apply([grad for grad, _ in used], [variable for _, variable in used])
     return dict(metrics, loss=loss)
 
   def _one_step(self, iterator):

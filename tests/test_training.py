@@ -9,6 +9,7 @@ import os
 import socket
 import subprocess
 import sys
+import warnings
 
 from absl import flags
 import numpy as np
@@ -188,6 +189,36 @@ def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(t
   assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-4")
   assert not tf.io.gfile.glob(str(tmp_path / "model.ckpt-6.*"))
   assert np.all(np.isfinite(checkpoint_values(str(tmp_path / "model.ckpt-4"))["output_bias"]))
+
+
+class TinyTokenClassifier(TinyClassifier):
+  """The head reads the first token of the sequence output: the pooler gets no gradient."""
+
+  def call(self, features, training=False):
+    first_token = self.bert(features["input_ids"], training=training)["sequence_output"][:, 0]
+    return tf.matmul(first_token, self.output_weights, transpose_b=True) + self.output_bias
+
+
+def test_variables_without_gradient_are_left_alone(tmp_path):
+  initial = {}
+
+  def token_model_fn():
+    model = TinyTokenClassifier()
+    model.build()
+    initial.update({name: variable.numpy() for name, variable in
+                    modeling.checkpoint_variables(model).items()})
+    return model
+
+  with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    result = training.train(tf.distribute.get_strategy(), token_model_fn, loss_fn,
+                            dataset_fn_of(examples(64)), train_config(str(tmp_path)))
+  assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
+  trained = modeling.checkpoint_variables(result.model)
+  # As the original's optimizer skips a None gradient: no update and no weight decay.
+  np.testing.assert_array_equal(trained["bert/pooler/dense/kernel"].numpy(),
+                                initial["bert/pooler/dense/kernel"])
+  assert not np.array_equal(trained["output_weights"].numpy(), initial["output_weights"])
 
 
 def test_summaries_are_written_for_tensorboard(reference):
