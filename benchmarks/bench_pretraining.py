@@ -217,6 +217,19 @@ def _constant_prediction_accuracies(record_file: str) -> tuple:
                for counts in (token_counts, label_counts))
 
 
+def _next_sentence_recalls(config: modeling.BertConfig, checkpoint: str,
+                           record_file: str) -> tuple:
+  """Recall of IsNext and of NotNext pairs: a constant predictor has 1 and 0, so their mean
+  (balanced accuracy) is 0.5 whatever the label shares are."""
+  model = pretraining.build_model(config)
+  modeling.init_from_checkpoint(model, checkpoint)
+  counts = np.zeros((2, 2))
+  for features in pretraining.eval_dataset([record_file], 128, 20).batch(64):
+    predictions = np.argmax(model(features)["next_sentence_logits"], -1)
+    np.add.at(counts, (features["next_sentence_labels"].numpy().reshape(-1), predictions), 1)
+  return counts[0, 0] / counts[0].sum(), counts[1, 1] / counts[1].sum()
+
+
 def proof_table() -> list:
   directory = FLAGS.proof_dir or tempfile.mkdtemp(prefix="bench_pretraining_proof_")
   os.makedirs(directory, exist_ok=True)
@@ -233,9 +246,10 @@ def proof_table() -> list:
     _run(["create_pretraining_data.py", "--input_file=" + text, "--output_file=" + records[name],
           "--vocab_file=" + vocab, "--max_seq_length=128", "--max_predictions_per_seq=20",
           "--dupe_factor=5", "--random_seed=%d" % len(name)])
+  config = bert_config("tiny", vocab_size=vocab_size)
   config_file = os.path.join(directory, "bert_config.json")
   with open(config_file, "w") as f:
-    f.write(bert_config("tiny", vocab_size=vocab_size).to_json_string())
+    f.write(config.to_json_string())
   output_dir = os.path.join(directory, "output")
   common = ["run_pretraining.py", "--bert_config_file=" + config_file,
             "--output_dir=" + output_dir, "--max_seq_length=128", "--max_predictions_per_seq=20"]
@@ -256,17 +270,22 @@ def proof_table() -> list:
       key, value = line.strip().split(" = ")
       results[key] = float(value)
   token_baseline, label_baseline = _constant_prediction_accuracies(records["heldout"])
+  is_next_recall, not_next_recall = _next_sentence_recalls(
+      config, training.latest_checkpoint(output_dir), records["heldout"])
   print(json.dumps(dict(results, most_frequent_token_accuracy=token_baseline,
-                        most_frequent_label_accuracy=label_baseline, minutes=minutes)))
+                        most_frequent_label_accuracy=label_baseline,
+                        is_next_recall=is_next_recall, not_next_recall=not_next_recall,
+                        minutes=minutes)))
   return [
       "| steps | batch | train minutes | held-out masked_lm_accuracy | most-frequent-token "
       "baseline | held-out next_sentence_accuracy | most-frequent-label baseline | "
-      "masked_lm_loss | next_sentence_loss |",
+      "IsNext / NotNext recall | balanced NSP accuracy |",
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-      "| %d | %d | %.1f | %.4f | %.4f | %.4f | %.4f | %.4f | %.4f |" % (
+      "| %d | %d | %.1f | %.4f | %.4f | %.4f | %.4f | %.3f / %.3f | %.4f |" % (
           results["global_step"], FLAGS.proof_batch_size, minutes,
           results["masked_lm_accuracy"], token_baseline, results["next_sentence_accuracy"],
-          label_baseline, results["masked_lm_loss"], results["next_sentence_loss"])]
+          label_baseline, is_next_recall, not_next_recall,
+          (is_next_recall + not_next_recall) / 2)]
 
 
 def main(_):
