@@ -27,6 +27,23 @@ def test_topic_of_uses_the_top_level_module():
   assert demo.topic_of("antigravity.py") is None
 
 
+def test_pretraining_corpus_leaves_out_dev_and_test_examples(tmp_path):
+  # Two-sentence summaries; the split is a hash of the example text.
+  candidates = ["Return the value number %d. Then close the file." % i for i in range(100)]
+  train_summary = next(text for text in candidates if demo.split_of(text) == "train")
+  held_out_summary = next(text for text in candidates if demo.split_of(text) != "train")
+  held_out_first = held_out_summary.split(" Then")[0]
+  document = demo.StdlibDocument(
+      "example.py", "files",
+      demo.split_sentences(train_summary) + [held_out_first, "Then close the file.", "Module text."],
+      [train_summary, held_out_summary])
+  corpus = tmp_path / "corpus.txt"
+  demo.write_pretraining_corpus([document], str(corpus))
+  # "Then close the file." is in both summaries: a sentence of a dev or test example goes.
+  assert corpus.read_text(encoding="utf-8") == (
+      train_summary.split(" Then")[0] + "\nModule text.\n\n")
+
+
 def test_tiny_demo_runs_every_step(tmp_path):
   output_dir = tmp_path / "demo"
   completed = subprocess.run(
