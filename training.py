@@ -8,8 +8,9 @@ behaviour to Keras 3 models under any `tf.distribute` strategy, with one code pa
   defined when a script calls the `define_*` functions, never at import;
 - `setup_from_flags()`: the mixed-precision policy and the strategy (one device, Mirrored,
   MultiWorkerMirrored from `TF_CONFIG`, or TPU);
-- `train()`: a task-agnostic loop that runs `iterations_per_loop` steps per call into the graph
-  (as TPUEstimator did), writes Google-format checkpoints (`model.ckpt-<step>` holding the model's
+- `train()`: a task-agnostic loop that runs up to `iterations_per_loop` steps per call into the
+  graph (as TPUEstimator did; on one machine a call also ends after about a minute, so progress
+  shows on a CPU), writes Google-format checkpoints (`model.ckpt-<step>` holding the model's
   variables, `<name>/adam_m`, `<name>/adam_v` and `global_step`) with a `checkpoint` state file
   that is only updated once a checkpoint is complete, resumes from the latest one, stops exactly at
   `num_train_steps`, and stops with a clear error when the loss is no longer finite;
@@ -143,7 +144,8 @@ def define_common_flags(max_seq_length: int = 128,
   _define(fv, "float", "learning_rate", 5e-5, "The initial learning rate for Adam.")
   _define(fv, "integer", "save_checkpoints_steps", 1000, "How often to save a checkpoint.")
   _define(fv, "integer", "iterations_per_loop", 1000,
-          "How many steps to run per call into the graph (and per progress line).")
+          "How many steps to run per call into the graph (and per progress line); on one "
+          "machine a call also ends after about a minute, so that progress shows.")
 
 
 def define_fine_tuning_flags(max_seq_length: int = 128,
@@ -433,6 +435,9 @@ class TrainConfig:
   init_checkpoint: Optional[str] = None
   save_checkpoints_steps: int = 1000
   iterations_per_loop: int = 1000
+  # On one machine a call into the graph is also cut to about this long, so that a progress line
+  # comes at least this often on a CPU (where 1,000 steps of BERT take hours); see _loop_steps.
+  progress_seconds: float = 60.0
   keep_checkpoint_max: int = 5
   use_xla: bool = False
   random_seed: int = 12345
@@ -607,15 +612,16 @@ def train(strategy: tf.distribute.Strategy,
   writer = (tf.summary.create_file_writer(config.output_dir) if chief else
             tf.summary.create_noop_writer())
   first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
+  seconds_per_step = None
   logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
                config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
   while step < config.num_train_steps:
-    next_save = (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps
-    num_steps = min(config.iterations_per_loop, next_save - step, config.num_train_steps - step)
+    num_steps = _loop_steps(strategy, config, step, seconds_per_step)
     loop_start = time.time()
     totals = trainer.train_steps(iterator, tf.constant(num_steps, tf.int32))
     metrics = {name: float(value) / num_steps for name, value in totals.items()}
     loop_seconds = time.time() - loop_start
+    seconds_per_step = loop_seconds / num_steps
     step += num_steps
     if not all(math.isfinite(value) for value in metrics.values()):
       last = latest_checkpoint(config.output_dir)
@@ -640,6 +646,26 @@ def train(strategy: tf.distribute.Strategy,
                first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
   writer.flush()
   return TrainResult(model, step, prefix, metrics, rate, loop_rates)
+
+
+def _loop_steps(strategy, config: TrainConfig, step: int,
+                seconds_per_step: Optional[float]) -> int:
+  """Steps of the next call into the graph: up to the next multiple of `iterations_per_loop`,
+  never past a checkpoint step or `num_train_steps`.
+
+  On one machine the call is also kept to about `config.progress_seconds` at the speed of the
+  previous call, and the first call to 10 steps while the speed is unknown, as the original's
+  Estimator logged every 100 steps off TPU. With several workers every worker must run the same
+  number of steps, so there the calls are always whole loops.
+  """
+  next_save = (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps
+  next_loop_end = (step // config.iterations_per_loop + 1) * config.iterations_per_loop
+  num_steps = min(next_loop_end, next_save, config.num_train_steps) - step
+  if strategy.extended._in_multi_worker_mode():  # pylint: disable=protected-access
+    return num_steps
+  if seconds_per_step is None:
+    return min(num_steps, 10)
+  return max(1, min(num_steps, int(config.progress_seconds / max(seconds_per_step, 1e-9))))
 
 
 def _restore_or_initialize(model, named_variables, config) -> int:

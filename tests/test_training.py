@@ -221,6 +221,21 @@ def test_variables_without_gradient_are_left_alone(tmp_path):
   assert not np.array_equal(trained["output_weights"].numpy(), initial["output_weights"])
 
 
+def test_loop_length_follows_loops_checkpoints_and_progress_time(tmp_path):
+  strategy = tf.distribute.get_strategy()
+  config = train_config(str(tmp_path), num_train_steps=2500, iterations_per_loop=1000,
+                        save_checkpoints_steps=700, progress_seconds=60.0)
+  # Unknown speed: a short first call. Fast steps: to the next checkpoint or loop end.
+  assert training._loop_steps(strategy, config, 0, None) == 10
+  assert training._loop_steps(strategy, config, 10, 0.001) == 690
+  assert training._loop_steps(strategy, config, 700, 0.001) == 300
+  assert training._loop_steps(strategy, config, 2100, 0.001) == 400
+  assert training._loop_steps(strategy, config, 2400, 0.001) == 100
+  # 2.5 s per step: 24 steps make a minute; a step slower than a minute still runs.
+  assert training._loop_steps(strategy, config, 10, 2.5) == 24
+  assert training._loop_steps(strategy, config, 10, 120.0) == 1
+
+
 def test_summaries_are_written_for_tensorboard(reference):
   scalars = {}
   for event_file in tf.io.gfile.glob(os.path.join(reference[0], "events.out.tfevents.*")):
