@@ -242,7 +242,7 @@ class DemoSize:
 
 
 SIZES = {
-    # About 10 minutes on 2 AVX2 cores: most of it pretraining a 2-layer, 128-wide BERT for 1,500
+    # About 8 minutes on 2 AVX2 cores: most of it pretraining a 2-layer, 128-wide BERT for 1,500
     # steps, then 5 epochs over ~3,000 labeled docstrings. The long warmup matters: the original's
     # Adam has no bias correction, and with a 40-step warmup a 4-layer, 256-wide model collapsed
     # to the same output at every position.
