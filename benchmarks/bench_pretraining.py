@@ -8,9 +8,9 @@ masked positions) when torch and transformers import. Medians over `--loops` tim
 after one warm-up call.
 
 Proof (`--proof`): the real command-line tools end to end on WikiText-2 validation articles:
-create_vocab.py learns a vocab, create_pretraining_data.py writes training records from the first 90%
-of every article and held-out records from the last 10%, run_pretraining.py trains a tiny BERT from scratch for
-`--proof_steps` steps and evaluates on the held-out records. The table compares masked_lm_accuracy
+create_vocab.py learns a vocab, create_pretraining_data.py writes training records from the first
+90% of every article and held-out records from the last 10%, run_pretraining.py trains a tiny BERT
+from scratch for `--proof_steps` steps and evaluates on the held-out records. The table compares masked_lm_accuracy
 with always predicting the most frequent masked token of the held-out records, and
 next_sentence_accuracy with always predicting their more frequent next-sentence label.
 
