@@ -206,28 +206,26 @@ def _split_corpus(corpus: str, directory: str) -> tuple:
   return tuple(paths)
 
 
-def _constant_prediction_accuracies(record_file: str) -> tuple:
-  """Accuracies of always predicting the most frequent masked token and next-sentence label."""
-  token_counts, label_counts = collections.Counter(), collections.Counter()
-  for features in pretraining.eval_dataset([record_file], 128, 20).as_numpy_iterator():
-    real = features["masked_lm_weights"] > 0
-    token_counts.update(features["masked_lm_ids"][real].tolist())
-    label_counts.update(features["next_sentence_labels"].reshape(-1).tolist())
-  return tuple(counts.most_common(1)[0][1] / sum(counts.values())
-               for counts in (token_counts, label_counts))
-
-
-def _next_sentence_recalls(config: modeling.BertConfig, checkpoint: str,
-                           record_file: str) -> tuple:
-  """Recall of IsNext and of NotNext pairs: a constant predictor has 1 and 0, so their mean
-  (balanced accuracy) is 0.5 whatever the label shares are."""
+def _heldout_statistics(config: modeling.BertConfig, checkpoint: str, record_file: str) -> dict:
+  """One pass over the held-out records: the accuracies of always predicting the most frequent
+  masked token and next-sentence label, and the checkpoint's recall of IsNext and of NotNext pairs
+  (a constant predictor has 1 and 0, so their mean, the balanced accuracy, is 0.5 whatever the
+  label shares are)."""
   model = pretraining.build_model(config)
   modeling.init_from_checkpoint(model, checkpoint)
-  counts = np.zeros((2, 2))
+  token_counts = collections.Counter()
+  label_by_prediction = np.zeros((2, 2))
   for features in pretraining.eval_dataset([record_file], 128, 20).batch(64):
+    real = features["masked_lm_weights"].numpy() > 0
+    token_counts.update(features["masked_lm_ids"].numpy()[real].tolist())
     predictions = np.argmax(model(features)["next_sentence_logits"], -1)
-    np.add.at(counts, (features["next_sentence_labels"].numpy().reshape(-1), predictions), 1)
-  return counts[0, 0] / counts[0].sum(), counts[1, 1] / counts[1].sum()
+    np.add.at(label_by_prediction,
+              (features["next_sentence_labels"].numpy().reshape(-1), predictions), 1)
+  labels = label_by_prediction.sum(axis=1)
+  return {"most_frequent_token_accuracy": max(token_counts.values()) / sum(token_counts.values()),
+          "most_frequent_label_accuracy": labels.max() / labels.sum(),
+          "is_next_recall": label_by_prediction[0, 0] / labels[0],
+          "not_next_recall": label_by_prediction[1, 1] / labels[1]}
 
 
 def proof_table() -> list:
@@ -269,13 +267,9 @@ def proof_table() -> list:
     for line in f:
       key, value = line.strip().split(" = ")
       results[key] = float(value)
-  token_baseline, label_baseline = _constant_prediction_accuracies(records["heldout"])
-  is_next_recall, not_next_recall = _next_sentence_recalls(
-      config, training.latest_checkpoint(output_dir), records["heldout"])
-  print(json.dumps(dict(results, most_frequent_token_accuracy=token_baseline,
-                        most_frequent_label_accuracy=label_baseline,
-                        is_next_recall=is_next_recall, not_next_recall=not_next_recall,
-                        minutes=minutes)))
+  heldout = _heldout_statistics(config, training.latest_checkpoint(output_dir),
+                                records["heldout"])
+  print(json.dumps(dict(results, minutes=minutes, **heldout)))
   return [
       "| steps | batch | train minutes | held-out masked_lm_accuracy | most-frequent-token "
       "baseline | held-out next_sentence_accuracy | most-frequent-label baseline | "
@@ -283,9 +277,10 @@ def proof_table() -> list:
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
       "| %d | %d | %.1f | %.4f | %.4f | %.4f | %.4f | %.3f / %.3f | %.4f |" % (
           results["global_step"], FLAGS.proof_batch_size, minutes,
-          results["masked_lm_accuracy"], token_baseline, results["next_sentence_accuracy"],
-          label_baseline, is_next_recall, not_next_recall,
-          (is_next_recall + not_next_recall) / 2)]
+          results["masked_lm_accuracy"], heldout["most_frequent_token_accuracy"],
+          results["next_sentence_accuracy"], heldout["most_frequent_label_accuracy"],
+          heldout["is_next_recall"], heldout["not_next_recall"],
+          (heldout["is_next_recall"] + heldout["not_next_recall"]) / 2)]
 
 
 def main(_):
