@@ -235,7 +235,6 @@ class DemoSize:
   bert_config: dict
   pretraining_steps: int
   pretraining_warmup_steps: int
-  pretraining_learning_rate: float
   pretraining_batch_size: int
   classifier_epochs: float
   max_classifier_examples: Optional[int]
@@ -251,16 +250,15 @@ SIZES = {
                      bert_config=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=2,
                                       intermediate_size=512),
                      pretraining_steps=1500, pretraining_warmup_steps=500,
-                     pretraining_learning_rate=5e-4, pretraining_batch_size=32,
-                     classifier_epochs=5.0,
+                     pretraining_batch_size=32, classifier_epochs=5.0,
                      max_classifier_examples=None),
     # Seconds of work per step (plus TensorFlow's start-up): proves every step runs.
     "tiny": DemoSize(max_documents=60, vocab_size=600, max_seq_length=32, max_predictions_per_seq=5,
                      dupe_factor=1,
                      bert_config=dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
                                       intermediate_size=64),
-                     pretraining_steps=20, pretraining_warmup_steps=2,
-                     pretraining_learning_rate=5e-4, pretraining_batch_size=8, classifier_epochs=1.0,
+                     pretraining_steps=20, pretraining_warmup_steps=2, pretraining_batch_size=8,
+                     classifier_epochs=1.0,
                      max_classifier_examples=64),
 }
 
@@ -370,8 +368,7 @@ def run_pipeline(output_dir: str, size: DemoSize, stdlib_dir: str) -> dict[str, 
            "run_pretraining.py", [
                "--input_file=" + records, "--output_dir=" + pretraining_dir,
                "--bert_config_file=" + bert_config_file, "--do_train=true", "--do_eval=true",
-               "--train_batch_size=%d" % size.pretraining_batch_size,
-               "--learning_rate=%g" % size.pretraining_learning_rate,
+               "--train_batch_size=%d" % size.pretraining_batch_size, "--learning_rate=5e-4",
                "--num_train_steps=%d" % size.pretraining_steps,
                "--num_warmup_steps=%d" % size.pretraining_warmup_steps,
                "--save_checkpoints_steps=%d" % max(size.pretraining_steps // 3, 1),
