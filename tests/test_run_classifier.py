@@ -1,6 +1,5 @@
 """End-to-end tests of run_classifier.py on tiny configs and generated data (in process)."""
 
-import json
 import os
 import random
 
@@ -9,7 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from conftest import write_model_files
 import classifier
+import modeling
 import run_classifier
 
 FLAGS = flags.FLAGS
@@ -20,15 +21,10 @@ VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", ",", "."] 
 
 def tiny_model_files(directory) -> dict:
   """Writes a vocab and a 2-layer, hidden-32 config; returns their flags."""
-  vocab_file = os.path.join(directory, "vocab.txt")
-  with open(vocab_file, "w") as f:
-    f.write("\n".join(VOCAB) + "\n")
-  config_file = os.path.join(directory, "bert_config.json")
-  with open(config_file, "w") as f:
-    json.dump(dict(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
-                   num_attention_heads=2, intermediate_size=64, hidden_act="gelu",
-                   hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1,
-                   max_position_embeddings=64, type_vocab_size=2, initializer_range=0.02), f)
+  config = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=64, type_vocab_size=2)
+  config_file, vocab_file = write_model_files(directory, config, VOCAB)
   return {"vocab_file": vocab_file, "bert_config_file": config_file}
 
 

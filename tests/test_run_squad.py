@@ -9,6 +9,8 @@ import textwrap
 import pytest
 
 from conftest import REPO_ROOT
+from conftest import write_model_files
+import modeling
 
 PEOPLE = ["Alice", "Bob", "Chloé", "Dmitri"]
 PLACES = ["Paris", "Zürich", "New-York", "Oslo"]
@@ -65,8 +67,7 @@ def run_squad(tmp_path, *args):
 def trained(tmp_path_factory):
   """A tiny model trained on the generated v2.0 questions, predicted and exported by the CLI."""
   tmp_path = tmp_path_factory.mktemp("squad")
-  (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n", encoding="utf-8")
-  (tmp_path / "bert_config.json").write_text(json.dumps(TINY_CONFIG))
+  write_model_files(str(tmp_path), modeling.BertConfig.from_dict(TINY_CONFIG), VOCAB)
   (tmp_path / "v2.json").write_text(json.dumps(generated_squad(True)), encoding="utf-8")
   run_squad(tmp_path, "--do_train", "--do_predict", "--version_2_with_negative",
             "--train_file=%s" % (tmp_path / "v2.json"),
@@ -165,7 +166,6 @@ def test_in_graph_span_selection_and_final_text_match_python(uncased_vocab_file)
   import numpy as np
   import tensorflow as tf
 
-  import modeling
   import squad
   import tokenization
   tokenizer = tokenization.FullTokenizer(uncased_vocab_file, do_lower_case=True)
