@@ -18,7 +18,6 @@ import inspect
 import json
 import math
 import os
-import socket
 import time
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -27,6 +26,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
@@ -416,8 +416,7 @@ class GenericProcessor(DataProcessor):
     if not labels:
       raise BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-      f.writelines(label + "\n" for label in labels)
+    atomic_files.write_text(path, "".join(label + "\n" for label in labels))
     self.labels = tuple(labels)
     return self.get_labels()
 
@@ -695,15 +694,12 @@ def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_
     os.remove(settings_file)
   except FileNotFoundError:
     pass
-  # Workers of a multi-worker run may all get here: each writes its own temporary files and renames
-  # them (atomically) over the shared names; the contents are identical.
-  unique = ".tmp-%s-%d" % (socket.gethostname(), os.getpid())
-  file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                          output_file + unique, is_regression)
-  os.replace(output_file + unique, output_file)
-  with open(settings_file + unique, "w", encoding="utf-8") as f:
-    json.dump(settings, f, indent=1)
-  os.replace(settings_file + unique, settings_file)
+  # Workers of a multi-worker run may all get here: each writes its own temporaries (named after
+  # host and pid) and renames them over the shared names; the contents are identical.
+  with atomic_files.atomic_output(output_file) as temporary:
+    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                            temporary, is_regression)
+  atomic_files.write_text(settings_file, json.dumps(settings, indent=1))
   return False
 
 
@@ -853,9 +849,8 @@ def predict(strategy, model, is_regression: bool, input_file: str, seq_length: i
 
 def write_test_results(path: str, probabilities: np.ndarray) -> None:
   """Writes test_results.tsv as the original: a tab-separated line of probabilities per example."""
-  with tf.io.gfile.GFile(path, "w") as writer:
-    for row in probabilities:
-      writer.write("\t".join(repr(float(p)) for p in row) + "\n")
+  atomic_files.write_text(path, "".join("\t".join(repr(float(p)) for p in row) + "\n"
+                                   for row in probabilities))
   logging.info("Wrote %d predictions to %s", len(probabilities), path)
 
 

@@ -24,6 +24,8 @@ from typing import Callable, Mapping, Optional, Sequence
 from absl import logging
 import tensorflow as tf
 
+import atomic_files
+
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 TOKEN_IDS_SIGNATURE = "token_ids"
 ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
@@ -80,11 +82,10 @@ def write_saved_model(module: tf.Module, export_dir: str,
   final_dir = os.path.join(export_dir, str(version))
   if os.path.exists(final_dir):
     raise ValueError("%s already exists: choose another version" % final_dir)
-  temporary_dir = os.path.join(export_dir, ".tmp-%d-%d" % (version, os.getpid()))
   tf.io.gfile.makedirs(export_dir)
   concrete = {name: fn.get_concrete_function() for name, fn in signatures.items()}
-  tf.saved_model.save(module, temporary_dir, signatures=concrete)
-  os.replace(temporary_dir, final_dir)
+  with atomic_files.atomic_output(final_dir) as temporary_dir:
+    tf.saved_model.save(module, temporary_dir, signatures=concrete)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir
 

@@ -24,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
@@ -403,9 +404,12 @@ def _int64_feature(values: Sequence[int]) -> tf.train.Feature:
 
 def write_features_tfrecord(features: Iterable[InputFeatures], path: str,
                             is_training: bool) -> int:
-  """Writes features as tf.train.Examples (as the original) and returns how many were written."""
+  """Writes features as tf.train.Examples (as the original) and returns how many were written.
+
+  The file appears under `path` only when complete.
+  """
   count = 0
-  with tf.io.TFRecordWriter(path) as writer:
+  with atomic_files.atomic_output(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
     for feature in features:
       record = {
           "unique_ids": _int64_feature([feature.unique_id]),
@@ -514,9 +518,9 @@ def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
                                           options.doc_stride, options.max_query_length,
                                           is_training=True)
   num_features = write_features_tfrecord(features, path, is_training=True)
-  with open(note_path, "w", encoding="utf-8") as writer:
-    json.dump({"key": key, "num_examples": len(examples), "num_features": num_features,
-               "inputs": json.loads(key_source)}, writer, indent=2)
+  atomic_files.write_text(note_path, json.dumps({
+      "key": key, "num_examples": len(examples), "num_features": num_features,
+      "inputs": json.loads(key_source)}, indent=2))
   logging.info("Wrote %d training features of %d examples to %s", num_features, len(examples), path)
   return path, len(examples), num_features
 
@@ -724,13 +728,12 @@ def compute_predictions(examples: Sequence[SquadExample], features: Sequence[Inp
 def write_predictions(output_dir: str, predictions: dict[str, str], nbest: dict[str, list[dict]],
                       null_odds: dict[str, float] | None = None) -> None:
   """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json to output_dir."""
-  outputs = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
+  files = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
   if null_odds is not None:
-    outputs.append(("null_odds.json", null_odds))
-  for name, content in outputs:
+    files.append(("null_odds.json", null_odds))
+  for name, content in files:
     path = os.path.join(output_dir, name)
-    with open(path, "w", encoding="utf-8") as writer:
-      writer.write(json.dumps(content, indent=4) + "\n")
+    atomic_files.write_text(path, json.dumps(content, indent=4) + "\n")
     logging.info("Wrote %s", path)
 
 

@@ -22,6 +22,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
@@ -87,8 +88,7 @@ def tag_list_from_sentences(sentences: Iterable[TaggedSentence]) -> list[str]:
 def write_tag_list(tag_list: Sequence[str], directory: str) -> str:
   """Writes the tag list (one tag per line, id = line number) beside a model; returns its path."""
   path = os.path.join(directory, TAG_LIST_FILE)
-  with open(path, "w", encoding="utf-8") as writer:
-    writer.write("".join(tag + "\n" for tag in tag_list))
+  atomic_files.write_text(path, "".join(tag + "\n" for tag in tag_list))
   return path
 
 
@@ -394,12 +394,12 @@ def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
 
   This is the input format of conlleval itself. Sentences without gold tags get "O" as gold.
   """
-  with open(path, "w", encoding="utf-8") as writer:
-    for sentence, tags in zip(sentences, predicted_tags):
-      gold = sentence.tags or [OUTSIDE_TAG] * len(sentence.words)
-      for word, gold_tag, tag in zip(sentence.words, gold, tags):
-        writer.write("%s %s %s\n" % (word, gold_tag, tag))
-      writer.write("\n")
+  lines = []
+  for sentence, tags in zip(sentences, predicted_tags):
+    gold = sentence.tags or [OUTSIDE_TAG] * len(sentence.words)
+    lines.extend("%s %s %s\n" % row for row in zip(sentence.words, gold, tags))
+    lines.append("\n")
+  atomic_files.write_text(path, "".join(lines))
 
 
 # ---------------------------------------------------------------------------------------------

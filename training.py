@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+import atomic_files
 import modeling
 import optimization
 
@@ -811,8 +812,8 @@ def predict(strategy: tf.distribute.Strategy,
 def write_eval_results(path: str, results: Mapping[str, Any]) -> None:
   """Writes `key = value` lines in sorted key order, as the original's eval_results.txt."""
   tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-  with tf.io.gfile.GFile(path, "w") as writer:
-    logging.info("***** Eval results *****")
-    for key in sorted(results):
-      logging.info("  %s = %s", key, results[key])
-      writer.write("%s = %s\n" % (key, results[key]))
+  logging.info("***** Eval results *****")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, results[key])
+  atomic_files.write_text(path, "".join("%s = %s\n" % (key, results[key])
+                                        for key in sorted(results)))
