@@ -71,6 +71,7 @@ def main(_):
       FLAGS.task_name, skip_bad_rows=FLAGS.skip_bad_rows, language=FLAGS.xnli_language,
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
       label_column=FLAGS.label_column, has_header=FLAGS.has_header)
+  classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
   if isinstance(processor, classifier.GenericProcessor):
     processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,

@@ -104,12 +104,18 @@ def _require(mapping: Any, key: str, where: str) -> Any:
 
 def load_squad_json(input_file: str) -> list[dict]:
   """Reads a SQuAD JSON file and returns its `data` list; errors name the file and position."""
-  with open(input_file, "r", encoding="utf-8") as reader:
-    try:
-      dataset = json.load(reader)
-    except json.JSONDecodeError as e:
-      raise SquadFormatError("%s: not valid JSON (line %d, column %d): %s" %
-                             (input_file, e.lineno, e.colno, e.msg)) from e
+  with open(input_file, "rb") as reader:
+    raw = reader.read()
+  try:
+    dataset = json.loads(raw.decode("utf-8"))
+  except UnicodeDecodeError as e:
+    line_start = raw.rfind(b"\n", 0, e.start) + 1
+    raise SquadFormatError("%s: line %d, column %d: invalid UTF-8 byte 0x%02x" % (
+        input_file, raw.count(b"\n", 0, e.start) + 1, e.start - line_start + 1,
+        raw[e.start])) from e
+  except json.JSONDecodeError as e:
+    raise SquadFormatError("%s: not valid JSON (line %d, column %d): %s" %
+                           (input_file, e.lineno, e.colno, e.msg)) from e
   data = _require(dataset, "data", input_file)
   if not isinstance(data, list):
     raise SquadFormatError("%s: 'data' must be a list of articles" % input_file)
@@ -176,6 +182,7 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
   """
   examples = []
   stats = ReadStats()
+  first_place_of_id, repeated = {}, []
   for article_index, article in enumerate(data):
     article_where = "%s: article %d" % (source, article_index)
     for paragraph_index, paragraph in enumerate(_require(article, "paragraphs", article_where)):
@@ -184,6 +191,11 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
       if not isinstance(context, str):
         raise SquadFormatError("%s: the context must be a string" % where)
       qas = _require(paragraph, "qas", where)
+      for qa in qas:
+        qas_id = str(_require(qa, "id", where))
+        if qas_id in first_place_of_id:
+          repeated.append("%r (%s and %s)" % (qas_id, first_place_of_id[qas_id], where))
+        first_place_of_id.setdefault(qas_id, where)
       words, char_to_word_offset = split_context(context)
       stats.questions += len(qas)
       if not words:
@@ -195,6 +207,9 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
                                    version_2_with_negative, where, stats)
         if example is not None:
           examples.append(example)
+  if repeated:  # Predictions are keyed by id: repeated questions would be merged silently.
+    raise SquadFormatError("%s: %d repeated question ids, e.g. %s" % (
+        source, len(repeated), "; ".join(repeated[:3])))
   return examples, stats
 
 
