@@ -28,6 +28,7 @@ import atomic_files
 import export
 import in_graph_tokenization
 import modeling
+import tfrecord_files
 import tokenization
 import training
 
@@ -1225,7 +1226,9 @@ def train(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig, to
   def dataset_fn(batch_size, seed):
     return input_dataset(record_path, options.max_seq_length, True, batch_size, seed)
 
-  return training.train(strategy, lambda: build_model(bert_config), squad_loss, dataset_fn, config)
+  with tfrecord_files.naming_corrupt_records([record_path], tfrecord_files.REBUILD_CACHE_HINT):
+    return training.train(strategy, lambda: build_model(bert_config), squad_loss, dataset_fn,
+                          config)
 
 
 def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:

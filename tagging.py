@@ -48,7 +48,8 @@ def read_conll(path: str) -> list[TaggedSentence]:
   """Reads a CoNLL-2003 style file: the first column is the word, the last one its tag.
 
   Blank lines separate sentences; `-DOCSTART-` lines (document boundaries) are skipped.
-  Raises ValueError naming the file and line when a line has a single column.
+  Raises ValueError naming the file and line when a line has a single column or bytes that are
+  not UTF-8, and naming the file when it holds no sentence.
   """
   sentences = []
   words, tags = [], []
@@ -60,9 +61,14 @@ def read_conll(path: str) -> list[TaggedSentence]:
       words.clear()
       tags.clear()
 
-  with open(path, encoding="utf-8") as reader:
+  with open(path, "rb") as reader:
     line_number = 0
-    for line_number, line in enumerate(reader, start=1):
+    for line_number, raw_line in enumerate(reader, start=1):
+      try:
+        line = raw_line.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError("%s:%d: invalid UTF-8 byte 0x%02x at column %d" %
+                         (path, line_number, raw_line[e.start], e.start + 1)) from e
       columns = line.split()
       if not columns:
         flush(line_number)
@@ -76,6 +82,8 @@ def read_conll(path: str) -> list[TaggedSentence]:
       words.append(columns[0])
       tags.append(columns[-1])
     flush(line_number + 1)
+  if not sentences:
+    raise ValueError("%s: no sentences (the file is empty)" % path)
   return sentences
 
 
