@@ -142,10 +142,10 @@ def _written_parts(temporary: str) -> list:
 def atomic_output(path: str) -> Iterator[str]:
   """Yields the temporary path to write `path` (a file, directory or checkpoint prefix) under.
 
-  The directory must exist. Stale temporaries of `path` are deleted first. When the block ends normally the temporary (and
-  any `<temporary>.<suffix>` files) is renamed to `path` (+ suffix); when it raises, everything
-  written is deleted and the exception propagates. A disk-full OSError from the block is re-raised
-  naming `path`, which the operating system's message does not.
+  The directory must exist. Stale temporaries of `path` are deleted first. When the block ends
+  normally the temporary (and any `<temporary>.<suffix>` files) is renamed to `path` (+ suffix);
+  when it raises, everything written is deleted and the exception propagates. A disk-full OSError
+  from the block is re-raised naming `path`, which the operating system's message does not.
   """
   remove_stale_temporaries(path)
   temporary = temporary_path(path)

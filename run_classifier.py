@@ -132,6 +132,10 @@ def main(_):
                                          FLAGS.do_lower_case, FLAGS.spm_model_file,
                                          FLAGS.max_seq_length)
     summary.append("exported " + path)
+  skipped = sum(processor.skipped_rows.values())
+  if skipped:
+    summary.append("skipped %d bad rows (--skip_bad_rows): %s" % (skipped, ", ".join(
+        "%s %d" % (path, count) for path, count in processor.skipped_rows.items() if count)))
   logging.info("run_classifier %s: %s", FLAGS.task_name, "; ".join(summary))
 
 
