@@ -165,16 +165,15 @@ def test_optimizer_adamw_trains_saves_adam_slots_and_resumes(generic_task, caplo
   # this 37-step run needs a larger rate than the original optimizer's 1e-3 (3e-3 barely learns).
   flag_values = dict(flag_values, optimizer="adamw", learning_rate=5e-3)
   with caplog.at_level("WARNING"):
-    run(do_train=True, do_eval=True, **flag_values)
+    run(do_train=True, **flag_values)
   assert not [r for r in caplog.records if "--optimizer=adamw" in r.getMessage()]
   output_dir = flag_values["output_dir"]
-  assert read_eval_results(output_dir)["eval_accuracy"] > 0.9
   reader = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-37"))
   shapes = reader.get_variable_to_shape_map()
   for name in ("output_weights", "bert/encoder/layer_1/output/LayerNorm/gamma"):
     assert shapes[name + "/adam_m"] == shapes[name + "/adam_v"] == shapes[name]
     assert np.any(reader.get_tensor(name + "/adam_v") != 0)
-  # One more epoch resumes from step 37 with the moments, and reaches step 50.
+  # One more epoch resumes from step 37 with the moments, reaches step 50, and has learned the rule.
   caplog.clear()
   with caplog.at_level("INFO"):
     run(do_train=True, do_eval=True, verbosity=0, **dict(flag_values, num_train_epochs=4.0))
