@@ -9,7 +9,6 @@
 Running the same command again after a crash continues from the last checkpoint in --output_dir.
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -56,10 +55,11 @@ def main(_):
         FLAGS.eval_batch_size, FLAGS.max_eval_steps, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
         model=result.model if result else None,
-        global_step=result.global_step if result else None)
+        global_step=result.global_step if result else None,
+        allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
 
 
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
-  app.run(main)
+  training.run_script(main)
