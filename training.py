@@ -933,11 +933,11 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
       optimizer = optimizer_fn()
     named_variables = training_state_variables(model, optimizer)
 
-  step = _restore_or_initialize(model, named_variables, config)
+  step, restored = _restore_or_initialize(model, named_variables, config)
   if step >= config.num_train_steps:
     logging.info("Training already finished: checkpoint at step %d >= --num_train_steps=%d",
                  step, config.num_train_steps)
-    return TrainResult(model, step, latest_checkpoint(config.output_dir), {}, 0.0)
+    return TrainResult(model, step, restored, {}, 0.0)
 
   # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
   dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(step)
@@ -1008,18 +1008,18 @@ def _loop_steps(strategy, config: TrainConfig, step: int,
   return max(1, min(num_steps, int(config.progress_seconds / max(seconds_per_step, 1e-9))))
 
 
-def _restore_or_initialize(model, named_variables, config) -> int:
-  """Resumes from output_dir's newest intact checkpoint, else loads init_checkpoint. Returns the
-  step."""
+def _restore_or_initialize(model, named_variables, config) -> tuple:
+  """Resumes from output_dir's newest intact checkpoint, else loads init_checkpoint. Returns
+  (step, the checkpoint resumed from or None)."""
   prefix = restore_newest_intact(config.output_dir,
                                  lambda p: restore_variables(named_variables, p))
   if prefix:
     step = int(named_variables["global_step"].numpy())
     logging.info("Resuming from %s (step %d)", prefix, step)
-    return step
+    return step, prefix
   if config.init_checkpoint:
     load_init_checkpoint(model, config.init_checkpoint, config.allow_partial_init_checkpoint)
-  return 0
+  return 0, None
 
 
 # TensorBoard's scalar plugin metadata, so scalars are written without importing tensorboard
