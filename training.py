@@ -640,23 +640,25 @@ class OutputDirLock:
     self.release()
 
   def _describe(self, holder: str) -> str:
+    """`pid P on host H since <local time>` from a lock file's `pid host since` line."""
     fields = holder.split()
-    if len(fields) < 3:
-      return "an unknown process (lock file %s holds %r)" % (self.path, holder)
-    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(fields[2])))
+    try:
+      since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(fields[2])))
+    except (IndexError, ValueError):
+      return "an unknown process (the lock file holds %r)" % holder
     return "pid %s on host %s since %s" % (fields[0], fields[1], since)
 
   def _is_gone(self, holder: str) -> bool:
     """Whether the holder is a process of this host that is no longer running."""
     fields = holder.split()
-    if len(fields) < 3 or fields[1] != socket.gethostname() or not fields[0].isdigit():
+    if len(fields) < 2 or fields[1] != socket.gethostname() or not fields[0].isdigit():
       return False
     try:
       os.kill(int(fields[0]), 0)
     except ProcessLookupError:
       return True
-    except PermissionError:
-      return False
+    except PermissionError:  # Running, as another user.
+      pass
     return False
 
   def _in_use(self, holder: str) -> TrainingError:
@@ -697,12 +699,16 @@ class OutputDirLock:
       if same_file:
         break
       os.close(fd)
-    previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+    try:
+      previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, self._record().encode("utf-8"), 0)
+    except OSError:
+      os.close(fd)
+      raise
     if previous:
       logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
                       "running", self._describe(previous), self.output_dir)
-    os.ftruncate(fd, 0)
-    os.pwrite(fd, self._record().encode("utf-8"), 0)
     self._fd = fd
 
   def _acquire_remote(self) -> None:
