@@ -76,15 +76,33 @@ class DirectoryWatch:
     os.close(self.fd)
 
 
-def stop_when(process, watch, moment, timeout=180):
-  """Freezes `process` (SIGSTOP) at the first created name for which `moment(mask, name)` is
-  true while the name still exists; returns the name. Fails if the process ends first."""
+def wait_until_stopped(pid):
+  """Waits until every thread of a process that was sent SIGSTOP is stopped."""
+  while True:
+    states = []
+    for task in os.listdir("/proc/%d/task" % pid):
+      try:
+        with open("/proc/%d/task/%s/stat" % (pid, task)) as f:
+          states.append(f.read().rsplit(")", 1)[1].split()[0])
+      except FileNotFoundError:
+        pass
+    if all(state in "tT" for state in states):
+      return
+    time.sleep(0.001)
+
+
+def stop_when(process, watch, moment, still=None, timeout=180):
+  """Freezes `process` (SIGSTOP) at the first event for which `moment(mask, name)` is true and,
+  once it is frozen, `still(name)` (default: the name still exists) holds; returns the name.
+  Fails if the process ends first."""
+  still = still or (lambda name: os.path.exists(os.path.join(watch.path, name)))
   deadline = time.time() + timeout
   while time.time() < deadline:
     for mask, name in watch.names(0.2):
       if moment(mask, name):
         process.send_signal(signal.SIGSTOP)
-        if os.path.exists(os.path.join(watch.path, name)):
+        wait_until_stopped(process.pid)
+        if still(name):
           return name
         process.send_signal(signal.SIGCONT)
     assert process.poll() is None, "ended before the moment:\n" + process.log()[-3000:]
@@ -158,7 +176,9 @@ def test_killed_runs_resume_from_the_last_complete_checkpoint_and_end_bit_identi
     second.send_signal(signal.SIGCONT)
     competitor = Run(cli(data, output_dir), data / "competitor.log")
     stop_when(second, watch, lambda mask, name: mask & IN_MOVED_TO and name.endswith(".index")
-              and index_step(name) > first_resume + 2)
+              and index_step(name) > first_resume + 2,
+              still=lambda name: '%s"' % name[:-len(".index")] not in
+              (output_dir / "checkpoint").read_text())
     state_file = (output_dir / "checkpoint").read_text()
     assert competitor.wait(timeout=180) == 1, competitor.log()[-3000:]
     second.kill_now()
@@ -176,7 +196,7 @@ def test_killed_runs_resume_from_the_last_complete_checkpoint_and_end_bit_identi
   assert not (output_dir / leftover).exists()
   assert "Resuming from %s/model.ckpt-%d (step %d)" % (output_dir, first_resume,
                                                        first_resume) in second_log
-  assert "model.ckpt-%d" % second_resume not in state_file  # Complete, not yet named.
+  assert '"model.ckpt-%d"' % second_resume not in state_file  # Complete, not yet named.
   competitor_log = competitor.log()
   assert competitor_log.strip().splitlines()[-1] == (
       "run_pretraining.py: error: --output_dir=%s is in use by pid %d on host %s since %s "

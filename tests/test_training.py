@@ -429,7 +429,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_intact_one(referen
   copy_checkpoints(output_dir, str(tmp_path), [4, 6])
   damage(str(tmp_path), how)
   step_4 = {p: open(p, "rb").read() for p in tf.io.gfile.glob(str(tmp_path / "model.ckpt-4.*"))}
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     resumed = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                              dataset_fn_of(examples(64)), train_config(str(tmp_path)))
   assert "Checkpoint %s is damaged" % (tmp_path / "model.ckpt-6") in warnings_text(caplog)
@@ -466,7 +466,7 @@ def test_evaluation_uses_the_newest_intact_checkpoint(reference, tmp_path, caplo
   output_dir, _, _ = reference
   copy_checkpoints(output_dir, str(tmp_path), [4, 6])
   damage(str(tmp_path), "data_truncated")
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     model, step, prefix = training.restore_model(tf.distribute.get_strategy(), model_fn,
                                                  str(tmp_path))
   assert (step, prefix) == (4, str(tmp_path / "model.ckpt-4"))
@@ -538,7 +538,7 @@ def test_a_new_run_removes_temporaries_left_by_a_killed_one(reference, tmp_path,
                "model.ckpt-6.index.tempstate1234", tmp_path / "checkpoint.tmp-4242"]
   for path in leftovers:
     path.write_bytes(b"x" * 1000)
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(str(tmp_path)))
   for path in leftovers:
@@ -564,7 +564,7 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
                         capture_output=True, text=True, check=True).stdout.strip()
   with open(os.path.join(output_dir, ".lock"), "w") as f:
     f.write("%s %s 1700000000\n" % (dead, socket.gethostname()))
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     result = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                             dataset_fn_of(examples(64)), train_config(output_dir))
   assert result.global_step == 6
@@ -600,7 +600,7 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
   with pytest.raises(training.TrainingError, match="fills only 0 of the encoder's 23"):
     training.restore_model(tf.distribute.get_strategy(), model_fn, None, prefixed)
   # Allowed explicitly: it trains, and the load report is a warning.
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     result = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                             dataset_fn_of(examples(64)),
                             train_config(output_dir, init_checkpoint=prefixed,
@@ -617,7 +617,7 @@ def test_init_checkpoint_without_the_task_head_is_fine(reference, tmp_path, capl
   modeling.write_checkpoint({name: value for name, value in values.items()
                              if name.startswith("bert/") and
                              not modeling.is_training_state_name(name)}, encoder_only)
-  with caplog.at_level("INFO"):
+  with caplog.at_level("INFO", logger="absl"):
     report = training.load_init_checkpoint(model_fn(), encoder_only)
   assert sorted(report.missing) == ["output_bias", "output_weights"]
   assert "2 model variables not in the checkpoint (left at their initial values): output_bias, " \
