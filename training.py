@@ -490,8 +490,9 @@ def remove_leftover_temporaries(output_dir: str) -> list:
   """Deletes what a killed or failed writer left in `output_dir`: checkpoint files still under
   TensorFlow's temporary names (`*.tempstate*`) and state files being written. Call it only while
   holding the directory's lock (another writer's temporaries are not leftovers). Returns them."""
-  leftovers = (tf.io.gfile.glob(os.path.join(output_dir, "*.tempstate*")) +
-               tf.io.gfile.glob(os.path.join(output_dir, "checkpoint" + _STATE_FILE_TEMPORARY + "*")))
+  patterns = ["*.tempstate*", "checkpoint%s*" % _STATE_FILE_TEMPORARY]
+  leftovers = [path for pattern in patterns
+               for path in tf.io.gfile.glob(os.path.join(output_dir, pattern))]
   for path in leftovers:
     logging.warning("Removing %s, left by a run that was killed or failed", path)
     _remove_quietly(path)

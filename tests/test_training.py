@@ -510,7 +510,8 @@ def test_full_disk_while_writing_a_checkpoint_leaves_no_temporaries(reference, s
   with open(os.path.join(small_filesystem, "ballast"), "wb") as f:
     f.write(b"\0" * (256 * 1024 - size - size // 2 - 4 * page))
   with pytest.raises(training.TrainingError,
-                     match=r"^cannot write checkpoint .*model\.ckpt-(\d+) \(ResourceExhaustedError: "
+                     match=r"^cannot write checkpoint .*model\.ckpt-(\d+) \("
+                     r"ResourceExhaustedError: "
                      r".*No space left on device\); the latest complete checkpoint is "
                      r".*model\.ckpt-\d+$") as error:
     training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
@@ -526,7 +527,8 @@ def test_full_disk_while_writing_a_checkpoint_leaves_no_temporaries(reference, s
   result = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                           dataset_fn_of(examples(64)), config)
   assert result.global_step == 6
-  expected, actual = checkpoint_values(reference[1].checkpoint), checkpoint_values(result.checkpoint)
+  expected = checkpoint_values(reference[1].checkpoint)
+  actual = checkpoint_values(result.checkpoint)
   for name, value in expected.items():
     np.testing.assert_array_equal(actual[name], value, err_msg=name)
 
@@ -552,8 +554,8 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
     holder = open(os.path.join(output_dir, ".lock")).read().split()
     assert holder[:2] == [str(os.getpid()), socket.gethostname()]
     with pytest.raises(training.TrainingError,
-                       match=r"--output_dir=%s is in use by pid %d on host %s since \d{4}-\d\d-\d\d "
-                       r"\d\d:\d\d:\d\d \(lock file %s/\.lock\)" % (
+                       match=r"--output_dir=%s is in use by pid %d on host %s since "
+                       r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(lock file %s/\.lock\)" % (
                            output_dir, os.getpid(), socket.gethostname(), output_dir)):
       training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                      dataset_fn_of(examples(64)), train_config(output_dir))
@@ -593,7 +595,8 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
   with pytest.raises(training.TrainingError,
                      match=r"--init_checkpoint=.*prefixed/model\.ckpt fills only 0 of the "
                      r"encoder's 23 variables: 23 missing, e\.g\. bert/embeddings/LayerNorm/beta, "
-                     r".*; its unused names are e\.g\. model/bert/.*--allow_partial_init_checkpoint"):
+                     r".*; its unused names are e\.g\. model/bert/.*"
+                     r"--allow_partial_init_checkpoint"):
     training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    config)
   assert not tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*"))
