@@ -790,9 +790,16 @@ def write_checkpoint(tensors: Mapping[str, Any], prefix: str) -> str:
     if isinstance(value, keras.Variable):
       value = value.value
     values.append(tf.convert_to_tensor(value))
-  with tf.device("/cpu:0"):
-    tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                      tensors=values)
+  try:
+    with tf.device("/cpu:0"):
+      tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                        tensors=values)
+  except BaseException:
+    # SaveV2 writes `<file>.tempstate<n>` and renames each file when it is complete: after a
+    # failure (e.g. a full disk) the prefix may hold temporaries or a data file without its index.
+    for path in tf.io.gfile.glob(prefix + ".*"):
+      tf.io.gfile.remove(path)
+    raise
   return prefix
 
 
@@ -822,6 +829,14 @@ def resolve_checkpoint_path(checkpoint_path: str) -> str:
 def is_training_state_name(name: str) -> bool:
   """True for checkpoint entries that are optimizer or loop state, not model variables."""
   return name in _TRAINING_STATE_NAMES or name.endswith(_TRAINING_STATE_SUFFIXES)
+
+
+def _names_summary(what: str, names: Sequence[str], shown: int = 5) -> str:
+  """`what % len(names)` and the first few names, or "" when there are none."""
+  if not names:
+    return ""
+  return (what % len(names)) + ": " + ", ".join(names[:shown]) + (
+      ", ..." if len(names) > shown else "")
 
 
 @dataclasses.dataclass
@@ -867,7 +882,11 @@ def init_from_checkpoint(model: keras.Model, checkpoint_path: str) -> Checkpoint
       unused=sorted(name for name in checkpoint_shapes
                     if name not in variables and not is_training_state_name(name)),
       missing=sorted(name for name in variables if name not in checkpoint_shapes))
-  logging.info("Loaded %d variables from %s", len(report.loaded), prefix)
+  log = logging.warning if report.unused or report.missing else logging.info
+  log("Loaded %d of the model's %d variables from %s%s%s", len(report.loaded), len(variables),
+      prefix, _names_summary("; %d model variables not in the checkpoint (left at their initial "
+                             "values)", report.missing),
+      _names_summary("; %d checkpoint variables unused", report.unused))
   for name in report.unused:
     logging.info("  unused checkpoint variable: %s", name)
   for name in report.missing:

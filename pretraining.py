@@ -255,14 +255,16 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
                    input_files: list, output_dir: str, init_checkpoint: Optional[str],
                    eval_batch_size: int, max_eval_steps: int, max_seq_length: int,
                    max_predictions_per_seq: int, model: Optional[keras.Model] = None,
-                   global_step: Optional[int] = None, skip_corrupt_records: bool = False) -> dict:
+                   global_step: Optional[int] = None, skip_corrupt_records: bool = False,
+                   allow_partial_init_checkpoint: bool = False) -> dict:
   """Evaluates the latest checkpoint of `output_dir` (or `init_checkpoint`, or a given model)
   over at most `max_eval_steps` full batches and writes `output_dir/eval_results.txt`.
   Corrupt records: as `run_training`."""
   _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if model is None:
     model, global_step, _ = training.restore_model(
-        strategy, lambda: build_model(bert_config), output_dir, init_checkpoint)
+        strategy, lambda: build_model(bert_config), output_dir, init_checkpoint,
+        allow_partial_init_checkpoint)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
     results = training.evaluate(

@@ -13,7 +13,6 @@ SavedModel that TF Serving serves from raw text. Example:
 
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -104,7 +103,8 @@ def main(_):
                                                             result.examples_per_second))
   if model is None:
     model, global_step, _ = training.restore_model(strategy, model_fn, FLAGS.output_dir,
-                                                   FLAGS.init_checkpoint)
+                                                   FLAGS.init_checkpoint,
+                                                   FLAGS.allow_partial_init_checkpoint)
 
   if FLAGS.do_eval:
     eval_file = features_file("eval", processor.get_dev_examples(FLAGS.data_dir))
@@ -141,4 +141,4 @@ def main(_):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["task_name", "bert_config_file", "output_dir"])
-  app.run(main)
+  training.run_script(main)

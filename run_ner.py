@@ -15,7 +15,6 @@ saved as `output_dir/tag_list.txt`. Outputs in `output_dir`:
 
 import os
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -112,7 +111,7 @@ def main(_):
   if model is None:
     model, global_step, _ = training.restore_model(
         strategy, lambda: tagging.build_tagger(bert_config, len(tag_list)), FLAGS.output_dir,
-        FLAGS.init_checkpoint)
+        FLAGS.init_checkpoint, FLAGS.allow_partial_init_checkpoint)
 
   if FLAGS.do_eval:
     features, evaluation = _evaluate_file(strategy, model, tokenizer, tag_list, FLAGS.dev_file,
@@ -134,4 +133,4 @@ def main(_):
 if __name__ == "__main__":
   flags.mark_flag_as_required("bert_config_file")
   flags.mark_flag_as_required("output_dir")
-  app.run(main)
+  training.run_script(main)

@@ -9,7 +9,6 @@
 Running the same command again after a crash continues from the last checkpoint in --output_dir.
 """
 
-from absl import app
 from absl import flags
 from absl import logging
 
@@ -61,10 +60,11 @@ def main(_):
         FLAGS.max_predictions_per_seq,
         model=result.model if result else None,
         global_step=result.global_step if result else None,
-        skip_corrupt_records=FLAGS.skip_corrupt_records)
+        skip_corrupt_records=FLAGS.skip_corrupt_records,
+        allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
 
 
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
-  app.run(main)
+  training.run_script(main)

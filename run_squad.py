@@ -16,7 +16,6 @@ a question about a raw-text context. Example:
 
 import os
 
-from absl import app
 from absl import flags
 
 import modeling
@@ -100,7 +99,8 @@ def main(_):
                         FLAGS.warmup_proportion).model
   else:
     model, _, _ = training.restore_model(strategy, lambda: squad.build_model(bert_config),
-                                         FLAGS.output_dir, FLAGS.init_checkpoint)
+                                         FLAGS.output_dir, FLAGS.init_checkpoint,
+                                         FLAGS.allow_partial_init_checkpoint)
   if FLAGS.do_predict:
     squad.predict(strategy, model, tokenizer, options, FLAGS.predict_file, FLAGS.output_dir,
                   FLAGS.predict_batch_size)
@@ -112,4 +112,4 @@ def main(_):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["bert_config_file", "output_dir"])
-  app.run(main)
+  training.run_script(main)

@@ -25,13 +25,17 @@ so losses and metrics do not depend on the number of replicas.
 """
 
 import dataclasses
+import fcntl
 import json
 import math
 import os
 import re
+import socket
+import sys
 import time
 from typing import Any, Callable, Mapping, Optional
 
+from absl import app
 from absl import flags
 from absl import logging
 import keras
@@ -51,6 +55,8 @@ REAL_EXAMPLE_KEY = "is_real_example"
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("float32", "float16", "bfloat16")
 CHECKPOINT_BASENAME = "model.ckpt"
+# The state file is written as `checkpoint.tmp-<pid>` and renamed when complete.
+_STATE_FILE_TEMPORARY = ".tmp-"
 
 # A task's loss function: (model, features, training) -> (loss share, {metric name: share}).
 LossFn = Callable[[keras.Model, Mapping[str, tf.Tensor], bool], tuple]
@@ -62,7 +68,9 @@ PredictFn = Callable[[keras.Model, Mapping[str, tf.Tensor]], Mapping[str, tf.Ten
 
 
 class TrainingError(RuntimeError):
-  """Training cannot continue (e.g. the loss became NaN or Inf)."""
+  """A run cannot continue: the loss became NaN or Inf, no checkpoint is readable, the output
+  directory is in use or cannot be written, `--init_checkpoint` does not fit the model. The
+  message says what to do; `run_script` prints it as one line."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -135,6 +143,9 @@ def define_common_flags(max_seq_length: int = 128,
           "The config json file of the pre-trained BERT model (architecture).")
   _define(fv, "string", "init_checkpoint", None,
           "Initial checkpoint (usually from a pre-trained BERT model).")
+  _define(fv, "bool", "allow_partial_init_checkpoint", False,
+          "Accept an --init_checkpoint that lacks some of the encoder's variables (they keep "
+          "their random initial values). Without it that is an error listing them.")
   _define(fv, "string", "output_dir", None,
           "Where checkpoints, summaries and results are written.")
   _define(fv, "integer", "max_seq_length", max_seq_length,
@@ -178,6 +189,19 @@ def define_predict_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `do_predict` and `predict_batch_size` (default 8, global)."""
   _define(flag_values, "bool", "do_predict", False, "Whether to run prediction.")
   _define(flag_values, "integer", "predict_batch_size", 8, "Global batch size for prediction.")
+
+
+def run_script(main: Callable[[list], Any]) -> None:
+  """`app.run(main)` for a run_* script; a TrainingError ends it with one line on stderr
+  (`<script>: error: <message>`, exit status 1) instead of a traceback."""
+
+  def main_with_clear_errors(argv):
+    try:
+      return main(argv)
+    except TrainingError as error:
+      raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]), error)) from None
+
+  app.run(main_with_clear_errors)
 
 
 def fine_tuning_steps(num_examples: int, train_batch_size: int, num_train_epochs: float,
@@ -317,6 +341,14 @@ def replica_batch_share() -> float:
 # Checkpoints: Google's name-based format, with the Estimator's `checkpoint` state file.
 # ------------------------------------------------------------------------------------------------
 
+# Files of a training checkpoint: `model.ckpt-<step>.index` and `.data-<i>-of-<n>`.
+_CHECKPOINT_FILE = re.compile(r"^(%s-(\d+))\.(index|data-\d{5}-of-(\d{5}))$" %
+                              re.escape(CHECKPOINT_BASENAME))
+# What reading a damaged checkpoint raises: TensorFlow errors (missing or corrupt files), and the
+# IndexError of TF's checkpoint reader on a truncated `.data` file ("Read less bytes than
+# requested").
+_CHECKPOINT_READ_ERRORS = (tf.errors.OpError, IndexError, OSError)
+
 
 def checkpoint_prefix(output_dir: str, step: int) -> str:
   return os.path.join(output_dir, "%s-%d" % (CHECKPOINT_BASENAME, step))
@@ -338,14 +370,100 @@ def latest_checkpoint(output_dir: str) -> Optional[str]:
   return tf.train.latest_checkpoint(output_dir)
 
 
-def _checkpoint_history(output_dir: str) -> list:
-  """Prefixes listed in the state file, oldest first, that still exist."""
+def _state_file_prefixes(output_dir: str) -> list:
+  """Prefixes the state file lists, oldest first (whether or not their files exist)."""
   state = tf.train.get_checkpoint_state(output_dir)
   if state is None:
     return []
-  paths = [p if os.path.isabs(p) else os.path.join(output_dir, p)
-           for p in state.all_model_checkpoint_paths]
-  return [p for p in paths if tf.io.gfile.exists(p + ".index")]
+  # get_checkpoint_state already joins relative entries with output_dir.
+  paths = list(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  return paths
+
+
+def _checkpoint_history(output_dir: str) -> list:
+  """Prefixes listed in the state file, oldest first, that still exist."""
+  return [p for p in _state_file_prefixes(output_dir) if tf.io.gfile.exists(p + ".index")]
+
+
+def list_checkpoints(output_dir: str) -> list:
+  """Every checkpoint of `output_dir`, newest first, complete or not: those the state file names
+  and every `model.ckpt-<step>` whose files are present (ordered by step)."""
+  if not output_dir or not tf.io.gfile.isdir(output_dir):
+    return []
+  prefixes = {p: i for i, p in enumerate(_state_file_prefixes(output_dir))}
+  for path in tf.io.gfile.glob(os.path.join(output_dir, CHECKPOINT_BASENAME + "-*")):
+    match = _CHECKPOINT_FILE.match(os.path.basename(path))
+    if match:
+      prefixes.setdefault(os.path.join(output_dir, match.group(1)), len(prefixes))
+
+  def newest_first(prefix):
+    return (_name_step(prefix), prefixes[prefix])
+
+  return sorted(prefixes, key=newest_first, reverse=True)
+
+
+def _name_step(prefix: str) -> int:
+  """The step in a `model.ckpt-<step>` name (-1 for other names)."""
+  match = re.search(r"-(\d+)$", prefix)
+  return int(match.group(1)) if match else -1
+
+
+def _missing_files(prefix: str) -> Optional[str]:
+  """Why a checkpoint's files are incomplete (index, or any data shard missing), or None."""
+  shards = tf.io.gfile.glob(prefix + ".data-*")
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return "its .index file is missing" if shards else "its files are missing"
+  if not shards:
+    return "its .data file is missing"
+  expected = re.search(r"-of-(\d+)$", shards[0])
+  if expected and len(shards) != int(expected.group(1)):
+    return "it has %d of its %d .data shards" % (len(shards), int(expected.group(1)))
+  return None
+
+
+def _first_line(error: BaseException) -> str:
+  """`<type>: <first line of the message>`, without TensorFlow's op and function decorations."""
+  message = getattr(error, "message", None) or str(error) or type(error).__name__
+  message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "",
+                   message.strip().splitlines()[0])
+  return "%s: %s" % (type(error).__name__, message)
+
+
+def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Optional[str]:
+  """Loads the newest readable checkpoint of `output_dir` with `load_fn(prefix)`.
+
+  A checkpoint is damaged when a file is missing or reading it fails (truncated or corrupt data):
+  each damaged one is named in a warning and the next older one is tried. Errors `load_fn` raises
+  for a readable but unsuitable checkpoint (ValueError: wrong names or shapes) are not damage and
+  propagate.
+
+  Returns:
+    The prefix loaded, or None when `output_dir` holds no checkpoint at all.
+
+  Raises:
+    TrainingError: checkpoints exist but none is readable (never silently start from scratch).
+  """
+  damaged = []
+  for prefix in list_checkpoints(output_dir):
+    problem = _missing_files(prefix)
+    if problem is None:
+      try:
+        load_fn(prefix)
+      except _CHECKPOINT_READ_ERRORS as error:
+        problem = "cannot be read (%s)" % _first_line(error)
+    if problem is None:
+      if damaged:
+        logging.warning("Using %s, the newest intact checkpoint", prefix)
+      return prefix
+    logging.warning("Checkpoint %s is damaged: %s; trying the previous one", prefix, problem)
+    damaged.append("%s (%s)" % (os.path.basename(prefix), problem))
+  if damaged:
+    raise TrainingError(
+        "no readable checkpoint in %s: %s. Remove these files (or use another --output_dir) to "
+        "start over" % (output_dir, "; ".join(damaged)))
+  return None
 
 
 def _write_state_file(output_dir: str, prefixes: list) -> None:
@@ -354,15 +472,39 @@ def _write_state_file(output_dir: str, prefixes: list) -> None:
   text = 'model_checkpoint_path: "%s"\n' % names[-1]
   text += "".join('all_model_checkpoint_paths: "%s"\n' % name for name in names)
   path = os.path.join(output_dir, "checkpoint")
-  temporary = "%s.tmp-%d" % (path, os.getpid())
-  with tf.io.gfile.GFile(temporary, "w") as f:
-    f.write(text)
-  tf.io.gfile.rename(temporary, path, overwrite=True)
+  temporary = "%s%s%d" % (path, _STATE_FILE_TEMPORARY, os.getpid())
+  try:
+    with tf.io.gfile.GFile(temporary, "w") as f:
+      f.write(text)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+  except BaseException:
+    _remove_quietly(temporary)
+    raise
+
+
+def _remove_quietly(path: str) -> None:
+  try:
+    tf.io.gfile.remove(path)
+  except (tf.errors.OpError, OSError):
+    pass
 
 
 def _delete_checkpoint_files(prefix: str) -> None:
   for path in tf.io.gfile.glob(prefix + ".*"):
     tf.io.gfile.remove(path)
+
+
+def remove_leftover_temporaries(output_dir: str) -> list:
+  """Deletes what a killed or failed writer left in `output_dir`: checkpoint files still under
+  TensorFlow's temporary names (`*.tempstate*`) and state files being written. Call it only while
+  holding the directory's lock (another writer's temporaries are not leftovers). Returns them."""
+  patterns = ["*.tempstate*", "checkpoint%s*" % _STATE_FILE_TEMPORARY]
+  leftovers = [path for pattern in patterns
+               for path in tf.io.gfile.glob(os.path.join(output_dir, pattern))]
+  for path in leftovers:
+    logging.warning("Removing %s, left by a run that was killed or failed", path)
+    _remove_quietly(path)
+  return leftovers
 
 
 def training_state_variables(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> dict:
@@ -379,14 +521,23 @@ def save_training_checkpoint(named_variables: Mapping[str, Any], output_dir: str
                              keep_checkpoint_max: int) -> str:
   """Writes `output_dir/model.ckpt-<step>`, then points the state file at it, then prunes.
 
-  The state file is replaced only after the checkpoint's files are complete, so a crash at any
-  moment leaves the previous checkpoint as the latest one.
+  The files are written under temporary names and renamed when complete, and the state file is
+  replaced only after that, so a crash at any moment leaves the previous checkpoint as the latest
+  one; a failure (e.g. a full disk) removes what was written and raises TrainingError. Checkpoints
+  of later steps the state file still lists (left behind when training fell back to an older
+  checkpoint) are dropped from it.
   """
   prefix = checkpoint_prefix(output_dir, step)
-  modeling.write_checkpoint(named_variables, prefix)
-  history = [p for p in _checkpoint_history(output_dir) if p != prefix] + [prefix]
-  keep = max(1, keep_checkpoint_max)
-  _write_state_file(output_dir, history[-keep:])
+  try:
+    modeling.write_checkpoint(named_variables, prefix)
+    history = [p for p in _checkpoint_history(output_dir)
+               if p != prefix and _name_step(p) < step] + [prefix]
+    keep = max(1, keep_checkpoint_max)
+    _write_state_file(output_dir, history[-keep:])
+  except (tf.errors.OpError, OSError) as error:
+    raise TrainingError("cannot write checkpoint %s (%s); the latest complete checkpoint is %s" %
+                        (prefix, _first_line(error), latest_checkpoint(output_dir) or "(none)")
+                        ) from error
   for old in history[:-keep]:
     _delete_checkpoint_files(old)
   return prefix
@@ -409,22 +560,188 @@ def restore_variables(named_variables: Mapping[str, Any], prefix: str) -> None:
 
 
 def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.Model],
-                  output_dir: Optional[str], init_checkpoint: Optional[str] = None) -> tuple:
-  """Builds a model and loads the latest checkpoint of `output_dir`, else `init_checkpoint`.
+                  output_dir: Optional[str], init_checkpoint: Optional[str] = None,
+                  allow_partial_init_checkpoint: bool = False) -> tuple:
+  """Builds a model and loads the newest intact checkpoint of `output_dir`, else
+  `init_checkpoint` (see `load_init_checkpoint`).
 
-  For evaluation and prediction. Returns (model, global_step, checkpoint prefix or None); the
-  step is the checkpoint's `global_step` (0 for a checkpoint without one, or no checkpoint).
+  For evaluation and prediction. A checkpoint of `output_dir` must hold every model variable;
+  damaged ones are skipped with a warning, and when none is readable this is a TrainingError
+  (never a random model). Returns (model, global_step, checkpoint prefix or None); the step is the
+  checkpoint's `global_step` (0 for a checkpoint without one, or no checkpoint).
   """
   with strategy.scope():
     model = model_fn()
-  prefix = latest_checkpoint(output_dir) or init_checkpoint
-  if not prefix:
+
+  def load_complete(prefix):
+    report = modeling.init_from_checkpoint(model, prefix)
+    if report.missing:
+      raise ValueError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
+                       (prefix, len(report.missing), ", ".join(report.missing[:5])))
+
+  prefix = restore_newest_intact(output_dir, load_complete)
+  if prefix is None and init_checkpoint:
+    prefix = load_init_checkpoint(model, init_checkpoint, allow_partial_init_checkpoint).checkpoint
+  if prefix is None:
     logging.warning("No checkpoint in %s and no --init_checkpoint: using a fresh model",
                     output_dir)
     return model, 0, None
-  prefix = modeling.resolve_checkpoint_path(prefix)
-  modeling.init_from_checkpoint(model, prefix)
   return model, checkpoint_step(prefix), prefix
+
+
+def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
+                         allow_partial: bool = False) -> modeling.CheckpointLoadReport:
+  """Loads `--init_checkpoint` into a task model (`modeling.init_from_checkpoint`).
+
+  Every variable of the model's encoder (its `BertModel`) must come from the checkpoint: a
+  checkpoint that fills fewer (other names, e.g. a `model/` prefix, or a smaller model) would
+  leave random weights behind a run that looks fine. Task heads may be missing (they are new).
+
+  Raises:
+    TrainingError: encoder variables are missing and `allow_partial` is False.
+  """
+  report = modeling.init_from_checkpoint(model, init_checkpoint)
+  encoder_names = set()
+  # Keras has no public walk over nested layers; _flatten_layers is what Model.summary uses.
+  for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    if isinstance(layer, modeling.BertModel):
+      encoder_names.update(modeling.checkpoint_variables(layer))
+  missing = [name for name in report.missing if name in encoder_names]
+  if missing and not allow_partial:
+    raise TrainingError(
+        "--init_checkpoint=%s fills only %d of the encoder's %d variables: %d missing, e.g. %s%s. "
+        "Pass a checkpoint with these names, or --allow_partial_init_checkpoint to train with the "
+        "missing ones at random initial values" % (
+            init_checkpoint, len(encoder_names) - len(missing), len(encoder_names), len(missing),
+            ", ".join(missing[:5]),
+            "; its unused names are e.g. %s" % ", ".join(report.unused[:3]) if report.unused
+            else ""))
+  return report
+
+
+# ------------------------------------------------------------------------------------------------
+# One writer per output_dir.
+# ------------------------------------------------------------------------------------------------
+
+LOCK_FILE_NAME = ".lock"
+
+
+class OutputDirLock:
+  """An exclusive lock on an output directory: `output_dir/.lock`, holding `pid host since`.
+
+  On a local file system the file is also `flock`ed, so the lock is exclusive even between
+  processes starting at the same moment and dies with its process (SIGKILL included); a lock file
+  left by a process that is gone is taken over with a warning. Elsewhere (e.g. gs://) the file is
+  the lock: a holder on this host that is no longer running is taken over, any other holder must
+  be removed by hand. Use as a context manager; `TrainingError` names the holder.
+  """
+
+  def __init__(self, output_dir: str):
+    self.output_dir = output_dir
+    self.path = os.path.join(output_dir, LOCK_FILE_NAME)
+    self._fd = None
+
+  def __enter__(self) -> "OutputDirLock":
+    self.acquire()
+    return self
+
+  def __exit__(self, *unused_exc_info) -> None:
+    self.release()
+
+  def _describe(self, holder: str) -> str:
+    """`pid P on host H since <local time>` from a lock file's `pid host since` line."""
+    fields = holder.split()
+    try:
+      since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(fields[2])))
+    except (IndexError, ValueError):
+      return "an unknown process (the lock file holds %r)" % holder
+    return "pid %s on host %s since %s" % (fields[0], fields[1], since)
+
+  def _is_gone(self, holder: str) -> bool:
+    """Whether the holder is a process of this host that is no longer running."""
+    fields = holder.split()
+    if len(fields) < 2 or fields[1] != socket.gethostname() or not fields[0].isdigit():
+      return False
+    try:
+      os.kill(int(fields[0]), 0)
+    except ProcessLookupError:
+      return True
+    except PermissionError:  # Running, as another user.
+      pass
+    return False
+
+  def _in_use(self, holder: str) -> TrainingError:
+    return TrainingError(
+        "--output_dir=%s is in use by %s (lock file %s): only one job may write to a directory. "
+        "If that job is gone, remove the lock file" % (self.output_dir, self._describe(holder),
+                                                        self.path))
+
+  def _record(self) -> str:
+    return "%d %s %.0f\n" % (os.getpid(), socket.gethostname(), time.time())
+
+  def acquire(self) -> None:
+    try:
+      tf.io.gfile.makedirs(self.output_dir)
+      if "://" in self.output_dir:
+        self._acquire_remote()
+      else:
+        self._acquire_local()
+    except (tf.errors.OpError, OSError) as error:
+      raise TrainingError("--output_dir=%s cannot be written (%s)" %
+                          (self.output_dir, _first_line(error))) from error
+
+  def _acquire_local(self) -> None:
+    while True:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        raise self._in_use(holder) from None
+      # A releasing holder unlinks the file before unlocking it: make sure the locked file is
+      # still the one at the path, else lock the new one.
+      try:
+        same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+      except FileNotFoundError:
+        same_file = False
+      if same_file:
+        break
+      os.close(fd)
+    try:
+      previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, self._record().encode("utf-8"), 0)
+    except OSError:
+      os.close(fd)
+      raise
+    if previous:
+      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+                      "running", self._describe(previous), self.output_dir)
+    self._fd = fd
+
+  def _acquire_remote(self) -> None:
+    if tf.io.gfile.exists(self.path):
+      with tf.io.gfile.GFile(self.path) as f:
+        holder = f.read().strip()
+      if not self._is_gone(holder):
+        raise self._in_use(holder)
+      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+                      "running", self._describe(holder), self.output_dir)
+    with tf.io.gfile.GFile(self.path, "w") as f:
+      f.write(self._record())
+
+  def release(self) -> None:
+    """Removes the lock file (only this holder's) and unlocks."""
+    if self._fd is not None:
+      _remove_quietly(self.path)
+      os.close(self._fd)
+      self._fd = None
+    elif "://" in self.output_dir and tf.io.gfile.exists(self.path):
+      with tf.io.gfile.GFile(self.path) as f:
+        holder = f.read().split()
+      if holder[:2] == [str(os.getpid()), socket.gethostname()]:
+        _remove_quietly(self.path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -450,6 +767,7 @@ class TrainConfig:
   keep_checkpoint_max: int = 5
   use_xla: bool = False
   random_seed: int = 12345
+  allow_partial_init_checkpoint: bool = False
 
   @classmethod
   def from_flags(cls, num_train_steps: int, num_warmup_steps: int) -> "TrainConfig":
@@ -465,7 +783,8 @@ class TrainConfig:
                iterations_per_loop=FLAGS.iterations_per_loop,
                keep_checkpoint_max=FLAGS.keep_checkpoint_max,
                use_xla=FLAGS.use_xla,
-               random_seed=FLAGS.random_seed)
+               random_seed=FLAGS.random_seed,
+               allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
 
   def validate(self, num_replicas: int) -> None:
     if not self.output_dir:
@@ -512,6 +831,10 @@ def _format_duration(seconds: float) -> str:
   return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
+# Room in a seed generator's counter for the draws of one step (one per call of a dropout layer).
+_RANDOM_DRAWS_PER_STEP = 1 << 16
+
+
 class _Trainer:
   """Owns the compiled multi-step training function for one model and optimizer."""
 
@@ -529,6 +852,9 @@ class _Trainer:
     # A nested tf.function may not all-reduce, so only the one-replica XLA case gets one.
     self._gradients = (tf.function(self._compute_gradients, jit_compile=True) if compiled else
                        self._compute_gradients)
+    # Dropout draws from Keras seed generators (variables outside the checkpoint); each step
+    # sets their counters from the step, so a step replayed after a resume draws the same masks.
+    self._seed_states = [v for v in model.variables if v.name == "seed_generator_state"]
     # Traced once and called twice by _train_steps (before and inside its loop).
     self._step = tf.function(self._one_step)
     self.train_steps = tf.function(self._train_steps)
@@ -541,6 +867,9 @@ class _Trainer:
     return loss, dict(metrics), tape.gradient(scaled, variables)
 
   def _replica_step(self, features):
+    counter = tf.cast(self.optimizer.iterations, tf.int64) * _RANDOM_DRAWS_PER_STEP
+    for state in self._seed_states:
+      state.assign(tf.stack([state[0], tf.cast(counter, state.dtype)]))
     loss, metrics, grads = self._gradients(features)
     # Variables the loss does not reach (the pooler under SQuAD and NER heads) have no gradient;
     # like the original's optimizer, leave them alone (no update, no weight decay, no warning).
@@ -584,7 +913,9 @@ def train(strategy: tf.distribute.Strategy,
       share of the global-batch value (see `replica_weighted_mean`).
     dataset_fn: `(global_batch_size, seed) -> tf.data.Dataset` of feature dicts, batched to
       exactly `global_batch_size` (drop_remainder=True) and repeating for as long as training
-      needs. Shuffle with `seed`: it is the same on every worker and changes when resuming.
+      needs. Shuffle with `seed`: it is `config.random_seed` on every worker and in every run,
+      and the dataset must give the same batches for the same seed, because a resumed run skips
+      the batches trained before it (so its weights equal an uninterrupted run's).
     config: schedule, checkpointing and runtime options.
     optimizer_fn: builds the optimizer under the scope (default: `optimization.create_optimizer`
       with the config's optimizer, learning rate and schedule).
@@ -593,12 +924,21 @@ def train(strategy: tf.distribute.Strategy,
     A TrainResult with the trained model (usable for evaluate/predict in the same process).
 
   Raises:
-    TrainingError: the loss became NaN or Inf; the last good checkpoint stays the latest.
+    TrainingError: the loss became NaN or Inf (the last good checkpoint stays the latest); a
+      checkpoint cannot be written; `output_dir` is in use by another job or cannot be written;
+      it holds checkpoints but none is readable; `init_checkpoint` lacks encoder variables.
   """
   config.validate(strategy.num_replicas_in_sync)
+  if not is_chief(strategy):
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn)
+  with OutputDirLock(config.output_dir):
+    remove_leftover_temporaries(config.output_dir)
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn)
+
+
+def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> TrainResult:
+  """`train` once the chief holds the output directory's lock."""
   chief = is_chief(strategy)
-  if chief:
-    tf.io.gfile.makedirs(config.output_dir)
   keras.utils.set_random_seed(config.random_seed)
   with strategy.scope():
     model = model_fn()
@@ -611,51 +951,58 @@ def train(strategy: tf.distribute.Strategy,
       optimizer = optimizer_fn()
     named_variables = training_state_variables(model, optimizer)
 
-  step = _restore_or_initialize(model, named_variables, config)
+  step, restored = _restore_or_initialize(model, named_variables, config)
   if step >= config.num_train_steps:
     logging.info("Training already finished: checkpoint at step %d >= --num_train_steps=%d",
                  step, config.num_train_steps)
-    return TrainResult(model, step, latest_checkpoint(config.output_dir), {}, 0.0)
+    return TrainResult(model, step, restored, {}, 0.0)
 
-  dataset = dataset_fn(config.train_batch_size, config.random_seed + step)
+  # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
+  dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(step)
   iterator = iter(_distribute(strategy, dataset))
   trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla)
-  writer = (tf.summary.create_file_writer(config.output_dir) if chief else
-            tf.summary.create_noop_writer())
-  first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
-  seconds_per_step = None
-  logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
-               config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
-  while step < config.num_train_steps:
-    num_steps = _loop_steps(strategy, config, step, seconds_per_step)
-    loop_start = time.time()
-    totals = trainer.train_steps(iterator, tf.constant(num_steps, tf.int32))
-    metrics = {name: float(value) / num_steps for name, value in totals.items()}
-    loop_seconds = time.time() - loop_start
-    seconds_per_step = loop_seconds / num_steps
-    step += num_steps
-    if not all(math.isfinite(value) for value in metrics.values()):
-      last = latest_checkpoint(config.output_dir)
-      raise TrainingError(
-          "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
-          (metrics.get("loss"), step - num_steps + 1, step, metrics, last or "(none)"))
-    examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
-    loop_rates.append(examples_per_second)
-    _write_summaries(writer, step, metrics, _learning_rate(optimizer), examples_per_second)
-    overall_rate = (step - first_step) / max(time.time() - start_time, 1e-9)
-    logging.info("step %d/%d loss %.4f %s| %.1f examples/s | ETA %s", step,
-                 config.num_train_steps, metrics["loss"],
-                 "".join("%s %.4f " % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
-                 examples_per_second,
-                 _format_duration((config.num_train_steps - step) / max(overall_rate, 1e-9)))
-    if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps):
-      prefix = save_training_checkpoint(named_variables, config.output_dir, step,
-                                        config.keep_checkpoint_max)
-  elapsed = time.time() - start_time
-  rate = (step - first_step) * config.train_batch_size / max(elapsed, 1e-9)
-  logging.info("Trained steps %d-%d in %s (%.1f examples/s); final loss %.4f; checkpoint %s",
-               first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
-  writer.flush()
+  try:
+    writer = (tf.summary.create_file_writer(config.output_dir) if chief else
+              tf.summary.create_noop_writer())
+  except tf.errors.OpError as error:
+    raise TrainingError("cannot write summaries to --output_dir=%s (%s)" %
+                        (config.output_dir, _first_line(error))) from error
+  try:
+    first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
+    seconds_per_step = None
+    logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
+                 config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
+    while step < config.num_train_steps:
+      num_steps = _loop_steps(strategy, config, step, seconds_per_step)
+      loop_start = time.time()
+      totals = trainer.train_steps(iterator, tf.constant(num_steps, tf.int32))
+      metrics = {name: float(value) / num_steps for name, value in totals.items()}
+      loop_seconds = time.time() - loop_start
+      seconds_per_step = loop_seconds / num_steps
+      step += num_steps
+      if not all(math.isfinite(value) for value in metrics.values()):
+        last = latest_checkpoint(config.output_dir)
+        raise TrainingError(
+            "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
+            (metrics.get("loss"), step - num_steps + 1, step, metrics, last or "(none)"))
+      examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
+      loop_rates.append(examples_per_second)
+      _write_summaries(writer, step, metrics, _learning_rate(optimizer), examples_per_second)
+      overall_rate = (step - first_step) / max(time.time() - start_time, 1e-9)
+      logging.info("step %d/%d loss %.4f %s| %.1f examples/s | ETA %s", step,
+                   config.num_train_steps, metrics["loss"],
+                   "".join("%s %.4f " % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
+                   examples_per_second,
+                   _format_duration((config.num_train_steps - step) / max(overall_rate, 1e-9)))
+      if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps):
+        prefix = save_training_checkpoint(named_variables, config.output_dir, step,
+                                          config.keep_checkpoint_max)
+    elapsed = time.time() - start_time
+    rate = (step - first_step) * config.train_batch_size / max(elapsed, 1e-9)
+    logging.info("Trained steps %d-%d in %s (%.1f examples/s); final loss %.4f; checkpoint %s",
+                 first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
+  finally:
+    writer.close()
   return TrainResult(model, step, prefix, metrics, rate, loop_rates)
 
 
@@ -679,17 +1026,18 @@ def _loop_steps(strategy, config: TrainConfig, step: int,
   return max(1, min(num_steps, int(config.progress_seconds / max(seconds_per_step, 1e-9))))
 
 
-def _restore_or_initialize(model, named_variables, config) -> int:
-  """Resumes from output_dir's latest checkpoint, else loads init_checkpoint. Returns the step."""
-  prefix = latest_checkpoint(config.output_dir)
+def _restore_or_initialize(model, named_variables, config) -> tuple:
+  """Resumes from output_dir's newest intact checkpoint, else loads init_checkpoint. Returns
+  (step, the checkpoint resumed from or None)."""
+  prefix = restore_newest_intact(config.output_dir,
+                                 lambda p: restore_variables(named_variables, p))
   if prefix:
-    restore_variables(named_variables, prefix)
     step = int(named_variables["global_step"].numpy())
     logging.info("Resuming from %s (step %d)", prefix, step)
-    return step
+    return step, prefix
   if config.init_checkpoint:
-    modeling.init_from_checkpoint(model, config.init_checkpoint)
-  return 0
+    load_init_checkpoint(model, config.init_checkpoint, config.allow_partial_init_checkpoint)
+  return 0, None
 
 
 # TensorBoard's scalar plugin metadata, so scalars are written without importing tensorboard

@@ -12,6 +12,7 @@ from conftest import write_model_files
 import classifier
 import modeling
 import run_classifier
+import training
 
 FLAGS = flags.FLAGS
 
@@ -180,3 +181,51 @@ def test_optimizer_adamw_trains_saves_adam_slots_and_resumes(generic_task, caplo
   assert "Resuming from %s (step 37)" % os.path.join(output_dir, "model.ckpt-37") in caplog.text
   results = read_eval_results(output_dir)
   assert results["global_step"] == 50 and results["eval_accuracy"] > 0.9
+
+
+def test_a_crashed_run_resumes_to_the_uninterrupted_weights_bit_for_bit(generic_task, monkeypatch,
+                                                                        tmp_path):
+  """Dropout on (the config's 0.1): the resumed steps see the same batches and masks."""
+  flag_values, _ = generic_task
+  flag_values = dict(flag_values, num_train_epochs=1.0, save_checkpoints_steps=5)  # 12 steps.
+  straight_dir = str(tmp_path / "straight")
+  run(do_train=True, **dict(flag_values, output_dir=straight_dir))
+  # The same run, but its input ends after 8 batches: it fails after writing model.ckpt-5.
+  train_dataset_fn = classifier.train_dataset_fn
+
+  def crashing_train_dataset_fn(*args, **kwargs):
+    dataset_fn = train_dataset_fn(*args, **kwargs)
+    return lambda batch_size, seed: dataset_fn(batch_size, seed).take(8)
+
+  monkeypatch.setattr(classifier, "train_dataset_fn", crashing_train_dataset_fn)
+  with pytest.raises(tf.errors.OutOfRangeError):
+    run(do_train=True, **flag_values)
+  monkeypatch.undo()
+  output_dir = flag_values["output_dir"]
+  assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "model.ckpt-5")
+  run(do_train=True, **flag_values)
+  expected = tf.train.load_checkpoint(os.path.join(straight_dir, "model.ckpt-12"))
+  actual = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-12"))
+  names = expected.get_variable_to_shape_map()
+  assert set(names) == set(actual.get_variable_to_shape_map())
+  for name in names:
+    np.testing.assert_array_equal(actual.get_tensor(name), expected.get_tensor(name), err_msg=name)
+
+
+def test_eval_on_unreadable_checkpoints_is_an_error_not_a_random_model(generic_task):
+  flag_values, _ = generic_task
+  output_dir = flag_values["output_dir"]
+  os.makedirs(output_dir)
+  # The state file names model.ckpt-20, whose files are gone; model.ckpt-10 is truncated.
+  with open(os.path.join(output_dir, "checkpoint"), "w") as f:
+    f.write('model_checkpoint_path: "model.ckpt-20"\nall_model_checkpoint_paths: "model.ckpt-10"\n'
+            'all_model_checkpoint_paths: "model.ckpt-20"\n')
+  modeling.write_checkpoint({"bert/embeddings/word_embeddings": np.ones([len(VOCAB), 32])},
+                            os.path.join(output_dir, "model.ckpt-10"))
+  os.truncate(os.path.join(output_dir, "model.ckpt-10.data-00000-of-00001"), 10)
+  with pytest.raises(training.TrainingError,
+                     match=r"no readable checkpoint in .*: "
+                     r"model\.ckpt-20 \(its files are missing\); "
+                     r"model\.ckpt-10 \(cannot be read \(.*\)\)"):
+    run(do_eval=True, **flag_values)
+  assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
