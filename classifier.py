@@ -870,7 +870,7 @@ def export_saved_model(model: BertClassifier, processor: DataProcessor, export_d
   """
   encoder = in_graph_tokenization.BertInputEncoder(
       vocab_file=None if spm_model_file else vocab_file, do_lower_case=do_lower_case,
-      spm_model_file=spm_model_file, max_seq_length=max_seq_length)
+      spm_model_file=spm_model_file, max_seq_length=max_seq_length, dynamic_padding=True)
   class_names = None if processor.is_regression else tf.constant(processor.get_labels())
 
   def outputs_fn(features):
@@ -881,4 +881,4 @@ def export_saved_model(model: BertClassifier, processor: DataProcessor, export_d
             "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
 
   text_inputs = ("text_a", "text_b") if processor.is_pair else ("text_a",)
-  return export.export_task_model(export_dir, model, encoder, outputs_fn, text_inputs)
+  return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs)

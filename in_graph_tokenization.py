@@ -407,20 +407,42 @@ def _ragged_prefix(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTens
   return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
 
 
+def padded_length_buckets(max_seq_length: int) -> list[int]:
+  """The lengths dynamic padding rounds up to: 16, 32, 64, ... below max_seq_length, then it."""
+  buckets = []
+  length = 16
+  while length < max_seq_length:
+    buckets.append(length)
+    length *= 2
+  return buckets + [max_seq_length]
+
+
+def padded_length(row_lengths: tf.Tensor, max_seq_length: int) -> tf.Tensor:
+  """The smallest bucket of `padded_length_buckets` that holds the longest row (int64 scalar)."""
+  buckets = tf.constant(padded_length_buckets(max_seq_length), tf.int64)
+  longest = tf.reduce_max(tf.concat([tf.cast(row_lengths, tf.int64), [1]], axis=0))
+  return tf.reduce_min(tf.boolean_mask(buckets, buckets >= longest))
+
+
 class BertInputEncoder(tf.Module):
   """Raw strings -> BERT inputs, with the ids of `tokenization.FullTokenizer`.
 
   Attributes:
     vocab_file / sp_model_file: the vocab or SentencePiece model, as a SavedModel asset.
     do_lower_case: a bool variable (as in TF Hub's BERT models).
-    max_seq_length: the fixed length of the outputs of `__call__` and `pack`.
+    max_seq_length: the most tokens per row (longer inputs are truncated); with
+      `dynamic_padding=False` also the fixed length of the outputs of `__call__` and `pack`.
+    dynamic_padding: pad every batch only to its longest row, rounded up to the next of
+      `padded_length_buckets(max_seq_length)` (16, 32, 64, ... capped at max_seq_length), so a short
+      request costs what its tokens cost while the number of distinct shapes (and of cached
+      kernels) stays small. The values at real positions do not depend on the padding.
     cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent).
     special_token_ids: dict token -> id of those present.
   """
 
   def __init__(self, vocab_file: Optional[str] = None, do_lower_case: bool = True,
                spm_model_file: Optional[str] = None, max_seq_length: int = 128,
-               name: Optional[str] = None):
+               dynamic_padding: bool = False, name: Optional[str] = None):
     super().__init__(name=name)
     if max_seq_length < 2:
       raise ValueError("max_seq_length must be at least 2, got %d." % max_seq_length)
@@ -428,6 +450,7 @@ class BertInputEncoder(tf.Module):
     self._do_lower_case = bool(do_lower_case)
     self.do_lower_case = tf.Variable(self._do_lower_case, trainable=False, name="do_lower_case")
     self.max_seq_length = int(max_seq_length)
+    self.dynamic_padding = bool(dynamic_padding)
     self.special_token_ids = {
         token: python_tokenizer.vocab[token]
         for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN, tokenization.UNK_TOKEN,
@@ -507,6 +530,9 @@ class BertInputEncoder(tf.Module):
           tf.ones_like(part) for part in parts[3:]]
     input_ids = tf.concat(parts, axis=1)
     shape = [None, self.max_seq_length]
+    if self.dynamic_padding:
+      shape = tf.stack([input_ids.nrows(), padded_length(input_ids.row_lengths(),
+                                                         self.max_seq_length)])
     return {
         "input_ids": tf.cast(input_ids.to_tensor(0, shape=shape), tf.int32),
         "input_mask": tf.cast(tf.ones_like(input_ids).to_tensor(0, shape=shape), tf.int32),
@@ -514,7 +540,10 @@ class BertInputEncoder(tf.Module):
     }
 
   def __call__(self, text_a, text_b=None) -> Dict[str, tf.Tensor]:
-    """Strings [B] (and [B] for pairs) -> dict of int32 [B, max_seq_length] BERT inputs."""
+    """Strings [B] (and [B] for pairs) -> dict of int32 [B, length] BERT inputs.
+
+    length is max_seq_length, or with `dynamic_padding` the batch's bucketed longest row.
+    """
     if text_b is None:
       return self.pack(self.tokenize(text_a))
     # One pass over both texts: a smaller graph, and chunks shared by a and b are tokenized once.

@@ -1177,7 +1177,7 @@ def export_model(model: keras.Model, tokenizer: Any, export_dir: str, max_seq_le
                               null_score_diff_threshold)
   signatures = {export.SERVING_DEFAULT: module.serve,
                 export.TOKEN_IDS_SIGNATURE: export.ids_signature(module.logits)}
-  return export.write_saved_model(module, export_dir, signatures)
+  return export.write_saved_model(export_dir, signatures, module.encoder)
 
 
 # ---------------------------------------------------------------------------------------------
