@@ -312,6 +312,18 @@ def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tenso
       lambda: _map_each_code_point(code_points, final_sigma, tables.table))
 
 
+@functools.lru_cache(maxsize=None)
+def _python_whitespace_pattern() -> str:
+  """An RE2 class of every character Python's `str.split()` splits on."""
+  _, chars = _all_chars()
+  return "[%s]" % "".join("\\x{%x}" % ord(c) for c in chars if c.isspace())
+
+
+def whitespace_split(texts: tf.Tensor) -> tf.RaggedTensor:
+  """Strings [B] -> ragged words [B, (words)], as Python's `text.split()` (Unicode whitespace)."""
+  return tf.strings.split(tf.strings.regex_replace(texts, _python_whitespace_pattern(), " "))
+
+
 def _decode(texts: tf.Tensor) -> tf.RaggedTensor:
   """UTF-8 strings [B] -> ragged int32 code points [B, (chars)], invalid bytes dropped."""
   return tf.strings.unicode_decode(texts, "UTF-8", errors="ignore")
@@ -436,7 +448,9 @@ class BertInputEncoder(tf.Module):
       `padded_length_buckets(max_seq_length)` (16, 32, 64, ... capped at max_seq_length), so a short
       request costs what its tokens cost while the number of distinct shapes (and of cached
       kernels) stays small. The values at real positions do not depend on the padding.
-    cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent).
+    cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent; with a
+      SentencePiece model without "[UNK]", unk_id is the model's unknown piece, the id
+      `FullTokenizer.convert_tokens_to_ids(["[UNK]"])` gives).
     special_token_ids: dict token -> id of those present.
   """
 
@@ -461,6 +475,9 @@ class BertInputEncoder(tf.Module):
     self.cls_id = self.special_token_ids[tokenization.CLS_TOKEN]
     self.sep_id = self.special_token_ids[tokenization.SEP_TOKEN]
     self.unk_id = self.special_token_ids.get(tokenization.UNK_TOKEN)
+    if spm_model_file and self.unk_id is None:
+      # What "[UNK]" maps to with a SentencePiece model: the model's own unknown piece.
+      self.unk_id = python_tokenizer.sp_model.unk_id()
     self.pad_id = self.special_token_ids.get(tokenization.PAD_TOKEN)
     self.mask_id = self.special_token_ids.get(tokenization.MASK_TOKEN)
     if spm_model_file:

@@ -509,7 +509,7 @@ class TaggerServing(tf.Module):
     self.tag_list = list(tag_list)
 
   def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-    words = tf.strings.split(text)
+    words = in_graph_tokenization.whitespace_split(text)
     word_pieces = self._clip_word_pieces(self.encoder.tokenize_words(words).values)
     counts = tf.cast(word_pieces.row_lengths(), tf.int32)
     is_first = tf.equal(tf.ragged.range(words.row_lengths()).flat_values, 0)
