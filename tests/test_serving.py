@@ -32,6 +32,8 @@ import tensorflow as tf
 from conftest import REPO_ROOT
 from conftest import shared_path
 import classifier
+import extract_features
+import in_graph_tokenization
 import export
 import modeling
 import squad
@@ -140,6 +142,47 @@ def squad_export(root, tokenizer, questions, contexts):
                                       for name in ("start_logits", "end_logits")})]
 
 
+def encoder_export(root, tokenizer, texts):
+  """An extract_features export (--layers=-1,0 --pooling=mean) and the same run's JSON Lines.
+
+  Returns the export's requests and, per text request, the JSON Lines values it must give:
+  (tokens per row, [rows][tokens, layers * H] per-token values, [rows, layers * H] pooled).
+  """
+  bert = modeling.BertModel(tiny_config(len(tokenizer.vocab)), name="bert")
+  bert.build()
+  layer_indexes = [-1, 0]
+  extractor = extract_features.FeatureExtractor(bert, layer_indexes, "mean")
+  path = extract_features.export_encoder(root, extractor, tokenizer.vocab_file,
+                                         tokenizer.do_lower_case, MAX_SEQ_LENGTH)
+  # A line cannot hold an empty text_a with a text_b: those rows get no text_b.
+  texts_b = [b if a else "" for a, b in zip(texts, texts[::-1])]
+  texts_b[1] = "\u200b"  # No tokens: encoded as a single text, as a line without " ||| ".
+  lines = [a if not b else "%s ||| %s" % (a, b) for a, b in zip(texts, texts_b)]
+
+  def json_lines(lines, pooling):
+    output_file = os.path.join(root, "features-%s.jsonl" % pooling)
+    extract_features.extract(
+        extract_features.FeatureExtractor(bert, layer_indexes, pooling),
+        extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3), output_file, "jsonl")
+    with open(output_file, encoding="utf-8") as reader:
+      return [json.loads(line) for line in reader]
+
+  def values(lines):
+    per_token = [[np.concatenate([layer["values"] for layer in feature["layers"]])
+                  for feature in record["features"]] for record in json_lines(lines, "none")]
+    pooled = [np.concatenate([layer["values"] for layer in record["pooled"]])
+              for record in json_lines(lines, "mean")]
+    return [np.array(rows) for rows in per_token], np.array(pooled)
+
+  batch = next(extract_features.read_batches(texts, tokenizer, MAX_SEQ_LENGTH, len(texts)))
+  ids = {"input_ids": batch.input_ids, "input_mask": batch.input_mask,
+         "segment_ids": batch.segment_ids}
+  requests = [("serving_default", {"text": texts_input(texts)}, {}),
+              ("text_pair", {"text": texts_input(texts), "text_b": texts_input(texts_b)}, {}),
+              ("token_ids", ids_inputs(ids), {})]
+  return path, requests, [values(texts), values(lines), values(texts)]
+
+
 def one_window(texts, empty):
   """SQuAD contexts short enough for one window (the export answers from the first one)."""
   return [" ".join(text.split()[:12]) or empty for text in texts]
@@ -166,6 +209,9 @@ def served(tmp_path_factory):
       "squad_sentencepiece": squad_export(str(root / "s2"), sentencepiece, questions[::-1],
                                           one_window(SYLLABLES, "ka")),
   }
+  encoder_path, encoder_requests, json_values = encoder_export(str(root / "e1"), wordpiece,
+                                                               ENGLISH)
+  exports["encoder_wordpiece"] = (encoder_path, encoder_requests)
   jobs = [{"saved_model": path, "requests": [
       {"signature": signature, "inputs": inputs} for signature, inputs, _ in requests] +
             warmup_requests(path)} for path, requests in exports.values()]
@@ -180,7 +226,7 @@ def served(tmp_path_factory):
     results = json.load(reader)
   # Per export: its path, its requests with expected outputs, and the C++ answers to those
   # requests followed by the answers to its warmup requests.
-  return {"modules": results["modules"],
+  return {"modules": results["modules"], "encoder_json_values": json_values,
           "exports": {name: (path, requests, job["results"][:len(requests)],
                              job["results"][len(requests):], job["signatures"])
                       for (name, (path, requests)), job in zip(exports.items(), results["jobs"])}}
@@ -230,7 +276,7 @@ def assert_same(actual, expected, what):
 
 
 EXPORTS = ["classifier_wordpiece", "classifier_sentencepiece", "ner_wordpiece",
-           "ner_sentencepiece", "squad_wordpiece", "squad_sentencepiece"]
+           "ner_sentencepiece", "squad_wordpiece", "squad_sentencepiece", "encoder_wordpiece"]
 
 
 def test_client_imports_neither_tensorflow_text_nor_the_project(served):
@@ -270,11 +316,21 @@ def test_warmup_requests_parse_and_run_through_the_cpp_loader(served, name):
       assert_same(outputs[key], python[key], "%s warmup %s" % (name, key))
 
 
-def test_saved_model_cli_shows_every_signature(served):
-  path = served["exports"]["squad_sentencepiece"][0]
-  shown = subprocess.run(["saved_model_cli", "show", "--all", "--dir", path],
-                         capture_output=True, text=True, check=True).stdout
-  for name in ("signature_def['serving_default']", "signature_def['token_ids']",
-               "inputs['question']", "inputs['context']", "outputs['answer']",
-               "inputs['input_ids']", "outputs['start_logits']"):
-    assert name in shown
+def test_encoder_export_equals_the_json_lines_of_the_same_run(served):
+  """sequence_output holds the --layers concatenated per token, pooled_output the --pooling=mean
+  vectors concatenated, input_mask the real tokens: the JSON Lines values, to their rounding."""
+  _, requests, answered, _, signatures = served["exports"]["encoder_wordpiece"]
+  assert set(signatures) >= {"serving_default", "text_pair", "token_ids"}
+  for (signature, _, _), outputs, (per_token, pooled) in zip(requests, answered,
+                                                           served["encoder_json_values"]):
+    sequence_output = np.array(outputs["sequence_output"])
+    lengths = [len(rows) for rows in per_token]
+    assert np.array(outputs["input_mask"]).sum(axis=1).tolist() == lengths, signature
+    if signature != "token_ids":  # Padded to the longest row, rounded up to a bucket.
+      assert sequence_output.shape[1] == min(
+          length for length in in_graph_tokenization.padded_length_buckets(MAX_SEQ_LENGTH)
+          if length >= max(lengths))
+    for row, rows in enumerate(per_token):
+      np.testing.assert_allclose(sequence_output[row, :len(rows)], rows, atol=1e-5,
+                                 err_msg=signature)
+    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5, err_msg=signature)
