@@ -15,8 +15,8 @@ SignatureDefs. That path restores variables with the graph's own saver op, unlik
 
 requests.json: a list of jobs `{"saved_model": dir, "requests": [{"signature": name,
 "inputs": {name: {"dtype": "string"|"int32"|..., "value": nested list}}}]}`. results.json: per job
-`{"signatures": {name: {"inputs": [...], "outputs": [...]}}, "results": [{output: nested list}]}`
-(strings decoded as UTF-8), plus `"modules"`: which of tensorflow_text and the project's modules
+`{"signatures": {name: {"inputs": [...], "outputs": [...]}}, "non_core_ops": [op types core
+TensorFlow does not register], "results": [{output: nested list}]}` (strings decoded as UTF-8), plus `"modules"`: which of tensorflow_text and the project's modules
 the process imported (none, if the check holds).
 """
 
@@ -29,6 +29,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import op_def_registry
 
 PROJECT_MODULES = ("export", "classifier", "squad", "tagging", "modeling", "tokenization",
                    "in_graph_tokenization", "training", "extract_features", "tensorflow_text")
@@ -162,16 +164,33 @@ class CppSavedModel:
     return outputs
 
 
+def non_core_ops(export_dir: str) -> list[str]:
+  """Op types of the SavedModel's graphs that core TensorFlow does not register (call this before
+  loading any op library)."""
+  saved_model = saved_model_pb2.SavedModel()
+  with open(os.path.join(export_dir, "saved_model.pb"), "rb") as reader:
+    saved_model.ParseFromString(reader.read())
+  ops, functions = set(), set()
+  for meta_graph in saved_model.meta_graphs:
+    library = meta_graph.graph_def.library.function
+    functions.update(function.signature.name for function in library)
+    ops.update(node.op for node in meta_graph.graph_def.node)
+    ops.update(node.op for function in library for node in function.node_def)
+  return sorted(op for op in ops - functions if op_def_registry.get(op) is None)
+
+
 def main(requests_file: str, results_file: str) -> None:
-  load_text_ops()
-  lib = c_api()
   with open(requests_file, encoding="utf-8") as reader:
     jobs = json.load(reader)
+  ops = [non_core_ops(job["saved_model"]) for job in jobs]
+  load_text_ops()
+  lib = c_api()
   results = []
-  for job in jobs:
+  for job, job_ops in zip(jobs, ops):
     model = CppSavedModel(lib, job["saved_model"])
     outcome = {"signatures": {name: {"inputs": sorted(s.inputs), "outputs": sorted(s.outputs)}
-                              for name, s in model.signatures.items()}, "results": []}
+                              for name, s in model.signatures.items()},
+               "non_core_ops": job_ops, "results": []}
     for request in job["requests"]:
       inputs = {name: np.array(spec["value"], dtype=object if spec["dtype"] == "string"
                                else spec["dtype"]) for name, spec in request["inputs"].items()}

@@ -158,7 +158,7 @@ def test_dynamic_padding_pads_to_the_bucket_of_the_longest_row(uncased_vocab, un
                                                    dynamic_padding=True)
   for texts_a, texts_b, length in [(["Hi there."], None, 16), ([""], None, 16),
                                    (["one two three " * 5, "x"], None, 32),
-                                   (["one two three " * 5], ["four five six " * 2], 48),
+                                   (["one two three " * 5], ["four five six " * 8], 48),
                                    (["word " * 100], None, 48)]:
     features = encoder(tf.constant(texts_a), None if texts_b is None else tf.constant(texts_b))
     for name, value in features.items():

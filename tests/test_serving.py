@@ -227,6 +227,8 @@ def served(tmp_path_factory):
   # Per export: its path, its requests with expected outputs, and the C++ answers to those
   # requests followed by the answers to its warmup requests.
   return {"modules": results["modules"], "encoder_json_values": json_values,
+          "non_core_ops": {name: job["non_core_ops"]
+                           for name, job in zip(exports, results["jobs"])},
           "exports": {name: (path, requests, job["results"][:len(requests)],
                              job["results"][len(requests):], job["signatures"])
                       for (name, (path, requests)), job in zip(exports.items(), results["jobs"])}}
@@ -334,3 +336,14 @@ def test_encoder_export_equals_the_json_lines_of_the_same_run(served):
       np.testing.assert_allclose(sequence_output[row, :len(rows)], rows, atol=1e-5,
                                  err_msg=signature)
     np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5, err_msg=signature)
+
+
+def test_non_core_ops_are_the_tokenizers_the_readme_lists(served):
+  wordpiece, sentencepiece = ["FastWordpieceTokenizeWithOffsets"], ["SentencepieceOp",
+                                                                     "SentencepieceTokenizeOp"]
+  assert served["non_core_ops"] == {
+      "classifier_wordpiece": wordpiece, "classifier_sentencepiece": sentencepiece,
+      "ner_wordpiece": wordpiece, "ner_sentencepiece": sentencepiece,
+      "squad_wordpiece": wordpiece + ["RegexSplitWithOffsets"],
+      "squad_sentencepiece": ["RegexSplitWithOffsets"] + sentencepiece,
+      "encoder_wordpiece": wordpiece}
