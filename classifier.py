@@ -18,7 +18,7 @@ import inspect
 import json
 import math
 import os
-import socket
+import re
 import time
 from typing import Iterable, Iterator, Optional, Sequence
 
@@ -27,6 +27,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
@@ -154,6 +155,10 @@ class DataProcessor:
         examples.append(example)
     if self.skipped_rows[path]:
       logging.warning("%s: skipped %d bad rows", path, self.skipped_rows[path])
+    if not examples:
+      raise BadInputError("%s: no examples in the %s split%s" % (
+          path, split, " (%d bad rows skipped)" % self.skipped_rows[path]
+          if self.skipped_rows[path] else ""))
     return examples
 
   def _create_example(self, layout: SplitLayout, row: "Row",
@@ -227,6 +232,11 @@ def check_data_dir(data_dir: Optional[str]) -> None:
     raise BadInputError("--data_dir=%s: the directory is empty" % data_dir)
 
 
+# csv's default field limit (128 KB) is below a long document; a TSV field cannot span lines, and a
+# CSV quote left open is still caught, at this size, as an error naming the line.
+MAX_FIELD_CHARS = 16 * 1024 * 1024
+
+
 def read_rows(path: str, file_format: str, has_header: bool,
               jsonl_keys: Sequence[str] = ()) -> Iterator[tuple[int, Row]]:
   """Yields (1-based line number, Row) for each non-blank data row of a TSV, CSV or JSONL file.
@@ -234,28 +244,52 @@ def read_rows(path: str, file_format: str, has_header: bool,
   TSV is read like the original (tab-separated, no quoting); CSV with standard quoting (a row may
   then span lines; its first line is reported). A UTF-8 byte order mark is ignored. A JSON Lines row
   is an object; its cells are the values of `jsonl_keys`, in order (a missing key or invalid JSON
-  makes a row with a `problem`).
+  makes a row with a `problem`). So does a row with bytes that are not UTF-8. A field over
+  `MAX_FIELD_CHARS` raises BadInputError naming the line.
   """
-  with open(path, encoding="utf-8-sig", newline="") as f:
+  with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
     if file_format == "jsonl":
-      yield from _read_jsonl(f, jsonl_keys)
-      return
-    if file_format == "tsv":
-      reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-    elif file_format == "csv":
-      reader = csv.reader(f)
+      rows = _read_jsonl(f, jsonl_keys)
+    elif file_format in ("tsv", "csv"):
+      rows = _read_delimited(f, path, file_format, has_header)
     else:
       raise ValueError("unknown file format %r" % file_format)
-    width = None
-    start_line = 1
-    for cells in reader:
-      line_number, start_line = start_line, reader.line_num + 1
-      if not cells or cells == [""]:
-        continue
-      if has_header and width is None:
-        width = len(cells)
-        continue
-      yield line_number, Row(cells, width)
+    for line_number, row in rows:
+      yield line_number, _check_utf8(row)
+
+
+def _read_delimited(f: Iterable[str], path: str, file_format: str,
+                    has_header: bool) -> Iterator[tuple[int, Row]]:
+  csv.field_size_limit(max(csv.field_size_limit(), MAX_FIELD_CHARS))
+  if file_format == "tsv":
+    reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
+  else:
+    reader = csv.reader(f)
+  width = None
+  start_line = 1
+  while True:
+    try:
+      cells = next(reader)
+    except StopIteration:
+      return
+    except csv.Error as e:
+      raise BadInputError("%s:%d: %s" % (path, start_line, e)) from e
+    line_number, start_line = start_line, reader.line_num + 1
+    if not cells or cells == [""]:
+      continue
+    if has_header and width is None:
+      width = len(cells)
+      continue
+    yield line_number, Row(cells, width)
+
+
+def _check_utf8(row: Row) -> Row:
+  """The row, with a `problem` if a cell holds bytes that are not UTF-8 (read as surrogates)."""
+  for column, cell in enumerate(row.cells):
+    bad = re.search("[\udc80-\udcff]", cell)
+    if bad and not row.problem:
+      row.problem = "invalid UTF-8 byte 0x%02x in column %d" % (ord(bad.group()) - 0xdc00, column)
+  return row
 
 
 def read_header(path: str, file_format: str) -> list[str]:
@@ -416,8 +450,7 @@ class GenericProcessor(DataProcessor):
     if not labels:
       raise BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
-    with open(path, "w", encoding="utf-8") as f:
-      f.writelines(label + "\n" for label in labels)
+    atomic_files.write_text(path, "".join(label + "\n" for label in labels))
     self.labels = tuple(labels)
     return self.get_labels()
 
@@ -575,6 +608,19 @@ def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
 # Features and the TFRecord cache.
 
 
+def check_max_seq_length(max_seq_length: int, is_pair: bool) -> None:
+  """Raises ValueError unless --max_seq_length leaves room for at least one token of each text.
+
+  `[CLS] a [SEP]` needs 3 positions, `[CLS] a [SEP] b [SEP]` 5; below that every example would be
+  truncated to its special tokens and the model would learn nothing.
+  """
+  minimum = 5 if is_pair else 3
+  if max_seq_length < minimum:
+    raise ValueError("--max_seq_length=%d is too short for a %s task: at least %d, for %s" % (
+        max_seq_length, "sentence-pair" if is_pair else "single-sentence", minimum,
+        "[CLS] a [SEP] b [SEP]" if is_pair else "[CLS] a [SEP]"))
+
+
 def convert_single_example(ex_index: int, example, label_list: Sequence[str], max_seq_length: int,
                            tokenizer, is_regression: bool = False) -> InputFeatures:
   """Tokenizes one example into `[CLS] a [SEP] (b [SEP])` features, truncating longest-first.
@@ -695,15 +741,12 @@ def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_
     os.remove(settings_file)
   except FileNotFoundError:
     pass
-  # Workers of a multi-worker run may all get here: each writes its own temporary files and renames
-  # them (atomically) over the shared names; the contents are identical.
-  unique = ".tmp-%s-%d" % (socket.gethostname(), os.getpid())
-  file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                          output_file + unique, is_regression)
-  os.replace(output_file + unique, output_file)
-  with open(settings_file + unique, "w", encoding="utf-8") as f:
-    json.dump(settings, f, indent=1)
-  os.replace(settings_file + unique, settings_file)
+  # Workers of a multi-worker run may all get here: each writes its own temporaries (named after
+  # host and pid) and renames them over the shared names; the contents are identical.
+  with atomic_files.atomic_output(output_file) as temporary:
+    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
+                                            temporary, is_regression)
+  atomic_files.write_text(settings_file, json.dumps(settings, indent=1))
   return False
 
 
@@ -853,9 +896,8 @@ def predict(strategy, model, is_regression: bool, input_file: str, seq_length: i
 
 def write_test_results(path: str, probabilities: np.ndarray) -> None:
   """Writes test_results.tsv as the original: a tab-separated line of probabilities per example."""
-  with tf.io.gfile.GFile(path, "w") as writer:
-    for row in probabilities:
-      writer.write("\t".join(repr(float(p)) for p in row) + "\n")
+  atomic_files.write_text(path, "".join("\t".join(repr(float(p)) for p in row) + "\n"
+                                   for row in probabilities))
   logging.info("Wrote %d predictions to %s", len(probabilities), path)
 
 

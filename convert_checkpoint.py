@@ -42,6 +42,7 @@ import safetensors
 import safetensors.numpy
 import tensorflow as tf
 
+import atomic_files
 import modeling
 
 FLAGS = flags.FLAGS
@@ -363,7 +364,9 @@ def _read_json(path: str) -> dict:
 def _copy_vocab(source_dir: str, output_dir: str) -> None:
   vocab = os.path.join(source_dir, VOCAB_NAME)
   if tf.io.gfile.exists(vocab):
-    tf.io.gfile.copy(vocab, os.path.join(output_dir, VOCAB_NAME), overwrite=True)
+    target = os.path.join(output_dir, VOCAB_NAME)
+    with atomic_files.atomic_output(target) as temporary:
+      tf.io.gfile.copy(vocab, temporary, overwrite=True)
 
 
 def _log_summary(tensors: Mapping[str, np.ndarray], source: str, target: str, absent: list,
@@ -388,9 +391,10 @@ def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
   tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), source)
   absent = check_tensors(tensors, config, source_names, source)
   tf.io.gfile.makedirs(output_dir)
-  prefix = modeling.write_checkpoint(tensors, os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME))
-  with tf.io.gfile.GFile(os.path.join(output_dir, GOOGLE_CONFIG_NAME), "w") as f:
-    f.write(config.to_json_string())
+  prefix = os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME)
+  with atomic_files.atomic_output(prefix) as temporary_prefix:  # Renames .data, then .index.
+    modeling.write_checkpoint(tensors, temporary_prefix)
+  atomic_files.write_text(os.path.join(output_dir, GOOGLE_CONFIG_NAME), config.to_json_string())
   _copy_vocab(os.path.dirname(config_path), output_dir)
   _log_summary(tensors, source, prefix, absent, start)
   return prefix
@@ -417,10 +421,11 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
   with_heads = not any(name.startswith("cls/") for name in absent)
   tf.io.gfile.makedirs(output_dir)
   weights_path = os.path.join(output_dir, HF_WEIGHTS_NAME)
-  safetensors.numpy.save_file(google_to_hf_tensors(tensors), weights_path,
-                              metadata={"format": "pt"})
-  with tf.io.gfile.GFile(os.path.join(output_dir, HF_CONFIG_NAME), "w") as f:
-    f.write(json.dumps(hf_config_from_google(config, with_heads), indent=2, sort_keys=True) + "\n")
+  with atomic_files.atomic_output(weights_path) as temporary:
+    safetensors.numpy.save_file(google_to_hf_tensors(tensors), temporary,
+                                metadata={"format": "pt"})
+  atomic_files.write_text(os.path.join(output_dir, HF_CONFIG_NAME), json.dumps(
+      hf_config_from_google(config, with_heads), indent=2, sort_keys=True) + "\n")
   _copy_vocab(checkpoint_dir, output_dir)
   _log_summary(tensors, prefix, weights_path, absent, start)
   return weights_path

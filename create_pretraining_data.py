@@ -12,6 +12,7 @@ files. Prints a JSON summary at the end.
 """
 
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -81,6 +82,8 @@ def main(_):
     summary = pretraining_data.run(config)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
+  except OSError as error:  # E.g. a full disk: one line naming the file, nothing left behind.
+    sys.exit("create_pretraining_data.py: %s" % error)
   print(pretraining_data.summary_json(summary))
 
 

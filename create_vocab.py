@@ -28,6 +28,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import atomic_files
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -207,13 +208,11 @@ def _search_threshold(learn_at, low: int, high: int, vocab_size: int,
 
 
 def write_vocab(tokens: Iterable[str], output_file: str) -> None:
-  """Writes one token per line (UTF-8)."""
+  """Writes one token per line (UTF-8), under the final name only when complete."""
   directory = os.path.dirname(output_file)
   if directory:
     os.makedirs(directory, exist_ok=True)
-  with open(output_file, "w", encoding="utf-8") as writer:
-    for token in tokens:
-      writer.write(token + "\n")
+  atomic_files.write_text(output_file, "".join(token + "\n" for token in tokens))
 
 
 def unknown_word_stats(vocab_file: str, word_counts: Dict[str, int],

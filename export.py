@@ -29,6 +29,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import in_graph_tokenization
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -200,13 +201,12 @@ def write_saved_model(export_dir: str,
   final_dir = os.path.join(export_dir, str(version))
   if os.path.exists(final_dir):
     raise ValueError("%s already exists: choose another version" % final_dir)
-  temporary_dir = os.path.join(export_dir, ".tmp-%d-%d" % (version, os.getpid()))
   tf.io.gfile.makedirs(export_dir)
   concrete = {name: fn.get_concrete_function() for name, fn in signatures.items()}
-  tf.saved_model.save(serving_root(encoder, list(concrete.values())), temporary_dir,
-                      signatures=concrete)
-  write_warmup_requests(temporary_dir, warmup_requests(concrete, encoder))
-  os.replace(temporary_dir, final_dir)
+  with atomic_files.atomic_output(final_dir) as temporary_dir:
+    tf.saved_model.save(serving_root(encoder, list(concrete.values())), temporary_dir,
+                        signatures=concrete)
+    write_warmup_requests(temporary_dir, warmup_requests(concrete, encoder))
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir
 

@@ -25,7 +25,7 @@ import queue
 import re
 import threading
 import time
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from absl import app
 from absl import flags
@@ -33,6 +33,7 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
@@ -340,33 +341,42 @@ def prefetch(items: Iterable, depth: int = 2) -> Iterator:
 
 def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: str,
             output_format: str, total_lines: Optional[int] = None) -> int:
-  """Runs every batch and writes its features; returns the number of examples written."""
-  if output_format == "npz":
-    tf.io.gfile.makedirs(output_file)
-    writer = None
-  else:
-    writer = tf.io.gfile.GFile(output_file, "w")
-  start_time = last_log = time.time()
-  done = 0
-  try:
-    for batch_number, batch in enumerate(prefetch(batches)):
-      values = extractor(batch.input_ids, batch.input_mask, batch.segment_ids).numpy()
-      if writer is None:
-        write_npz_batch(output_file, batch_number, batch, extractor.layer_indexes, values)
-      else:
-        for line in json_lines(batch, extractor.layer_indexes, values, extractor.pooling):
-          writer.write(line)
-      done += len(batch.tokens)
-      if time.time() - last_log >= 10:
-        last_log = time.time()
-        _log_progress(done, total_lines, last_log - start_time)
-  finally:
-    if writer is not None:
-      writer.close()
-  elapsed = time.time() - start_time
+  """Runs every batch and writes its features; returns the number of examples written.
+
+  The output (a JSON Lines file, or a directory of .npz files) appears under `output_file` only
+  when complete; no examples is an error.
+  """
+  with atomic_files.atomic_output(output_file) as temporary:
+    if output_format == "npz":
+      tf.io.gfile.makedirs(temporary)
+      done, elapsed = _extract_to(extractor, batches, None, temporary, total_lines)
+    else:
+      with tf.io.gfile.GFile(temporary, "w") as writer:
+        done, elapsed = _extract_to(extractor, batches, writer, temporary, total_lines)
+    if not done:
+      raise ValueError("no examples to extract: nothing written to %s" % output_file)
   logging.info("Wrote features of %d examples to %s in %.1f s (%.1f examples/s).", done,
                output_file, elapsed, done / max(elapsed, 1e-9))
   return done
+
+
+def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: Optional[Any],
+                npz_directory: str, total_lines: Optional[int]) -> tuple[int, float]:
+  """Writes JSON lines to `writer`, or .npz files to `npz_directory` when it is None."""
+  start_time = last_log = time.time()
+  done = 0
+  for batch_number, batch in enumerate(prefetch(batches)):
+    values = extractor(batch.input_ids, batch.input_mask, batch.segment_ids).numpy()
+    if writer is None:
+      write_npz_batch(npz_directory, batch_number, batch, extractor.layer_indexes, values)
+    else:
+      for line in json_lines(batch, extractor.layer_indexes, values, extractor.pooling):
+        writer.write(line)
+    done += len(batch.tokens)
+    if time.time() - last_log >= 10:
+      last_log = time.time()
+      _log_progress(done, total_lines, last_log - start_time)
+  return done, time.time() - start_time
 
 
 def _log_progress(done: int, total: Optional[int], elapsed: float) -> None:
@@ -387,6 +397,13 @@ def main(_):
                                          do_lower_case=FLAGS.do_lower_case)
   if FLAGS.use_tpu:
     raise ValueError("extract_features.py runs on the local CPU or GPU; --use_tpu is not supported")
+  total = count_lines(FLAGS.input_file)
+  if not total:
+    raise app.UsageError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
+  try:
+    atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
   bert = modeling.BertModel(bert_config, name="bert")
   bert.build()
   report = modeling.init_from_checkpoint(bert, FLAGS.init_checkpoint)
@@ -394,7 +411,6 @@ def main(_):
     raise ValueError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
                      (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
   extractor = FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
-  total = count_lines(FLAGS.input_file)
   batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
                          FLAGS.batch_size)
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)

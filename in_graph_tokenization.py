@@ -181,8 +181,8 @@ def reorder_sensitive_chars() -> frozenset:
 def _unique_vocab(vocab: Dict[str, int]) -> list:
   """The vocab as a list indexed by id for tensorflow-text, with the same token -> id map.
 
-  Lines that `load_vocab` lets a later line override (duplicates) or that are empty get a
-  placeholder that no word can match (it contains "[", which is always split off as punctuation).
+  Blank lines (`load_vocab` refuses repeated tokens) get a placeholder that no word can match (it
+  contains "[", which is always split off as punctuation).
   """
   size = max(vocab.values()) + 1
   tokens = ["[unreachable %d]" % index for index in range(size)]

@@ -1,5 +1,5 @@
 # coding=utf-8
-"""The original BERT's optimizer on Keras 3: AdamW without bias correction, warmup + linear decay.
+"""The original BERT's optimizer on Keras 3 (AdamW without bias correction), AdamW and LAMB.
 
 Google's BERT was pre-trained and fine-tuned with `AdamWeightDecayOptimizer`, a hand-written TF1
 optimizer. `AdamWeightDecay` reproduces its update rule exactly, including its two departures from
@@ -9,23 +9,39 @@ textbook Adam that matter when continuing from Google's checkpoints or reproduci
 - weight decay that is decoupled from the moments and skipped for variables whose name contains
   `LayerNorm`, `layer_norm` or `bias`.
 
+Two alternatives share everything else (clipping, schedule, exclusions, slot names), chosen with
+`--optimizer` (`OPTIMIZERS`):
+
+- `AdamW` (`adamw`): the same with bias correction, i.e. Keras's and Hugging Face's AdamW. Without
+  bias correction the first updates are several times the learning rate, so rates tuned for
+  bias-corrected Adam (e.g. 3e-4) can make the original's optimizer collapse;
+- `Lamb` (`lamb`): LAMB (You et al. 2019), AdamW's update scaled per variable by a trust ratio, for
+  large-batch pretraining.
+
 Gradients are clipped by their global norm (1.0) before the update, as the original did, and the
 learning rate follows `WarmupLinearDecay`. `create_optimizer` assembles all of this the way the
 original's `create_optimizer` did, and wraps it in a loss-scaling optimizer for float16 training.
 
 Optimizer slots can be saved under the original's checkpoint names (`<variable>/adam_m`,
-`<variable>/adam_v`) with `named_slot_variables`.
+`<variable>/adam_v`) with `named_slot_variables`; all three optimizers keep their first and second
+moments under these names, so a training checkpoint of any of them resumes and initializes alike.
 """
 
 import re
 from typing import Mapping, Optional, Sequence
 
+from absl import logging
 import keras
 import tensorflow as tf
 
 # Substrings of a variable's Google name that exempt it from weight decay (as the original).
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 SLOT_NAMES = ("adam_m", "adam_v")
+# `--optimizer` values: the original's optimizer (the default), AdamW, LAMB.
+OPTIMIZERS = ("bert_adam", "adamw", "lamb")
+# Peak learning rate above which `bert_adam` warns that results may collapse: the original's
+# largest fine-tuning rate was 5e-5 and its pretraining rate 1e-4.
+BERT_ADAM_WARNING_LEARNING_RATE = 1e-4
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -118,14 +134,16 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     self._adam_m = [self.add_variable_from_reference(v, name="adam_m") for v in var_list]
     self._adam_v = [self.add_variable_from_reference(v, name="adam_v") for v in var_list]
     # Decided here from the Keras variables' paths: update_step sees per-device tf.Variables.
-    self._decays = [self.uses_weight_decay(v) for v in var_list]
+    self._excluded = [self.is_excluded(v) for v in var_list]
+
+  def is_excluded(self, variable) -> bool:
+    """Whether an exclusion pattern (e.g. `LayerNorm`, `bias`) is in the variable's Google name."""
+    name = google_name(variable)
+    return any(re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
 
   def uses_weight_decay(self, variable) -> bool:
     """Whether `variable` is decayed: a rate is set and no exclusion pattern is in its name."""
-    if not self.weight_decay_rate:
-      return False
-    name = google_name(variable)
-    return not any(re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
+    return bool(self.weight_decay_rate) and not self.is_excluded(variable)
 
   def slot_variables(self, variable) -> dict:
     """Returns `{"adam_m": m, "adam_v": v}` for a model variable the optimizer was built with."""
@@ -159,19 +177,29 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
       replica_context.merge_call(update_all, args=(grads,))
 
   def update_step(self, gradient, variable, learning_rate):
-    """Applies the original's update rule to one variable (see the class docstring)."""
+    """Applies the update rule to one variable (see the class docstring)."""
     dtype = variable.dtype
     gradient = tf.cast(gradient, dtype)
     learning_rate = tf.cast(learning_rate, dtype)
     slots = self.slot_variables(variable)
+    excluded = self._excluded[self._get_variable_index(variable)]
     next_m = self.beta_1 * slots["adam_m"] + (1.0 - self.beta_1) * gradient
     next_v = self.beta_2 * slots["adam_v"] + (1.0 - self.beta_2) * tf.square(gradient)
-    update = next_m / (tf.sqrt(next_v) + self.epsilon)
-    if self._decays[self._get_variable_index(variable)]:
+    m_estimate, v_estimate = self._moment_estimates(next_m, next_v)
+    update = m_estimate / (tf.sqrt(v_estimate) + self.epsilon)
+    if self.weight_decay_rate and not excluded:
       update += self.weight_decay_rate * variable
-    self.assign_sub(variable, learning_rate * update)
+    self.assign_sub(variable, learning_rate * self._scaled_update(update, variable, excluded))
     self.assign(slots["adam_m"], next_m)
     self.assign(slots["adam_v"], next_v)
+
+  def _moment_estimates(self, m, v) -> tuple:
+    """The moments the update divides: the raw ones, as the original (no bias correction)."""
+    return m, v
+
+  def _scaled_update(self, update, variable, excluded):  # pylint: disable=unused-argument
+    """The update the learning rate multiplies: unscaled here (LAMB scales it per variable)."""
+    return update
 
   def get_config(self) -> dict:
     config = super().get_config()
@@ -186,13 +214,66 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     return config
 
 
+@keras.saving.register_keras_serializable(package="bert")
+class AdamW(AdamWeightDecay):
+  """AdamWeightDecay with bias correction: Adam with decoupled weight decay (`--optimizer=adamw`).
+
+  At step `t` (1 for the first update) the moments are divided by `1 - beta_1**t` and
+  `1 - beta_2**t` before `update = m_hat / (sqrt(v_hat) + epsilon)`; weight decay, exclusions,
+  clipping and slots are AdamWeightDecay's. `p -= lr * (update + rate * p)` is Keras's AdamW (which
+  first multiplies `p` by `1 - lr * rate`) and PyTorch's, with epsilon added to `sqrt(v_hat)` as
+  PyTorch (and Hugging Face) do; Keras adds it to `sqrt(v)`, a difference of order epsilon.
+  """
+
+  def __init__(self, *args, name: str = "AdamW", **kwargs):
+    super().__init__(*args, name=name, **kwargs)
+
+  def _moment_estimates(self, m, v) -> tuple:
+    """Bias-corrected moments. `iterations` counts the updates applied before this one."""
+    step = tf.cast(self.iterations + 1, m.dtype)
+    return m / (1.0 - tf.pow(self.beta_1, step)), v / (1.0 - tf.pow(self.beta_2, step))
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class Lamb(AdamW):
+  """LAMB (You et al. 2019, "Large Batch Optimization for Deep Learning"; `--optimizer=lamb`).
+
+  The AdamW update `u = m_hat / (sqrt(v_hat) + epsilon) + rate * p` (bias-corrected moments,
+  decoupled weight decay) is scaled per variable by the trust ratio `||p|| / ||u||` (Frobenius
+  norms; 1 when either is 0): `p -= lr * ||p|| / ||u|| * u`, so every variable moves by the same
+  fraction `lr` of its norm, whatever the size of its gradients.
+
+  Variables excluded from weight decay (`LayerNorm`, `layer_norm`, `bias`) are also excluded from
+  the trust ratio (ratio 1, a plain AdamW step), as TF Addons' and ALBERT's LAMB do by default
+  (their `exclude_from_layer_adaptation` falls back to `exclude_from_weight_decay`): a bias or
+  LayerNorm beta starts at zero, and steps in proportion to its small norm would barely move it.
+  Global-norm clipping (1.0) precedes the update as for the other optimizers.
+  """
+
+  def __init__(self, *args, name: str = "Lamb", **kwargs):
+    super().__init__(*args, name=name, **kwargs)
+
+  def _scaled_update(self, update, variable, excluded):
+    if excluded:
+      return update
+    weight_norm = tf.norm(variable)
+    update_norm = tf.norm(update)
+    trust_ratio = tf.where((weight_norm > 0.0) & (update_norm > 0.0),
+                           tf.math.divide_no_nan(weight_norm, update_norm), 1.0)
+    return trust_ratio * update
+
+
+_OPTIMIZER_CLASSES = {"bert_adam": AdamWeightDecay, "adamw": AdamW, "lamb": Lamb}
+
+
 def create_optimizer(init_lr: float,
                      num_train_steps: int,
                      num_warmup_steps: int,
                      weight_decay_rate: float = 0.01,
                      compute_dtype: str = "float32",
-                     clip_norm: Optional[float] = 1.0) -> keras.optimizers.Optimizer:
-  """Creates the original's optimizer: AdamWeightDecay with warmup and linear decay.
+                     clip_norm: Optional[float] = 1.0,
+                     optimizer_name: str = "bert_adam") -> keras.optimizers.Optimizer:
+  """Creates the optimizer the way the original did: warmup, linear decay, clipping, decay.
 
   Args:
     init_lr: peak learning rate, reached at the end of warmup.
@@ -204,6 +285,9 @@ def create_optimizer(init_lr: float,
       LossScaleOptimizer`: scale the loss with `optimizer.scale_loss(loss)` before taking gradients.
       `bfloat16` has float32's range and needs no loss scaling.
     clip_norm: global gradient norm to clip to (1.0 in the original); None disables clipping.
+    optimizer_name: one of OPTIMIZERS: `bert_adam` (the original's AdamWeightDecay), `adamw`
+      (`AdamW`: with bias correction) or `lamb` (`Lamb`). `bert_adam` above
+      BERT_ADAM_WARNING_LEARNING_RATE logs a warning that names `--optimizer=adamw`.
 
   Returns:
     An optimizer whose `apply(grads, variables)` applies one step, inside or outside a
@@ -213,7 +297,18 @@ def create_optimizer(init_lr: float,
   if dtype not in ("float32", "float16", "bfloat16"):
     raise ValueError("compute_dtype must be float32, float16 or bfloat16 (optionally mixed_...), "
                      "got %r" % (compute_dtype,))
-  optimizer = AdamWeightDecay(
+  if optimizer_name not in _OPTIMIZER_CLASSES:
+    raise ValueError("--optimizer must be one of %s, got %r" % (", ".join(OPTIMIZERS),
+                                                               optimizer_name))
+  if optimizer_name == "bert_adam" and init_lr > BERT_ADAM_WARNING_LEARNING_RATE:
+    logging.warning(
+        "--learning_rate=%g with --optimizer=bert_adam, the original's optimizer: it has no bias "
+        "correction, so its early updates are several times the learning rate (up to 6.6x near "
+        "step 12, 3.2x at step 100, 1.3x at step 1000), and rates above %g, tuned for "
+        "bias-corrected Adam, may make training collapse. For such rates use --optimizer=adamw "
+        "(the same with bias correction).", init_lr, BERT_ADAM_WARNING_LEARNING_RATE)
+  logging.info("Optimizer: %s (%s)", optimizer_name, _OPTIMIZER_CLASSES[optimizer_name].__name__)
+  optimizer = _OPTIMIZER_CLASSES[optimizer_name](
       learning_rate=WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps),
       weight_decay_rate=weight_decay_rate,
       clip_norm=clip_norm)
@@ -223,10 +318,11 @@ def create_optimizer(init_lr: float,
 
 
 def _adam_weight_decay(optimizer: keras.optimizers.Optimizer) -> AdamWeightDecay:
-  """Returns `optimizer` itself, or the AdamWeightDecay inside a LossScaleOptimizer."""
+  """Returns `optimizer` itself, or the optimizer inside a LossScaleOptimizer (any of the three
+  optimizers here: AdamW and Lamb are AdamWeightDecay subclasses with the same slots)."""
   inner = getattr(optimizer, "inner_optimizer", optimizer)
   if not isinstance(inner, AdamWeightDecay):
-    raise TypeError("expected an AdamWeightDecay (optionally loss-scaled), got %s" %
+    raise TypeError("expected AdamWeightDecay, AdamW or Lamb (optionally loss-scaled), got %s" %
                     type(inner).__name__)
   return inner
 

@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 import modeling
+import tfrecord_files
 import training
 
 # Training shuffle buffer after interleaving files (records; the original used 100).
@@ -100,15 +101,26 @@ def check_first_record(input_file: str, max_seq_length: int, max_predictions_per
   raise ValueError("%s holds no complete TFRecord records" % input_file)
 
 
-def _with_filename(filename: tf.Tensor) -> tf.data.Dataset:
-  return tf.data.TFRecordDataset(filename).map(lambda record: (filename, record))
+def _with_filename(filename: tf.Tensor, record_limit: tf.Tensor) -> tf.data.Dataset:
+  """(filename, record) pairs of the file's first `record_limit` records (-1: all)."""
+  records = tf.data.TFRecordDataset(filename).take(record_limit)
+  return records.map(lambda record: (filename, record))
+
+
+def _files_dataset(input_files: list, record_limits: Optional[list]) -> tf.data.Dataset:
+  """(filename, records to read) pairs; `record_limits` from `tfrecord_files.readable_record_counts`
+  (None: read every file whole)."""
+  limits = [-1] * len(input_files) if record_limits is None else record_limits
+  return tf.data.Dataset.from_tensor_slices(
+      (tf.constant(input_files), tf.constant(limits, tf.int64)))
 
 
 def train_dataset(input_files: list, batch_size: int, seed: int, max_seq_length: int,
-                  max_predictions_per_seq: int, num_cpu_threads: int = 4) -> tf.data.Dataset:
+                  max_predictions_per_seq: int, num_cpu_threads: int = 4,
+                  record_limits: Optional[list] = None) -> tf.data.Dataset:
   """Endless shuffled global batches: files shuffled and read interleaved in parallel, records
   shuffled, batches of exactly `batch_size` (deterministic given `seed`, on every worker)."""
-  files = tf.data.Dataset.from_tensor_slices(tf.constant(input_files))
+  files = _files_dataset(input_files, record_limits)
   files = files.shuffle(len(input_files), seed=seed, reshuffle_each_iteration=True).repeat()
   records = files.interleave(_with_filename, cycle_length=min(num_cpu_threads, len(input_files)),
                              num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
@@ -121,10 +133,10 @@ def train_dataset(input_files: list, batch_size: int, seed: int, max_seq_length:
   return batches.prefetch(tf.data.AUTOTUNE)
 
 
-def eval_dataset(input_files: list, max_seq_length: int,
-                 max_predictions_per_seq: int) -> tf.data.Dataset:
+def eval_dataset(input_files: list, max_seq_length: int, max_predictions_per_seq: int,
+                 record_limits: Optional[list] = None) -> tf.data.Dataset:
   """Unbatched records of the files in their given order (for `training.evaluate`)."""
-  files = tf.data.Dataset.from_tensor_slices(tf.constant(input_files))
+  files = _files_dataset(input_files, record_limits)
   records = files.flat_map(_with_filename).batch(EVAL_DECODE_BATCH)
   return records.map(lambda names, serialized: decode_records(
       names, serialized, max_seq_length, max_predictions_per_seq)).unbatch()
@@ -200,35 +212,65 @@ def metric_fn(model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
   }
 
 
+SKIP_HINT = "pass --skip_corrupt_records to read each such file only up to its corrupt record"
+
+
+def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optional[list], str]:
+  """With `skip_corrupt_records`, how many records of each file to read (files scanned once) and
+  a line saying what is skipped, else (None, "")."""
+  if not skip_corrupt_records:
+    return None, ""
+  limits, corrupt = tfrecord_files.readable_record_counts(input_files)
+  summary = "--skip_corrupt_records: " + tfrecord_files.skipped_summary(corrupt)
+  logging.info("%s", summary)
+  return limits, summary
+
+
 def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
                  input_files: list, config: training.TrainConfig, max_seq_length: int,
-                 max_predictions_per_seq: int) -> training.TrainResult:
-  """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`."""
+                 max_predictions_per_seq: int,
+                 skip_corrupt_records: bool = False) -> training.TrainResult:
+  """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`.
+
+  A corrupt record is a `tfrecord_files.CorruptRecordError` naming its file, unless
+  `skip_corrupt_records`: then each file is read only up to its first corrupt record.
+  """
   _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
-  return training.train(
-      strategy,
-      lambda: build_model(bert_config),
-      loss_fn,
-      lambda batch_size, seed: train_dataset(input_files, batch_size, seed, max_seq_length,
-                                             max_predictions_per_seq),
-      config)
+  record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
+  with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
+    result = training.train(
+        strategy,
+        lambda: build_model(bert_config),
+        loss_fn,
+        lambda batch_size, seed: train_dataset(input_files, batch_size, seed, max_seq_length,
+                                               max_predictions_per_seq,
+                                               record_limits=record_limits),
+        config)
+  if skipped:
+    logging.info("%s", skipped)  # Again at the end, where a user looks.
+  return result
 
 
 def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
                    input_files: list, output_dir: str, init_checkpoint: Optional[str],
                    eval_batch_size: int, max_eval_steps: int, max_seq_length: int,
                    max_predictions_per_seq: int, model: Optional[keras.Model] = None,
-                   global_step: Optional[int] = None) -> dict:
+                   global_step: Optional[int] = None, skip_corrupt_records: bool = False) -> dict:
   """Evaluates the latest checkpoint of `output_dir` (or `init_checkpoint`, or a given model)
-  over at most `max_eval_steps` full batches and writes `output_dir/eval_results.txt`."""
+  over at most `max_eval_steps` full batches and writes `output_dir/eval_results.txt`.
+  Corrupt records: as `run_training`."""
   _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if model is None:
     model, global_step, _ = training.restore_model(
         strategy, lambda: build_model(bert_config), output_dir, init_checkpoint)
-  results = training.evaluate(
-      strategy, model, metric_fn,
-      eval_dataset(input_files, max_seq_length, max_predictions_per_seq),
-      eval_batch_size, max_steps=max_eval_steps, drop_remainder=True)
+  record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
+  with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
+    results = training.evaluate(
+        strategy, model, metric_fn,
+        eval_dataset(input_files, max_seq_length, max_predictions_per_seq, record_limits),
+        eval_batch_size, max_steps=max_eval_steps, drop_remainder=True)
+  if skipped:
+    logging.info("%s", skipped)
   results["global_step"] = int(global_step or 0)
   if training.is_chief(strategy):
     training.write_eval_results(os.path.join(output_dir, "eval_results.txt"), results)

@@ -23,6 +23,7 @@ flags only: not on `num_workers`, not on timing.
 """
 
 import collections
+import contextlib
 import dataclasses
 import glob
 import io
@@ -39,6 +40,7 @@ from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional, Sequ
 from absl import logging
 import numpy as np
 
+import atomic_files
 import tokenization
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
@@ -625,7 +627,9 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]
         if size >= 2 * chunk_bytes:
           counts["documents_split"] += 1
           yield take_chunk()
-    counts["empty_files"] += not has_text
+    if not has_text:
+      counts["empty_files"] += 1
+      logging.warning("%s: no text (empty file)", path)
     if lines:
       lines.append(b"\n")  # A file end ends a document.
       if size >= chunk_bytes:
@@ -804,16 +808,20 @@ class ShuffleBuffer:
 
 
 class RoundRobinWriter:
-  """Writes framed records to the output files in turn, as the original spreads its instances."""
+  """Writes framed records to the output files in turn, as the original spreads its instances.
 
-  def __init__(self, output_files: Sequence[str]):
+  `write_paths` are where the bytes go (the outputs' temporaries); `output_files` name them in
+  errors.
+  """
+
+  def __init__(self, write_paths: Sequence[str], output_files: Sequence[str]):
     self.files = []
-    for path in output_files:
+    for path, output_file in zip(write_paths, output_files):
       try:
         self.files.append(open_file(path, "wb"))
       except (OSError, IOError) as error:
         self.close()
-        raise ValueError("cannot write output file %r: %s" % (path, error)) from error
+        raise ValueError("cannot write output file %r: %s" % (output_file, error)) from error
     self.next_file = 0
 
   def write(self, record: bytes) -> None:
@@ -905,17 +913,29 @@ def run(config: RunConfig) -> dict:
   processor = ChunkProcessor(worker_config)  # Fails here, before any work, on a bad vocab.
   total_bytes = sum(map(_file_size, input_files))
   logging.info("*** Reading from %d input files (%.1f MB) ***", len(input_files), total_bytes / 1e6)
-  writer = RoundRobinWriter(output_files)
   logging.info("*** Writing to output files ***")
   for path in output_files:
     logging.info("  %s", path)
   counts = collections.Counter()
   progress = _Progress(total_bytes)
-  try:
-    _write_shard(config, processor, input_files, writer, counts, progress)
-  finally:
-    writer.close()
+  with contextlib.ExitStack() as stack:  # Each output is renamed to its name only when complete.
+    write_paths = [stack.enter_context(atomic_files.atomic_output(path)) for path in output_files]
+    writer = RoundRobinWriter(write_paths, output_files)
+    try:
+      _write_shard(config, processor, input_files, writer, counts, progress)
+    finally:
+      writer.close()
+    if not counts["instances"]:
+      raise ValueError("no instances were created from --input_file %s (%d documents, %d empty "
+                       "files): nothing written" % (_describe_files(input_files),
+                                                    counts["documents"], counts["empty_files"]))
   return _summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())
+
+
+def _describe_files(paths: Sequence[str], limit: int = 3) -> str:
+  """The first `limit` paths, comma-separated, with how many more there are."""
+  text = ", ".join(paths[:limit])
+  return text + (" and %d more" % (len(paths) - limit) if len(paths) > limit else "")
 
 
 def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequence[str],

@@ -19,6 +19,7 @@ from absl import logging
 
 import classifier
 import modeling
+import tfrecord_files
 import tokenization
 import training
 
@@ -71,6 +72,7 @@ def main(_):
       FLAGS.task_name, skip_bad_rows=FLAGS.skip_bad_rows, language=FLAGS.xnli_language,
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
       label_column=FLAGS.label_column, has_header=FLAGS.has_header)
+  classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
   if isinstance(processor, classifier.GenericProcessor):
     processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
@@ -91,11 +93,12 @@ def main(_):
         len(examples), FLAGS.train_batch_size, FLAGS.num_train_epochs, FLAGS.warmup_proportion)
     logging.info("***** Training: %d examples, batch %d, %d steps *****", len(examples),
                  FLAGS.train_batch_size, num_train_steps)
-    result = training.train(
-        strategy, model_fn, classifier.loss_fn_builder(processor.is_regression),
-        classifier.train_dataset_fn(train_file, FLAGS.max_seq_length, len(examples),
-                                    processor.is_regression),
-        training.TrainConfig.from_flags(num_train_steps, num_warmup_steps))
+    with tfrecord_files.naming_corrupt_records([train_file], tfrecord_files.REBUILD_CACHE_HINT):
+      result = training.train(
+          strategy, model_fn, classifier.loss_fn_builder(processor.is_regression),
+          classifier.train_dataset_fn(train_file, FLAGS.max_seq_length, len(examples),
+                                      processor.is_regression),
+          training.TrainConfig.from_flags(num_train_steps, num_warmup_steps))
     model, global_step = result.model, result.global_step
     summary.append("trained to step %d (%.1f examples/s)" % (global_step,
                                                             result.examples_per_second))
@@ -105,8 +108,9 @@ def main(_):
 
   if FLAGS.do_eval:
     eval_file = features_file("eval", processor.get_dev_examples(FLAGS.data_dir))
-    results = classifier.evaluate(strategy, model, processor, eval_file, FLAGS.max_seq_length,
-                                  FLAGS.eval_batch_size, global_step)
+    with tfrecord_files.naming_corrupt_records([eval_file], tfrecord_files.REBUILD_CACHE_HINT):
+      results = classifier.evaluate(strategy, model, processor, eval_file, FLAGS.max_seq_length,
+                                    FLAGS.eval_batch_size, global_step)
     if training.is_chief(strategy):
       training.write_eval_results(os.path.join(FLAGS.output_dir, "eval_results.txt"), results)
     summary.append("evaluated: " + ", ".join(
@@ -114,8 +118,10 @@ def main(_):
 
   if FLAGS.do_predict:
     predict_file = features_file("predict", processor.get_test_examples(FLAGS.data_dir))
-    probabilities = classifier.predict(strategy, model, processor.is_regression, predict_file,
-                                       FLAGS.max_seq_length, FLAGS.predict_batch_size)
+    with tfrecord_files.naming_corrupt_records([predict_file],
+                                               tfrecord_files.REBUILD_CACHE_HINT):
+      probabilities = classifier.predict(strategy, model, processor.is_regression, predict_file,
+                                         FLAGS.max_seq_length, FLAGS.predict_batch_size)
     if training.is_chief(strategy):
       classifier.write_test_results(os.path.join(FLAGS.output_dir, "test_results.tsv"),
                                     probabilities)
@@ -126,6 +132,10 @@ def main(_):
                                          FLAGS.do_lower_case, FLAGS.spm_model_file,
                                          FLAGS.max_seq_length)
     summary.append("exported " + path)
+  skipped = sum(processor.skipped_rows.values())
+  if skipped:
+    summary.append("skipped %d bad rows (--skip_bad_rows): %s" % (skipped, ", ".join(
+        "%s %d" % (path, count) for path, count in processor.skipped_rows.items() if count)))
   logging.info("run_classifier %s: %s", FLAGS.task_name, "; ".join(summary))
 
 

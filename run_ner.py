@@ -19,6 +19,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
+import atomic_files
 import modeling
 import tagging
 import tokenization
@@ -64,8 +65,7 @@ def _evaluate_file(strategy, model, tokenizer, tag_list, file_name, prefix, batc
                                   sentences, predicted)
   evaluation = tagging.conll_evaluate([s.tags for s in sentences], predicted)
   report = tagging.format_conlleval_report(evaluation)
-  with open(os.path.join(FLAGS.output_dir, prefix + "_conlleval.txt"), "w") as writer:
-    writer.write(report)
+  atomic_files.write_text(os.path.join(FLAGS.output_dir, prefix + "_conlleval.txt"), report)
   logging.info("%s (conlleval):\n%s", file_name, report)
   return features, evaluation
 

@@ -31,6 +31,10 @@ def define_flags() -> None:
   flags.DEFINE_integer("num_train_steps", 100000, "Number of training steps.")
   flags.DEFINE_integer("num_warmup_steps", 10000, "Number of warmup steps.")
   flags.DEFINE_integer("max_eval_steps", 100, "Maximum number of eval steps.")
+  flags.DEFINE_bool("skip_corrupt_records", False,
+                    "Read an input file with a corrupt record (bad checksum, cut short) only up to "
+                    "it, with a warning, instead of stopping with an error naming the file. The "
+                    "files are scanned once before training.")
   flags.adopt_module_key_flags(training)  # --help lists the shared flags too.
 
 
@@ -49,14 +53,15 @@ def main(_):
     result = pretraining.run_training(
         strategy, bert_config, input_files,
         training.TrainConfig.from_flags(FLAGS.num_train_steps, FLAGS.num_warmup_steps),
-        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq)
+        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records)
   if FLAGS.do_eval:
     pretraining.run_evaluation(
         strategy, bert_config, input_files, FLAGS.output_dir, FLAGS.init_checkpoint,
         FLAGS.eval_batch_size, FLAGS.max_eval_steps, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq,
         model=result.model if result else None,
-        global_step=result.global_step if result else None)
+        global_step=result.global_step if result else None,
+        skip_corrupt_records=FLAGS.skip_corrupt_records)
 
 
 if __name__ == "__main__":

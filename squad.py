@@ -24,9 +24,11 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_text as tf_text
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
+import tfrecord_files
 import tokenization
 import training
 
@@ -103,12 +105,18 @@ def _require(mapping: Any, key: str, where: str) -> Any:
 
 def load_squad_json(input_file: str) -> list[dict]:
   """Reads a SQuAD JSON file and returns its `data` list; errors name the file and position."""
-  with open(input_file, "r", encoding="utf-8") as reader:
-    try:
-      dataset = json.load(reader)
-    except json.JSONDecodeError as e:
-      raise SquadFormatError("%s: not valid JSON (line %d, column %d): %s" %
-                             (input_file, e.lineno, e.colno, e.msg)) from e
+  with open(input_file, "rb") as reader:
+    raw = reader.read()
+  try:
+    dataset = json.loads(raw.decode("utf-8"))
+  except UnicodeDecodeError as e:
+    line_start = raw.rfind(b"\n", 0, e.start) + 1
+    raise SquadFormatError("%s: line %d, column %d: invalid UTF-8 byte 0x%02x" % (
+        input_file, raw.count(b"\n", 0, e.start) + 1, e.start - line_start + 1,
+        raw[e.start])) from e
+  except json.JSONDecodeError as e:
+    raise SquadFormatError("%s: not valid JSON (line %d, column %d): %s" %
+                           (input_file, e.lineno, e.colno, e.msg)) from e
   data = _require(dataset, "data", input_file)
   if not isinstance(data, list):
     raise SquadFormatError("%s: 'data' must be a list of articles" % input_file)
@@ -175,6 +183,7 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
   """
   examples = []
   stats = ReadStats()
+  first_place_of_id, repeated = {}, []
   for article_index, article in enumerate(data):
     article_where = "%s: article %d" % (source, article_index)
     for paragraph_index, paragraph in enumerate(_require(article, "paragraphs", article_where)):
@@ -183,6 +192,11 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
       if not isinstance(context, str):
         raise SquadFormatError("%s: the context must be a string" % where)
       qas = _require(paragraph, "qas", where)
+      for qa in qas:
+        qas_id = str(_require(qa, "id", where))
+        if qas_id in first_place_of_id:
+          repeated.append("%r (%s and %s)" % (qas_id, first_place_of_id[qas_id], where))
+        first_place_of_id.setdefault(qas_id, where)
       words, char_to_word_offset = split_context(context)
       stats.questions += len(qas)
       if not words:
@@ -194,6 +208,9 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
                                    version_2_with_negative, where, stats)
         if example is not None:
           examples.append(example)
+  if repeated:  # Predictions are keyed by id: repeated questions would be merged silently.
+    raise SquadFormatError("%s: %d repeated question ids, e.g. %s" % (
+        source, len(repeated), "; ".join(repeated[:3])))
   return examples, stats
 
 
@@ -403,9 +420,12 @@ def _int64_feature(values: Sequence[int]) -> tf.train.Feature:
 
 def write_features_tfrecord(features: Iterable[InputFeatures], path: str,
                             is_training: bool) -> int:
-  """Writes features as tf.train.Examples (as the original) and returns how many were written."""
+  """Writes features as tf.train.Examples (as the original) and returns how many were written.
+
+  The file appears under `path` only when complete.
+  """
   count = 0
-  with tf.io.TFRecordWriter(path) as writer:
+  with atomic_files.atomic_output(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
     for feature in features:
       record = {
           "unique_ids": _int64_feature([feature.unique_id]),
@@ -514,9 +534,9 @@ def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
                                           options.doc_stride, options.max_query_length,
                                           is_training=True)
   num_features = write_features_tfrecord(features, path, is_training=True)
-  with open(note_path, "w", encoding="utf-8") as writer:
-    json.dump({"key": key, "num_examples": len(examples), "num_features": num_features,
-               "inputs": json.loads(key_source)}, writer, indent=2)
+  atomic_files.write_text(note_path, json.dumps({
+      "key": key, "num_examples": len(examples), "num_features": num_features,
+      "inputs": json.loads(key_source)}, indent=2))
   logging.info("Wrote %d training features of %d examples to %s", num_features, len(examples), path)
   return path, len(examples), num_features
 
@@ -724,13 +744,12 @@ def compute_predictions(examples: Sequence[SquadExample], features: Sequence[Inp
 def write_predictions(output_dir: str, predictions: dict[str, str], nbest: dict[str, list[dict]],
                       null_odds: dict[str, float] | None = None) -> None:
   """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json to output_dir."""
-  outputs = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
+  files = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
   if null_odds is not None:
-    outputs.append(("null_odds.json", null_odds))
-  for name, content in outputs:
+    files.append(("null_odds.json", null_odds))
+  for name, content in files:
     path = os.path.join(output_dir, name)
-    with open(path, "w", encoding="utf-8") as writer:
-      writer.write(json.dumps(content, indent=4) + "\n")
+    atomic_files.write_text(path, json.dumps(content, indent=4) + "\n")
     logging.info("Wrote %s", path)
 
 
@@ -1206,7 +1225,9 @@ def train(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig, to
   def dataset_fn(batch_size, seed):
     return input_dataset(record_path, options.max_seq_length, True, batch_size, seed)
 
-  return training.train(strategy, lambda: build_model(bert_config), squad_loss, dataset_fn, config)
+  with tfrecord_files.naming_corrupt_records([record_path], tfrecord_files.REBUILD_CACHE_HINT):
+    return training.train(strategy, lambda: build_model(bert_config), squad_loss, dataset_fn,
+                          config)
 
 
 def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:

@@ -22,6 +22,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import export
 import in_graph_tokenization
 import modeling
@@ -47,7 +48,8 @@ def read_conll(path: str) -> list[TaggedSentence]:
   """Reads a CoNLL-2003 style file: the first column is the word, the last one its tag.
 
   Blank lines separate sentences; `-DOCSTART-` lines (document boundaries) are skipped.
-  Raises ValueError naming the file and line when a line has a single column.
+  Raises ValueError naming the file and line when a line has a single column or bytes that are
+  not UTF-8, and naming the file when it holds no sentence.
   """
   sentences = []
   words, tags = [], []
@@ -59,9 +61,14 @@ def read_conll(path: str) -> list[TaggedSentence]:
       words.clear()
       tags.clear()
 
-  with open(path, encoding="utf-8") as reader:
+  with open(path, "rb") as reader:
     line_number = 0
-    for line_number, line in enumerate(reader, start=1):
+    for line_number, raw_line in enumerate(reader, start=1):
+      try:
+        line = raw_line.decode("utf-8")
+      except UnicodeDecodeError as e:
+        raise ValueError("%s:%d: invalid UTF-8 byte 0x%02x at column %d" %
+                         (path, line_number, raw_line[e.start], e.start + 1)) from e
       columns = line.split()
       if not columns:
         flush(line_number)
@@ -75,6 +82,8 @@ def read_conll(path: str) -> list[TaggedSentence]:
       words.append(columns[0])
       tags.append(columns[-1])
     flush(line_number + 1)
+  if not sentences:
+    raise ValueError("%s: no sentences (the file is empty)" % path)
   return sentences
 
 
@@ -87,8 +96,7 @@ def tag_list_from_sentences(sentences: Iterable[TaggedSentence]) -> list[str]:
 def write_tag_list(tag_list: Sequence[str], directory: str) -> str:
   """Writes the tag list (one tag per line, id = line number) beside a model; returns its path."""
   path = os.path.join(directory, TAG_LIST_FILE)
-  with open(path, "w", encoding="utf-8") as writer:
-    writer.write("".join(tag + "\n" for tag in tag_list))
+  atomic_files.write_text(path, "".join(tag + "\n" for tag in tag_list))
   return path
 
 
@@ -394,12 +402,12 @@ def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
 
   This is the input format of conlleval itself. Sentences without gold tags get "O" as gold.
   """
-  with open(path, "w", encoding="utf-8") as writer:
-    for sentence, tags in zip(sentences, predicted_tags):
-      gold = sentence.tags or [OUTSIDE_TAG] * len(sentence.words)
-      for word, gold_tag, tag in zip(sentence.words, gold, tags):
-        writer.write("%s %s %s\n" % (word, gold_tag, tag))
-      writer.write("\n")
+  lines = []
+  for sentence, tags in zip(sentences, predicted_tags):
+    gold = sentence.tags or [OUTSIDE_TAG] * len(sentence.words)
+    lines.extend("%s %s %s\n" % row for row in zip(sentence.words, gold, tags))
+    lines.append("\n")
+  atomic_files.write_text(path, "".join(lines))
 
 
 # ---------------------------------------------------------------------------------------------

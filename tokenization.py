@@ -115,11 +115,13 @@ def _open_text(path: str):
 def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
   """Loads a vocab file (one token per line, id = line number) into an ordered dict.
 
-  As in the original, each line is stripped of surrounding whitespace and a token that occurs twice
-  maps to its last line.
+  As in the original, each line is stripped of surrounding whitespace. A token on two lines is an
+  error (blank lines are not tokens) (the original mapped it to its last line, so the largest id exceeded the number of distinct
+  tokens and failed later, deep in the model's embedding lookup).
 
   Raises:
-    ValueError: if the file does not exist or holds no token.
+    ValueError: if the file does not exist, holds no token or repeats a token (naming the token and
+      both lines).
   """
   if not vocab_file:
     raise ValueError("No vocab file given (pass --vocab_file).")
@@ -128,7 +130,11 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
   vocab = collections.OrderedDict()
   with _open_text(vocab_file) as reader:
     for index, line in enumerate(reader):
-      vocab[convert_to_unicode(line).strip()] = index
+      token = convert_to_unicode(line).strip()
+      if token and token in vocab:  # Blank lines only keep the ids in step: never produced.
+        raise ValueError("Vocab file %s: token %r on line %d repeats line %d" %
+                         (vocab_file, token, index + 1, vocab[token] + 1))
+      vocab[token] = index
   if not vocab:
     raise ValueError("Vocab file %s is empty." % vocab_file)
   return vocab

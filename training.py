@@ -39,6 +39,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+import atomic_files
 import modeling
 import optimization
 
@@ -142,6 +143,13 @@ def define_common_flags(max_seq_length: int = 128,
   _define(fv, "bool", "do_train", False, "Whether to run training.")
   _define(fv, "integer", "train_batch_size", 32, "Global batch size for training.")
   _define(fv, "float", "learning_rate", 5e-5, "The initial learning rate for Adam.")
+  _define(fv, "enum", "optimizer", "bert_adam",
+          "bert_adam: the original's AdamW without bias correction (its results exactly; may "
+          "collapse at rates above 1e-4). adamw: the same with bias correction (Keras's and "
+          "Hugging Face's AdamW), for rates tuned for it. lamb: LAMB, AdamW scaled per variable "
+          "by a trust ratio, for large-batch pretraining. All three decay weights except "
+          "LayerNorm and bias variables and save their moments as <name>/adam_m, <name>/adam_v.",
+          enum_values=optimization.OPTIMIZERS)
   _define(fv, "integer", "save_checkpoints_steps", 1000, "How often to save a checkpoint.")
   _define(fv, "integer", "iterations_per_loop", 1000,
           "How many steps to run per call into the graph (and per progress line); on one "
@@ -431,6 +439,7 @@ class TrainConfig:
   num_train_steps: int
   num_warmup_steps: int
   learning_rate: float = 5e-5
+  optimizer: str = "bert_adam"  # one of optimization.OPTIMIZERS
   train_batch_size: int = 32
   init_checkpoint: Optional[str] = None
   save_checkpoints_steps: int = 1000
@@ -449,6 +458,7 @@ class TrainConfig:
                num_train_steps=num_train_steps,
                num_warmup_steps=num_warmup_steps,
                learning_rate=FLAGS.learning_rate,
+               optimizer=FLAGS.optimizer,
                train_batch_size=FLAGS.train_batch_size,
                init_checkpoint=FLAGS.init_checkpoint,
                save_checkpoints_steps=FLAGS.save_checkpoints_steps,
@@ -576,8 +586,8 @@ def train(strategy: tf.distribute.Strategy,
       exactly `global_batch_size` (drop_remainder=True) and repeating for as long as training
       needs. Shuffle with `seed`: it is the same on every worker and changes when resuming.
     config: schedule, checkpointing and runtime options.
-    optimizer_fn: builds the optimizer under the scope (default: the original's AdamWeightDecay
-      via `optimization.create_optimizer` with the config's learning rate and schedule).
+    optimizer_fn: builds the optimizer under the scope (default: `optimization.create_optimizer`
+      with the config's optimizer, learning rate and schedule).
 
   Returns:
     A TrainResult with the trained model (usable for evaluate/predict in the same process).
@@ -595,7 +605,8 @@ def train(strategy: tf.distribute.Strategy,
     if optimizer_fn is None:
       optimizer = optimization.create_optimizer(
           config.learning_rate, config.num_train_steps, config.num_warmup_steps,
-          compute_dtype=keras.mixed_precision.global_policy().name)
+          compute_dtype=keras.mixed_precision.global_policy().name,
+          optimizer_name=config.optimizer)
     else:
       optimizer = optimizer_fn()
     named_variables = training_state_variables(model, optimizer)
@@ -811,8 +822,8 @@ def predict(strategy: tf.distribute.Strategy,
 def write_eval_results(path: str, results: Mapping[str, Any]) -> None:
   """Writes `key = value` lines in sorted key order, as the original's eval_results.txt."""
   tf.io.gfile.makedirs(os.path.dirname(path) or ".")
-  with tf.io.gfile.GFile(path, "w") as writer:
-    logging.info("***** Eval results *****")
-    for key in sorted(results):
-      logging.info("  %s = %s", key, results[key])
-      writer.write("%s = %s\n" % (key, results[key]))
+  logging.info("***** Eval results *****")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, results[key])
+  atomic_files.write_text(path, "".join("%s = %s\n" % (key, results[key])
+                                        for key in sorted(results)))

@@ -172,10 +172,10 @@ def test_dynamic_padding_pads_to_the_bucket_of_the_longest_row(uncased_vocab, un
 
 def test_learned_vocab_special_ids(tmp_path):
   vocab = tmp_path / "vocab.txt"
-  vocab.write_text("\n".join(["[SEP]", "[CLS]", "[UNK]", "a", "##b", "a"]) + "\n")
+  vocab.write_text("\n".join(["[SEP]", "[CLS]", "[UNK]", "", "##b", "a"]) + "\n")
   encoder = in_graph_tokenization.BertInputEncoder(str(vocab), max_seq_length=6)
   features = encoder(tf.constant(["ab a", "c"]))
-  # "a" occurs twice: like load_vocab, the later line wins.
+  # Line 4 is blank: no word maps to id 3.
   assert features["input_ids"].numpy().tolist() == [[1, 5, 4, 5, 0, 0], [1, 2, 0, 0, 0, 0]]
   vocab.write_text("[CLS]\n[UNK]\na\n")
   with pytest.raises(ValueError, match=r"no \[SEP\]"):

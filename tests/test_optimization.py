@@ -1,4 +1,4 @@
-"""Tests for optimization.py: hand-computed values and a NumPy copy of the original's update."""
+"""Tests for optimization.py: hand-computed values and NumPy copies of the three update rules."""
 import json
 import os
 import subprocess
@@ -30,32 +30,46 @@ class _TinyTaskModel(keras.Model):
     return self.layer_norm(self.dense(inputs)) + self.output_bias
 
 
-def _build_model(name: str = "bias_probe", seed: int = 0) -> keras.Model:
+def _build_model(name: str = "bias_probe", seed: int = 0, scale: float = 1.0) -> keras.Model:
   """A built model whose name contains `bias`, so exclusions must ignore the task-model prefix."""
   model = _TinyTaskModel(name=name)
   model(np.zeros((1, 4), np.float32))
   rng = np.random.default_rng(seed)
   for variable in model.trainable_variables:
-    variable.assign(rng.normal(size=variable.shape).astype(np.float32))
+    variable.assign(scale * rng.normal(size=variable.shape).astype(np.float32))
   return model
 
 
-def _numpy_adamw_steps(params, grads_per_step, lrs, decays, weight_decay_rate, clip_norm=1.0):
-  """The original AdamWeightDecayOptimizer + clip_by_global_norm, written out in NumPy (float64)."""
+def _numpy_steps(optimizer_name, params, grads_per_step, lrs, excluded, weight_decay_rate,
+                 clip_norm=1.0, beta_1=0.9, beta_2=0.999, epsilon=1e-6):
+  """The three update rules written out in NumPy (float64) from their formulas.
+
+  bert_adam: the original AdamWeightDecayOptimizer (no bias correction); adamw: the same with
+  Adam's bias correction; lamb: adamw's update times the trust ratio ||p|| / ||update|| (1 when
+  a norm is 0, and for excluded variables). All clip the gradients by global norm first.
+  """
   params = [p.astype(np.float64) for p in params]
   m = [np.zeros_like(p) for p in params]
   v = [np.zeros_like(p) for p in params]
-  for grads, lr in zip(grads_per_step, lrs):
+  for t, (grads, lr) in enumerate(zip(grads_per_step, lrs), start=1):
     norm = np.sqrt(sum(np.sum(np.square(g.astype(np.float64))) for g in grads))
     scale = clip_norm / max(norm, clip_norm)
     for i, g in enumerate(grads):
       g = g.astype(np.float64) * scale
-      m[i] = 0.9 * m[i] + 0.1 * g
-      v[i] = 0.999 * v[i] + 0.001 * g * g
-      update = m[i] / (np.sqrt(v[i]) + 1e-6)
-      if decays[i]:
+      m[i] = beta_1 * m[i] + (1 - beta_1) * g
+      v[i] = beta_2 * v[i] + (1 - beta_2) * g * g
+      m_hat, v_hat = m[i], v[i]
+      if optimizer_name in ("adamw", "lamb"):
+        m_hat, v_hat = m[i] / (1 - beta_1**t), v[i] / (1 - beta_2**t)
+      update = m_hat / (np.sqrt(v_hat) + epsilon)
+      if not excluded[i]:
         update = update + weight_decay_rate * params[i]
-      params[i] = params[i] - lr * update
+      ratio = 1.0
+      if optimizer_name == "lamb" and not excluded[i]:
+        weight_norm, update_norm = np.linalg.norm(params[i]), np.linalg.norm(update)
+        if weight_norm > 0 and update_norm > 0:
+          ratio = weight_norm / update_norm
+      params[i] = params[i] - lr * ratio * update
   return params, m, v
 
 
@@ -109,25 +123,30 @@ def test_weight_decay_exclusions_by_google_name():
     np.testing.assert_array_equal(after["bias_probe/" + excluded], before["bias_probe/" + excluded])
 
 
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
 @pytest.mark.parametrize("gradient_scale", [0.01, 10.0])  # global norm below / above the clip
-def test_steps_match_numpy_original(gradient_scale):
-  model = _build_model()
+def test_steps_match_numpy(optimizer_name, gradient_scale):
+  # Weights of norm ~3x their updates' make LAMB's trust ratio far from 1.
+  model = _build_model(scale=3.0)
   variables = model.trainable_variables
   rng = np.random.default_rng(1)
   grads_per_step = [
       [gradient_scale * rng.normal(size=v.shape).astype(np.float32) for v in variables]
-      for _ in range(3)]
-  init_lr, num_train_steps, num_warmup_steps = 0.01, 4, 1
-  lrs = [_schedule_lr(s, init_lr, num_train_steps, num_warmup_steps) for s in range(3)]
-  decays = [not any(p in v.path.split("/", 1)[1] for p in ("LayerNorm", "bias")) for v in variables]
-  expected, expected_m, expected_v = _numpy_adamw_steps(
-      [v.numpy() for v in variables], grads_per_step, lrs, decays, weight_decay_rate=0.01)
+      for _ in range(4)]
+  init_lr, num_train_steps, num_warmup_steps = 0.01, 5, 2  # warmup, then linear decay
+  lrs = [_schedule_lr(s, init_lr, num_train_steps, num_warmup_steps) for s in range(4)]
+  excluded = [any(p in v.path.split("/", 1)[1] for p in ("LayerNorm", "bias")) for v in variables]
+  assert excluded.count(False) == 1  # dense/kernel is the only decayed variable
+  expected, expected_m, expected_v = _numpy_steps(
+      optimizer_name, [v.numpy() for v in variables], grads_per_step, lrs, excluded,
+      weight_decay_rate=0.01)
 
-  optimizer = optimization.create_optimizer(init_lr, num_train_steps, num_warmup_steps)
+  optimizer = optimization.create_optimizer(init_lr, num_train_steps, num_warmup_steps,
+                                            optimizer_name=optimizer_name)
   for grads in grads_per_step:
     optimizer.apply([tf.constant(g) for g in grads], variables)
 
-  assert int(optimizer.iterations) == 3
+  assert int(optimizer.iterations) == 4
   slots = optimization.named_slot_variables(
       optimizer, {optimization.google_name(v): v for v in variables})
   for variable, want, want_m, want_v in zip(variables, expected, expected_m, expected_v):
@@ -135,6 +154,55 @@ def test_steps_match_numpy_original(gradient_scale):
     np.testing.assert_allclose(variable.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(slots[name + "/adam_m"].numpy(), want_m, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose(slots[name + "/adam_v"].numpy(), want_v, rtol=1e-5, atol=1e-12)
+
+
+def test_adamw_is_keras_adamw_with_the_original_exclusions():
+  """Keras's own AdamW (decay multiplied by the learning rate) on the same steps. Epsilon is tiny
+  because Keras adds it to sqrt(v), not to sqrt(v_hat) as PyTorch and optimization.AdamW do."""
+  # Not named `bias_probe`: Keras's TF backend matches var_names against the whole variable path.
+  ours, theirs = _build_model(name="task"), _build_model(name="task")
+  schedule = optimization.WarmupLinearDecay(0.01, num_train_steps=5, num_warmup_steps=2)
+  adamw = optimization.AdamW(learning_rate=schedule, weight_decay_rate=0.01, epsilon=1e-12)
+  keras_adamw = keras.optimizers.AdamW(learning_rate=schedule, weight_decay=0.01, epsilon=1e-12,
+                                       global_clipnorm=1.0)
+  keras_adamw.exclude_from_weight_decay(var_names=["gamma", "beta", "bias"])  # LayerNorm, biases
+  rng = np.random.default_rng(3)
+  for _ in range(4):
+    grads = [rng.normal(size=v.shape).astype(np.float32) for v in ours.trainable_variables]
+    adamw.apply([tf.constant(g) for g in grads], ours.trainable_variables)
+    keras_adamw.apply([tf.constant(g) for g in grads], theirs.trainable_variables)
+  for mine, reference in zip(ours.trainable_variables, theirs.trainable_variables):
+    np.testing.assert_allclose(mine.numpy(), reference.numpy(), rtol=1e-5, atol=1e-6,
+                               err_msg=mine.path)
+
+
+def test_lamb_trust_ratio_is_one_for_a_zero_weight():
+  model = _build_model()
+  model.dense.kernel.assign(tf.zeros_like(model.dense.kernel))
+  lamb = optimization.Lamb(learning_rate=0.1, weight_decay_rate=0.01, clip_norm=None)
+  gradient = np.full(model.dense.kernel.shape, 0.5, np.float32)
+  lamb.apply([tf.constant(gradient)], [model.dense.kernel])
+  # First step: m_hat = g, v_hat = g**2, so update = g / (|g| + eps) ~ 1; decay of 0 is 0. (A ratio
+  # of 0 / ||update|| would leave the weight at 0 for ever.) float32 bias correction: rtol 1e-5.
+  np.testing.assert_allclose(model.dense.kernel.numpy(), -0.1 * 0.5 / (0.5 + 1e-6), rtol=1e-5)
+
+
+def test_bert_adam_warns_about_high_learning_rates_once(caplog):
+  """The warning says why (no bias correction) and names the flag that fixes it."""
+
+  def warnings_for(learning_rate, optimizer_name):
+    caplog.clear()
+    with caplog.at_level("WARNING"):
+      optimization.create_optimizer(learning_rate, 10, 1, optimizer_name=optimizer_name)
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+  messages = warnings_for(3e-4, "bert_adam")
+  assert len(messages) == 1
+  assert "no bias correction" in messages[0] and "--optimizer=adamw" in messages[0]
+  assert not warnings_for(1e-4, "bert_adam")  # the original's own rates stay quiet
+  assert not warnings_for(3e-4, "adamw") and not warnings_for(3e-4, "lamb")
+  with pytest.raises(ValueError, match="--optimizer must be one of bert_adam, adamw, lamb"):
+    optimization.create_optimizer(1e-4, 10, 1, optimizer_name="adam")
 
 
 def test_global_norm_clipping_scales_the_gradient_before_the_moments():
@@ -149,12 +217,15 @@ def test_global_norm_clipping_scales_the_gradient_before_the_moments():
                                0.1 * 2.0 / global_norm, rtol=1e-6)
 
 
-def test_float16_is_loss_scaled_and_matches_float32():
+@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+def test_float16_is_loss_scaled_and_matches_float32(optimizer_name):
   reference_model, scaled_model = _build_model(), _build_model()
   grads = [np.full(v.shape, 0.01, np.float32) for v in reference_model.trainable_variables]
-  reference = optimization.create_optimizer(0.1, 10, 0)
-  scaled = optimization.create_optimizer(0.1, 10, 0, compute_dtype="mixed_float16")
+  reference = optimization.create_optimizer(0.1, 10, 0, optimizer_name=optimizer_name)
+  scaled = optimization.create_optimizer(0.1, 10, 0, compute_dtype="mixed_float16",
+                                         optimizer_name=optimizer_name)
   assert isinstance(scaled, keras.optimizers.LossScaleOptimizer)
+  assert type(scaled.inner_optimizer) is type(reference)
   assert isinstance(optimization.create_optimizer(0.1, 10, 0, compute_dtype="bfloat16"),
                     optimization.AdamWeightDecay)
   loss_scale = float(scaled.scale_loss(1.0))
@@ -166,11 +237,12 @@ def test_float16_is_loss_scaled_and_matches_float32():
   assert sorted(slots) == ["dense/kernel/adam_m", "dense/kernel/adam_v"]
 
 
-def _train_under(strategy, inputs, targets, steps: int) -> list:
+def _train_under(strategy, inputs, targets, steps: int, optimizer_name: str) -> list:
   """Trains a fresh model for `steps` steps on the global batch; returns the final weights."""
   with strategy.scope():
     model = _build_model(name="task")
-    optimizer = optimization.create_optimizer(0.05, num_train_steps=10, num_warmup_steps=0)
+    optimizer = optimization.create_optimizer(0.05, num_train_steps=10, num_warmup_steps=0,
+                                              optimizer_name=optimizer_name)
     optimizer.build(model.trainable_variables)  # Slots must exist before the first traced step.
   global_batch = len(inputs)
   per_replica = global_batch // strategy.num_replicas_in_sync
@@ -204,9 +276,12 @@ def _mirrored_versus_one_device() -> dict:
   inputs = rng.normal(size=(4, 4)).astype(np.float32)
   targets = rng.normal(size=(4, 3)).astype(np.float32)
   mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
-  return {"replicas": mirrored.num_replicas_in_sync,
-          "one_device": _train_under(tf.distribute.get_strategy(), inputs, targets, steps=2),
-          "mirrored": _train_under(mirrored, inputs, targets, steps=2)}
+  report = {"replicas": mirrored.num_replicas_in_sync}
+  for name in optimization.OPTIMIZERS:
+    report[name] = {
+        "one_device": _train_under(tf.distribute.get_strategy(), inputs, targets, 3, name),
+        "mirrored": _train_under(mirrored, inputs, targets, 3, name)}
+  return report
 
 
 def test_mirrored_strategy_on_two_cpus_matches_one_device():
@@ -215,8 +290,10 @@ def test_mirrored_strategy_on_two_cpus_matches_one_device():
                           capture_output=True, text=True, timeout=120)
   report = json.loads(result.stdout.strip().splitlines()[-1])
   assert report["replicas"] == 2
-  for one_device, mirrored in zip(report["one_device"], report["mirrored"]):
-    np.testing.assert_allclose(np.array(mirrored), np.array(one_device), rtol=1e-5, atol=1e-6)
+  for name in optimization.OPTIMIZERS:
+    for one_device, mirrored in zip(report[name]["one_device"], report[name]["mirrored"]):
+      np.testing.assert_allclose(np.array(mirrored), np.array(one_device), rtol=1e-5, atol=1e-6,
+                                 err_msg=name)
 
 
 if __name__ == "__main__":

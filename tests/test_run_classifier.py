@@ -85,9 +85,12 @@ def generic_task(tmp_path):
               save_checkpoints_steps=20, iterations_per_loop=10), test_rows
 
 
-def test_learns_a_generated_rule_and_writes_the_original_outputs(generic_task):
+def test_learns_a_generated_rule_and_writes_the_original_outputs(generic_task, caplog):
   flag_values, test_rows = generic_task
-  run(do_train=True, do_eval=True, do_predict=True, **flag_values)
+  with caplog.at_level("WARNING"):
+    run(do_train=True, do_eval=True, do_predict=True, **flag_values)
+  # The default optimizer (the original's) at 1e-3 warns once, naming the alternative.
+  assert len([r for r in caplog.records if "--optimizer=adamw" in r.getMessage()]) == 1
   output_dir = flag_values["output_dir"]
   results = read_eval_results(output_dir)
   assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
@@ -154,3 +157,26 @@ def test_bad_flags_and_data_give_clear_errors(tmp_path):
   with pytest.raises(ValueError, match="--max_seq_length=128 exceeds .*max_position_embeddings=64"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
         **dict(files, max_seq_length=128))
+
+
+def test_optimizer_adamw_trains_saves_adam_slots_and_resumes(generic_task, caplog):
+  flag_values, _ = generic_task
+  # Bias-corrected steps are smaller early on than the original's (6.6x the rate near step 12), so
+  # this 37-step run needs a larger rate than the original optimizer's 1e-3 (3e-3 barely learns).
+  flag_values = dict(flag_values, optimizer="adamw", learning_rate=5e-3)
+  with caplog.at_level("WARNING"):
+    run(do_train=True, **flag_values)
+  assert not [r for r in caplog.records if "--optimizer=adamw" in r.getMessage()]
+  output_dir = flag_values["output_dir"]
+  reader = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-37"))
+  shapes = reader.get_variable_to_shape_map()
+  for name in ("output_weights", "bert/encoder/layer_1/output/LayerNorm/gamma"):
+    assert shapes[name + "/adam_m"] == shapes[name + "/adam_v"] == shapes[name]
+    assert np.any(reader.get_tensor(name + "/adam_v") != 0)
+  # One more epoch resumes from step 37 with the moments, reaches step 50, and has learned the rule.
+  caplog.clear()
+  with caplog.at_level("INFO"):
+    run(do_train=True, do_eval=True, verbosity=0, **dict(flag_values, num_train_epochs=4.0))
+  assert "Resuming from %s (step 37)" % os.path.join(output_dir, "model.ckpt-37") in caplog.text
+  results = read_eval_results(output_dir)
+  assert results["global_step"] == 50 and results["eval_accuracy"] > 0.9

@@ -17,6 +17,7 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
+from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
 import modeling  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
@@ -228,6 +229,44 @@ def test_cli_resumes_after_sigkill_and_stops_at_num_train_steps(tmp_path):
   results = read_eval_results(str(output_dir / "eval_results.txt"))
   assert results["global_step"] == 400
   assert 0.0 <= results["masked_lm_accuracy"] <= 1.0 and results["loss"] > 0
+
+
+def _logged_losses(output_dir) -> dict:
+  """Step -> training loss from the TensorBoard event files the loop writes."""
+  losses = {}
+  for event_file in tf.io.gfile.glob(os.path.join(output_dir, "events.out.tfevents.*")):
+    for record in tf.data.TFRecordDataset(event_file):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.tag == "loss":
+          losses[event.step] = float(tf.make_ndarray(value.tensor))
+  return losses
+
+
+def test_cli_lamb_trains_and_saves_adam_slots(tmp_path):
+  """--optimizer=lamb end to end (its exact resume from these slots: test_training)."""
+  write_records(tmp_path / "data-0.tfrecord", 64, seed=5)
+  write_config(tmp_path / "bert_config.json")
+  output_dir = tmp_path / "out"
+  # LAMB moves each weight matrix by ~learning_rate times its norm per step: rates ~10x Adam's.
+  run = subprocess.run(_cli(tmp_path, "--do_train", "--num_train_steps=20", "--optimizer=lamb",
+                            "--learning_rate=5e-2", "--num_warmup_steps=2"),
+                       capture_output=True, text=True, timeout=180)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "Optimizer: lamb (Lamb)" in run.stderr and "--optimizer=adamw" not in run.stderr
+  losses = _logged_losses(str(output_dir))
+  assert sorted(losses) == [10, 20] and losses[20] < losses[10]
+  # Every trainable variable's LAMB moments are in the checkpoint under the Adam slot names, and
+  # the checkpoint initializes a fresh model like any other.
+  reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-20"))
+  shapes = reader.get_variable_to_shape_map()
+  model = pretraining.build_model(modeling.BertConfig.from_dict(CONFIG))
+  for name, variable in modeling.checkpoint_variables(model).items():
+    if variable.trainable:
+      assert shapes[name + "/adam_m"] == shapes[name + "/adam_v"] == list(variable.shape), name
+  assert np.any(reader.get_tensor("bert/encoder/layer_1/output/dense/kernel/adam_v") != 0)
+  report = modeling.init_from_checkpoint(model, str(output_dir / "model.ckpt-20"))
+  assert not report.missing and not report.unused
 
 
 def test_cli_rejects_mismatched_records(tmp_path):

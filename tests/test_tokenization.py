@@ -122,9 +122,9 @@ def test_full_tokenizer_small_vocab(tmp_path):
 
 def test_load_vocab_format_and_errors(tmp_path):
   path = tmp_path / "vocab.txt"
-  path.write_bytes(b"[PAD]\r\n a \nb\n\nb\n")
+  path.write_bytes(b"[PAD]\r\n a \nb\n\n\nc\n")  # Blank lines keep their ids (the last one wins).
   vocab = tokenization.load_vocab(str(path))
-  assert vocab == {"[PAD]": 0, "a": 1, "b": 4, "": 3}
+  assert vocab == {"[PAD]": 0, "a": 1, "b": 2, "": 4, "c": 5}
   with pytest.raises(ValueError, match="does not exist"):
     tokenization.load_vocab(str(tmp_path / "missing.txt"))
   (tmp_path / "empty.txt").write_bytes(b"")

@@ -24,6 +24,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
 import modeling  # pylint: disable=g-import-not-at-top
+import optimization  # pylint: disable=g-import-not-at-top
 import training  # pylint: disable=g-import-not-at-top
 
 VOCAB_SIZE = 40
@@ -181,6 +182,45 @@ def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_pa
   assert again.global_step == 6 and again.examples_per_second == 0.0
 
 
+def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(reference, tmp_path):
+  """LAMB (and AdamW, which shares its slots: see test_run_classifier) in the Google format."""
+  optimizer_name = "lamb"
+  straight_dir, resumed_dir = str(tmp_path / "straight"), str(tmp_path / "resumed")
+  straight = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                            dataset_fn_of(examples(64)),
+                            train_config(straight_dir, optimizer=optimizer_name))
+  # The config's optimizer was used: the weights differ from the original optimizer's.
+  assert not np.allclose(modeling.checkpoint_variables(straight.model)["output_weights"].numpy(),
+                         reference[2]["output_weights"], rtol=1e-3)
+  expected = checkpoint_values(straight.checkpoint)
+  assert set(expected) == set(checkpoint_values(reference[1].checkpoint))  # the same names
+  report = modeling.init_from_checkpoint(model_fn(), straight.checkpoint)
+  assert not report.missing and not report.unused
+  # A fresh optimizer of the same kind restores its moments from the adam_m/adam_v entries.
+  model = model_fn()
+  optimizer = optimization.create_optimizer(1e-2, 6, 1, optimizer_name=optimizer_name)
+  training.restore_variables(training.training_state_variables(model, optimizer),
+                             straight.checkpoint)
+  slots = optimization.named_slot_variables(optimizer, modeling.checkpoint_variables(model))
+  assert len(slots) == 2 * len(model.trainable_variables)
+  for name, slot in slots.items():
+    np.testing.assert_array_equal(slot.numpy(), expected[name], err_msg=name)
+  assert np.any(expected["output_weights/adam_m"] != 0)
+  assert int(optimizer.iterations) == 6
+  # Crash after step 4, resume: the moments come back and the run ends where the straight one did.
+  tf.io.gfile.makedirs(resumed_dir)
+  for path in tf.io.gfile.glob(os.path.join(straight_dir, "model.ckpt-4.*")):
+    tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
+  training._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
+  resumed = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                           dataset_fn_of(examples(64)),
+                           train_config(resumed_dir, optimizer=optimizer_name))
+  actual = checkpoint_values(resumed.checkpoint)
+  assert set(actual) == set(expected)
+  for name, value in expected.items():
+    np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
   data = examples(48, bad_after=40)  # Batches 1-5 are finite, batch 6 is not.
   with pytest.raises(training.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
@@ -296,7 +336,8 @@ def test_shared_flags_have_the_original_defaults():
               "warmup_proportion": 0.1, "save_checkpoints_steps": 1000,
               "iterations_per_loop": 1000, "max_seq_length": 384, "use_tpu": False,
               "num_tpu_cores": 8, "tpu_name": None, "eval_batch_size": 8,
-              "predict_batch_size": 8, "do_train": False, "distribution_strategy": "auto"}
+              "predict_batch_size": 8, "do_train": False, "distribution_strategy": "auto",
+              "optimizer": "bert_adam"}
   assert {name: flag_values[name].default for name in expected} == expected
   assert training.fine_tuning_steps(3668, 32, 3.0, 0.1) == (343, 34)
 
