@@ -174,7 +174,7 @@ def signature_variables(functions: Sequence[tf.types.experimental.ConcreteFuncti
 
 def serving_root(encoder: tf.Module,
                  functions: Sequence[tf.types.experimental.ConcreteFunction]) -> tf.Module:
-  """The object to save: the encoder (vocab asset, tokenizer resources) and the functions' variables.
+  """What is saved: the encoder (vocab asset, tokenizer resources) and the functions' variables.
 
   Keras models are deliberately not tracked. Keras 3 saves each of its variables as a new plain
   tf.Variable; TF's C++ loader (TF Serving, `saved_model_cli run`) restores those copies while

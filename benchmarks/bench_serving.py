@@ -126,8 +126,9 @@ def main(argv):
   config = modeling.BertConfig.from_dict(bench_model.BERT_BASE if FLAGS.model == "base" else MINILM)
   model = classifier.BertClassifier(config, 2)
   model.build()
-  runners = {"ours, padded to max_seq_length (before)": ExportRunner(export_classifier(model, False)),
-             "ours, dynamic padding (after)": ExportRunner(export_classifier(model, True))}
+  runners = {
+      "ours, padded to max_seq_length (before)": ExportRunner(export_classifier(model, False)),
+      "ours, dynamic padding (after)": ExportRunner(export_classifier(model, True))}
   peer = bench_model.load_peer()
   if peer:
     peer[0].set_num_threads(threads)

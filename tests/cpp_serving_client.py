@@ -16,8 +16,9 @@ SignatureDefs. That path restores variables with the graph's own saver op, unlik
 requests.json: a list of jobs `{"saved_model": dir, "requests": [{"signature": name,
 "inputs": {name: {"dtype": "string"|"int32"|..., "value": nested list}}}]}`. results.json: per job
 `{"signatures": {name: {"inputs": [...], "outputs": [...]}}, "non_core_ops": [op types core
-TensorFlow does not register], "results": [{output: nested list}]}` (strings decoded as UTF-8), plus `"modules"`: which of tensorflow_text and the project's modules
-the process imported (none, if the check holds).
+TensorFlow does not register], "results": [{output: nested list}]}` (strings decoded as UTF-8),
+plus `"modules"`: which of tensorflow_text and the project's modules the process imported (none,
+if the check holds).
 """
 
 import ctypes
