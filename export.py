@@ -1,8 +1,9 @@
-"""Versioned SavedModel export for TF Serving, shared by the task scripts (classifier, SQuAD, NER).
+"""Versioned SavedModel export for TF Serving, shared by every export (classifier, SQuAD, NER,
+feature extraction).
 
-A task export is a `tf.Module` that holds the Keras model and the in-graph text encoder
-(`in_graph_tokenization.BertInputEncoder`, whose vocab travels as a SavedModel asset) plus two
-signatures built here around one task function `outputs_fn(features) -> dict of tensors`:
+An export holds the in-graph text encoder (`in_graph_tokenization.BertInputEncoder`, whose vocab
+travels as a SavedModel asset) and signatures built around one task function
+`outputs_fn(features) -> dict of tensors`:
 
 - `serving_default`: raw strings (e.g. `text_a`, `text_b`, each a [batch] tf.string tensor); the
   encoder turns them into ids inside the graph, then `outputs_fn` runs.
@@ -11,7 +12,10 @@ signatures built here around one task function `outputs_fn(features) -> dict of 
 
 `write_saved_model` writes `export_dir/<version>/` with the next integer version (what TF Serving
 watches for), through a temporary directory renamed at the end so a server never loads a
-half-written model. The result needs only tensorflow and tensorflow_text to load, not this project.
+half-written model. It saves the variables the signatures read rather than the Keras model
+(see `serving_root`: that is what makes TF's C++ loader, and so TF Serving, work), and writes
+`assets.extra/tf_serving_warmup_requests`. The result needs only tensorflow and tensorflow-text's
+ops to load, not this project.
 
 The signatures are traced without AutoGraph (the encoder and the task functions are written with
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
@@ -22,13 +26,18 @@ import re
 from typing import Callable, Mapping, Optional, Sequence
 
 from absl import logging
+import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import in_graph_tokenization
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 TOKEN_IDS_SIGNATURE = "token_ids"
 ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
+WARMUP_FILE = "tf_serving_warmup_requests"  # In assets.extra/, where TF Serving looks for it.
+WARMUP_SENTENCE = ("The quick brown fox jumps over the lazy dog while a small bird sings in an old "
+                   "tree near the river.")
 
 OutputsFn = Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
 
@@ -70,13 +79,123 @@ def text_signature(encoder: Callable[..., Mapping[str, tf.Tensor]], outputs_fn: 
   return serve_text
 
 
-def write_saved_model(module: tf.Module, export_dir: str,
-                      signatures: Mapping[str, tf.types.experimental.GenericFunction],
-                      version: Optional[int] = None) -> str:
-  """Saves `module` with `signatures` as `export_dir/<version>/` and returns that path.
+def _varint(value: int) -> bytes:
+  """Protocol buffer base-128 varint."""
+  out = bytearray()
+  while True:
+    byte, value = value & 0x7F, value >> 7
+    out.append(byte | (0x80 if value else 0))
+    if not value:
+      return bytes(out)
 
-  Every variable and asset the signatures use must be reachable from `module` (keep the model and
-  the encoder as its attributes). The version defaults to `next_version(export_dir)`.
+
+def _message_field(number: int, payload: bytes) -> bytes:
+  """A length-delimited protobuf field (strings, sub-messages, map entries)."""
+  return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def prediction_log(signature_name: str, inputs: Mapping[str, np.ndarray]) -> bytes:
+  """A serialized `tensorflow.serving.PredictionLog` holding one PredictRequest.
+
+  Written from tensorflow_serving/apis' .proto field numbers (PredictionLog.predict_log = 6,
+  PredictLog.request = 1, PredictRequest.model_spec = 1 and inputs = 2 (map<string, TensorProto>),
+  ModelSpec.signature_name = 3), so exporting needs no tensorflow-serving-api package.
+  """
+  model_spec = _message_field(3, signature_name.encode("utf-8"))
+  request = _message_field(1, model_spec)
+  for name in sorted(inputs):
+    entry = (_message_field(1, name.encode("utf-8")) +
+             _message_field(2, tf.make_tensor_proto(inputs[name]).SerializeToString()))
+    request += _message_field(2, entry)
+  return _message_field(6, _message_field(1, request))
+
+
+def warmup_text(num_words: int) -> str:
+  """An English text of num_words words, for warmup requests."""
+  words = WARMUP_SENTENCE.split()
+  return " ".join(words[i % len(words)] for i in range(num_words))
+
+
+def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunction],
+                    encoder: tf.Module) -> list[tuple[str, dict[str, np.ndarray]]]:
+  """A few requests per signature: one text per padded length bucket, then a batch of 8.
+
+  String inputs get English texts (shared between the inputs of a pair); int32 id inputs get the
+  encoder's ids of the same texts, so every request is valid for the model.
+  """
+  lengths = in_graph_tokenization.padded_length_buckets(encoder.max_seq_length)
+  batches = [[length] for length in lengths] + [[lengths[i % len(lengths)] for i in range(8)]]
+  requests = []
+  for name in sorted(signatures):
+    specs = {spec.name: spec for spec in tf.nest.flatten(
+        signatures[name].structured_input_signature)}
+    num_texts = sum(spec.dtype == tf.string for spec in specs.values())
+    for batch in batches:
+      texts = [warmup_text(max(1, (length - 3) // max(1, num_texts))) for length in batch]
+      features = None
+      inputs = {}
+      for input_name, spec in specs.items():
+        if spec.dtype == tf.string:
+          inputs[input_name] = np.array([text.encode("utf-8") for text in texts], dtype=object)
+        elif input_name in ID_INPUTS:
+          features = features or encoder(tf.constant(texts))
+          inputs[input_name] = features[input_name].numpy().astype(np.int32)
+        else:
+          raise ValueError("No warmup value for input %r of signature %r" % (input_name, name))
+      requests.append((name, inputs))
+  return requests
+
+
+def write_warmup_requests(saved_model_dir: str,
+                          requests: Sequence[tuple[str, Mapping[str, np.ndarray]]]) -> str:
+  """Writes `assets.extra/tf_serving_warmup_requests` (TFRecords of PredictionLog) and its path.
+
+  TF Serving runs these requests when it loads the model, before it reports the version
+  available, so the first real request does not pay for graph optimization and kernel setup.
+  """
+  directory = os.path.join(saved_model_dir, "assets.extra")
+  tf.io.gfile.makedirs(directory)
+  path = os.path.join(directory, WARMUP_FILE)
+  with tf.io.TFRecordWriter(path) as writer:
+    for signature_name, inputs in requests:
+      writer.write(prediction_log(signature_name, inputs))
+  return path
+
+
+def signature_variables(functions: Sequence[tf.types.experimental.ConcreteFunction]
+                        ) -> list[tf.Variable]:
+  """The distinct tf.Variables the functions read, in first-use order."""
+  found = {}
+  for function in functions:
+    for variable in function.variables:
+      found.setdefault(id(variable), variable)
+  return list(found.values())
+
+
+def serving_root(encoder: tf.Module,
+                 functions: Sequence[tf.types.experimental.ConcreteFunction]) -> tf.Module:
+  """What is saved: the encoder (vocab asset, tokenizer resources) and the functions' variables.
+
+  Keras models are deliberately not tracked. Keras 3 saves each of its variables as a new plain
+  tf.Variable; TF's C++ loader (TF Serving, `saved_model_cli run`) restores those copies while
+  the signature graphs read the original handles, so every call fails with "Could not find
+  variable ..." (`tf.saved_model.load` in Python re-wires them and hides this). Tracking the
+  tf.Variables the signatures capture stores every weight once, under the handle the graphs read.
+  """
+  root = tf.Module()
+  root.encoder = encoder
+  root.signature_variables = signature_variables(functions)
+  return root
+
+
+def write_saved_model(export_dir: str,
+                      signatures: Mapping[str, tf.types.experimental.GenericFunction],
+                      encoder: tf.Module, version: Optional[int] = None) -> str:
+  """Saves `signatures` as `export_dir/<version>/` for TF Serving and returns that path.
+
+  Saves the variables the signatures read and `encoder` (whose vocab or SentencePiece model
+  travels as an asset), plus `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
+  The version defaults to `next_version(export_dir)`.
   """
   version = next_version(export_dir) if version is None else version
   final_dir = os.path.join(export_dir, str(version))
@@ -85,30 +204,28 @@ def write_saved_model(module: tf.Module, export_dir: str,
   tf.io.gfile.makedirs(export_dir)
   concrete = {name: fn.get_concrete_function() for name, fn in signatures.items()}
   with atomic_files.atomic_output(final_dir) as temporary_dir:
-    tf.saved_model.save(module, temporary_dir, signatures=concrete)
+    tf.saved_model.save(serving_root(encoder, list(concrete.values())), temporary_dir,
+                        signatures=concrete)
+    write_warmup_requests(temporary_dir, warmup_requests(concrete, encoder))
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir
 
 
-def export_task_model(export_dir: str, model: tf.Module, encoder: tf.Module,
-                      outputs_fn: OutputsFn, text_inputs: Sequence[str],
-                      version: Optional[int] = None) -> str:
+def export_task_model(export_dir: str, encoder: tf.Module, outputs_fn: OutputsFn,
+                      text_inputs: Sequence[str], version: Optional[int] = None) -> str:
   """Exports a task model with the text (`serving_default`) and `token_ids` signatures.
 
   Args:
     export_dir: the directory TF Serving watches; the model goes to `export_dir/<version>/`.
-    model: the Keras model (its variables are saved).
     encoder: the in-graph text encoder: `encoder(*texts)` returns a dict with the three id tensors.
-    outputs_fn: features dict (int32 ids) -> dict of output tensors (inference mode).
+    outputs_fn: features dict (int32 ids) -> dict of output tensors (inference mode); the
+      variables it reads are saved.
     text_inputs: the names of the text signature's string inputs, e.g. ("text_a", "text_b").
     version: the version number, default the next one.
 
   Returns:
     The SavedModel directory.
   """
-  module = tf.Module()
-  module.model = model
-  module.encoder = encoder
   signatures = {SERVING_DEFAULT: text_signature(encoder, outputs_fn, text_inputs),
                 TOKEN_IDS_SIGNATURE: ids_signature(outputs_fn)}
-  return write_saved_model(module, export_dir, signatures, version)
+  return write_saved_model(export_dir, signatures, encoder, version)

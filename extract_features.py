@@ -13,6 +13,8 @@ Additions:
   real tokens, [CLS] and [SEP] included, as sentence-transformers' mean pooling does).
 - `--output_format=npz` writes `output_file` as a directory of `features-00000.npz`, ... (one per
   batch) with float32 arrays instead of text; see `write_npz_batch`.
+- `--export_dir` also writes the encoder as a SavedModel for TF Serving (`export_encoder`): raw text
+  in, the same values out.
 Input is read, run and written batch by batch, so memory does not grow with the input.
 """
 
@@ -32,6 +34,8 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import export
+import in_graph_tokenization
 import modeling
 import tokenization
 import training
@@ -73,6 +77,10 @@ def define_flags() -> None:
                     "which gives the same values.")
   flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: one vector per token (the "
                     "original). cls: the [CLS] vector. mean: the mean over real tokens.")
+  flags.DEFINE_string("export_dir", None, "If set, also export the encoder for TF Serving as "
+                      "export_dir/<version>/: raw `text` (and `text_b`) in, `sequence_output` (the "
+                      "--layers concatenated), `pooled_output` (per --pooling) and `input_mask` "
+                      "out.")
 
 
 def parse_line(line: str) -> tuple[str, Optional[str]]:
@@ -164,14 +172,80 @@ class FeatureExtractor(tf.Module):
     """Returns float32 [batch, layers, seq, hidden], or [batch, layers, hidden] when pooling."""
     outputs = self.bert(input_ids, input_mask=input_mask, token_type_ids=segment_ids,
                         training=False)
+    return self.selected_layers(outputs, input_mask, self.pooling)
+
+  def selected_layers(self, outputs: dict, input_mask: tf.Tensor, pooling: str) -> tf.Tensor:
+    """The `layer_indexes` layers of BertModel outputs, stacked on axis 1, pooled per `pooling`."""
     encoder_outputs = outputs["encoder_outputs"]
     layers = tf.stack([encoder_outputs[i] for i in self.layer_indexes], axis=1)
-    if self.pooling == "cls":
+    if pooling == "cls":
       return layers[:, :, 0, :]
-    if self.pooling == "mean":
+    if pooling == "mean":
       weights = tf.cast(input_mask, layers.dtype)[:, tf.newaxis, :, tf.newaxis]
       return tf.reduce_sum(layers * weights, axis=2) / tf.reduce_sum(weights, axis=2)
     return layers
+
+  def serving_outputs(self, features: dict) -> dict:
+    """The encoder export's outputs for int32 id features, like TF Hub's BERT encoders.
+
+    `sequence_output` [B, T, len(layers) * H]: the `layer_indexes` layers concatenated per token
+    (the values of the JSON Lines `features`); `pooled_output` [B, len(layers) * H]: with
+    `pooling` cls or mean those layers pooled and concatenated (the JSON Lines `pooled` values),
+    otherwise BERT's pooler output; `input_mask` [B, T] marks the real tokens.
+    """
+    outputs = self.bert(features["input_ids"], input_mask=features["input_mask"],
+                        token_type_ids=features["segment_ids"], training=False)
+
+    def concatenated(layers):  # [B, L, ..., H] -> [B, ..., L * H]
+      return tf.concat(tf.unstack(layers, num=len(self.layer_indexes), axis=1), axis=-1)
+
+    pooled = outputs["pooled_output"]
+    if self.pooling != "none":
+      pooled = concatenated(self.selected_layers(outputs, features["input_mask"], self.pooling))
+    return {"sequence_output": concatenated(
+                self.selected_layers(outputs, features["input_mask"], "none")),
+            "pooled_output": pooled, "input_mask": features["input_mask"]}
+
+
+TEXT_PAIR_SIGNATURE = "text_pair"
+
+
+def export_encoder(export_dir: str, extractor: FeatureExtractor, vocab_file: str,
+                   do_lower_case: bool, max_seq_length: int) -> str:
+  """Writes the feature extractor as a SavedModel under `export_dir/<version>/`; returns its path.
+
+  Signatures (all with `FeatureExtractor.serving_outputs`' outputs): `serving_default` on `text`,
+  `text_pair` on `text` and `text_b` (a row whose text_b has no tokens is encoded as a single
+  text, as this script treats a line without ` ||| `), `token_ids` on the ids. Texts are
+  tokenized in the graph as FullTokenizer does, truncated as `example_tokens`, and padded to a
+  length bucket (`BertInputEncoder(dynamic_padding=True)`).
+  """
+  encoder = in_graph_tokenization.BertInputEncoder(vocab_file, do_lower_case,
+                                                   max_seq_length=max_seq_length,
+                                                   dynamic_padding=True)
+
+  def encode_pair(text, text_b):
+    """Pairs where text_b has tokens, single texts elsewhere, padded to one width."""
+    ids = encoder.tokenize(tf.concat([text, text_b], axis=0))
+    batch_size = tf.shape(text)[0]
+    ids_a, ids_b = ids[:batch_size], ids[batch_size:]
+    pair, single = encoder.pack(ids_a, ids_b), encoder.pack(ids_a)
+    width = tf.maximum(tf.shape(pair["input_ids"])[1], tf.shape(single["input_ids"])[1])
+    has_b = (ids_b.row_lengths() > 0)[:, tf.newaxis]
+    return {name: tf.where(has_b, _pad_columns(pair[name], width),
+                           _pad_columns(single[name], width)) for name in pair}
+
+  outputs_fn = extractor.serving_outputs
+  signatures = {
+      export.SERVING_DEFAULT: export.text_signature(encoder, outputs_fn, ["text"]),
+      TEXT_PAIR_SIGNATURE: export.text_signature(encode_pair, outputs_fn, ["text", "text_b"]),
+      export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn)}
+  return export.write_saved_model(export_dir, signatures, encoder)
+
+
+def _pad_columns(values: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+  """Zero-pads a [B, T] tensor to [B, width]."""
+  return tf.pad(values, [[0, 0], [0, width - tf.shape(values)[1]]])
 
 
 def _layer_entries(layer_indexes: Sequence[int], vectors: np.ndarray) -> list[dict]:
@@ -340,6 +414,9 @@ def main(_):
   batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
                          FLAGS.batch_size)
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
+  if FLAGS.export_dir:
+    export_encoder(FLAGS.export_dir, extractor, FLAGS.vocab_file, FLAGS.do_lower_case,
+                   FLAGS.max_seq_length)
 
 
 if __name__ == "__main__":

@@ -312,6 +312,18 @@ def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tenso
       lambda: _map_each_code_point(code_points, final_sigma, tables.table))
 
 
+@functools.lru_cache(maxsize=None)
+def _python_whitespace_pattern() -> str:
+  """An RE2 class of every character Python's `str.split()` splits on."""
+  _, chars = _all_chars()
+  return "[%s]" % "".join("\\x{%x}" % ord(c) for c in chars if c.isspace())
+
+
+def whitespace_split(texts: tf.Tensor) -> tf.RaggedTensor:
+  """Strings [B] -> ragged words [B, (words)], as Python's `text.split()` (Unicode whitespace)."""
+  return tf.strings.split(tf.strings.regex_replace(texts, _python_whitespace_pattern(), " "))
+
+
 def _decode(texts: tf.Tensor) -> tf.RaggedTensor:
   """UTF-8 strings [B] -> ragged int32 code points [B, (chars)], invalid bytes dropped."""
   return tf.strings.unicode_decode(texts, "UTF-8", errors="ignore")
@@ -407,20 +419,44 @@ def _ragged_prefix(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTens
   return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
 
 
+def padded_length_buckets(max_seq_length: int) -> list[int]:
+  """The lengths dynamic padding rounds up to: 16, 32, 64, ... below max_seq_length, then it."""
+  buckets = []
+  length = 16
+  while length < max_seq_length:
+    buckets.append(length)
+    length *= 2
+  return buckets + [max_seq_length]
+
+
+def padded_length(row_lengths: tf.Tensor, max_seq_length: int) -> tf.Tensor:
+  """The smallest bucket of `padded_length_buckets` that holds the longest row (int64 scalar)."""
+  buckets = tf.constant(padded_length_buckets(max_seq_length), tf.int64)
+  longest = tf.reduce_max(tf.concat([tf.cast(row_lengths, tf.int64), [1]], axis=0))
+  return tf.reduce_min(tf.boolean_mask(buckets, buckets >= longest))
+
+
 class BertInputEncoder(tf.Module):
   """Raw strings -> BERT inputs, with the ids of `tokenization.FullTokenizer`.
 
   Attributes:
     vocab_file / sp_model_file: the vocab or SentencePiece model, as a SavedModel asset.
     do_lower_case: a bool variable (as in TF Hub's BERT models).
-    max_seq_length: the fixed length of the outputs of `__call__` and `pack`.
-    cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent).
+    max_seq_length: the most tokens per row (longer inputs are truncated); with
+      `dynamic_padding=False` also the fixed length of the outputs of `__call__` and `pack`.
+    dynamic_padding: pad every batch only to its longest row, rounded up to the next of
+      `padded_length_buckets(max_seq_length)` (16, 32, 64, ... capped at max_seq_length), so a short
+      request costs what its tokens cost while the number of distinct shapes (and of cached
+      kernels) stays small. The values at real positions do not depend on the padding.
+    cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent; with a
+      SentencePiece model without "[UNK]", unk_id is the model's unknown piece, the id
+      `FullTokenizer.convert_tokens_to_ids(["[UNK]"])` gives).
     special_token_ids: dict token -> id of those present.
   """
 
   def __init__(self, vocab_file: Optional[str] = None, do_lower_case: bool = True,
                spm_model_file: Optional[str] = None, max_seq_length: int = 128,
-               name: Optional[str] = None):
+               dynamic_padding: bool = False, name: Optional[str] = None):
     super().__init__(name=name)
     if max_seq_length < 2:
       raise ValueError("max_seq_length must be at least 2, got %d." % max_seq_length)
@@ -428,6 +464,7 @@ class BertInputEncoder(tf.Module):
     self._do_lower_case = bool(do_lower_case)
     self.do_lower_case = tf.Variable(self._do_lower_case, trainable=False, name="do_lower_case")
     self.max_seq_length = int(max_seq_length)
+    self.dynamic_padding = bool(dynamic_padding)
     self.special_token_ids = {
         token: python_tokenizer.vocab[token]
         for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN, tokenization.UNK_TOKEN,
@@ -438,6 +475,9 @@ class BertInputEncoder(tf.Module):
     self.cls_id = self.special_token_ids[tokenization.CLS_TOKEN]
     self.sep_id = self.special_token_ids[tokenization.SEP_TOKEN]
     self.unk_id = self.special_token_ids.get(tokenization.UNK_TOKEN)
+    if spm_model_file and self.unk_id is None:
+      # What "[UNK]" maps to with a SentencePiece model: the model's own unknown piece.
+      self.unk_id = python_tokenizer.sp_model.unk_id()
     self.pad_id = self.special_token_ids.get(tokenization.PAD_TOKEN)
     self.mask_id = self.special_token_ids.get(tokenization.MASK_TOKEN)
     if spm_model_file:
@@ -507,6 +547,9 @@ class BertInputEncoder(tf.Module):
           tf.ones_like(part) for part in parts[3:]]
     input_ids = tf.concat(parts, axis=1)
     shape = [None, self.max_seq_length]
+    if self.dynamic_padding:
+      shape = tf.stack([input_ids.nrows(), padded_length(input_ids.row_lengths(),
+                                                         self.max_seq_length)])
     return {
         "input_ids": tf.cast(input_ids.to_tensor(0, shape=shape), tf.int32),
         "input_mask": tf.cast(tf.ones_like(input_ids).to_tensor(0, shape=shape), tf.int32),
@@ -514,7 +557,10 @@ class BertInputEncoder(tf.Module):
     }
 
   def __call__(self, text_a, text_b=None) -> Dict[str, tf.Tensor]:
-    """Strings [B] (and [B] for pairs) -> dict of int32 [B, max_seq_length] BERT inputs."""
+    """Strings [B] (and [B] for pairs) -> dict of int32 [B, length] BERT inputs.
+
+    length is max_seq_length, or with `dynamic_padding` the batch's bucketed longest row.
+    """
     if text_b is None:
       return self.pack(self.tokenize(text_a))
     # One pass over both texts: a smaller graph, and chunks shared by a and b are tokenized once.

@@ -1023,13 +1023,12 @@ class SquadServingModule(tf.Module):
                max_query_length: int, n_best_size: int, max_answer_length: int,
                version_2_with_negative: bool, null_score_diff_threshold: float):
     super().__init__(name="squad_serving")
-    if tokenizer.sp_model is not None:
-      raise ValueError("export_dir: the SQuAD export supports WordPiece vocabs only "
-                       "(--spm_model_file is not supported for export)")
     check_feature_settings(max_seq_length, 1, max_query_length)
     self.model = model
     self.encoder = in_graph_tokenization.BertInputEncoder(
-        tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=max_seq_length)
+        None if tokenizer.sp_model is not None else tokenizer.vocab_file,
+        tokenizer.do_lower_case, spm_model_file=tokenizer.spm_model_file,
+        max_seq_length=max_seq_length)
     # The basic tokenizer get_final_text aligns the answer with (the encoder keeps its own).
     self._basic_tables = in_graph_tokenization.CharacterTables(
         "lower_strip_accents" if tokenizer.do_lower_case else None)
@@ -1041,7 +1040,7 @@ class SquadServingModule(tf.Module):
     self._max_answer_length = max_answer_length
     self._version_2 = version_2_with_negative
     self._threshold = null_score_diff_threshold
-    self.serve = tf.function(self._serve, input_signature=[
+    self.serve = tf.function(self._serve, autograph=False, input_signature=[
         tf.TensorSpec([None], tf.string, name="question"),
         tf.TensorSpec([None], tf.string, name="context")])
 
@@ -1196,7 +1195,7 @@ def export_model(model: keras.Model, tokenizer: Any, export_dir: str, max_seq_le
                               null_score_diff_threshold)
   signatures = {export.SERVING_DEFAULT: module.serve,
                 export.TOKEN_IDS_SIGNATURE: export.ids_signature(module.logits)}
-  return export.write_saved_model(module, export_dir, signatures)
+  return export.write_saved_model(export_dir, signatures, module.encoder)
 
 
 # ---------------------------------------------------------------------------------------------

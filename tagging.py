@@ -517,7 +517,7 @@ class TaggerServing(tf.Module):
     self.tag_list = list(tag_list)
 
   def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-    words = tf.strings.split(text)
+    words = in_graph_tokenization.whitespace_split(text)
     word_pieces = self._clip_word_pieces(self.encoder.tokenize_words(words).values)
     counts = tf.cast(word_pieces.row_lengths(), tf.int32)
     is_first = tf.equal(tf.ragged.range(words.row_lengths()).flat_values, 0)
@@ -573,13 +573,13 @@ def export_tagger(export_dir: str, model: BertTagger, tag_list: Sequence[str], v
   """
   encoder = in_graph_tokenization.BertInputEncoder(
       vocab_file=vocab_file, do_lower_case=do_lower_case, spm_model_file=spm_model_file,
-      max_seq_length=max_seq_length)
+      max_seq_length=max_seq_length, dynamic_padding=True)
   module = TaggerServing(model, encoder, tag_list)
-  text_fn = tf.function(module.tag_text, input_signature=[tf.TensorSpec([None], tf.string,
-                                                                        name="text")])
+  text_fn = tf.function(module.tag_text, autograph=False,
+                        input_signature=[tf.TensorSpec([None], tf.string, name="text")])
   signatures = {export.SERVING_DEFAULT: text_fn,
                 export.TOKEN_IDS_SIGNATURE: export.ids_signature(lambda f: predict_fn(model, f))}
-  return export.write_saved_model(module, export_dir, signatures)
+  return export.write_saved_model(export_dir, signatures, encoder)
 
 
 def predict_sentence_tags(strategy: tf.distribute.Strategy, model: keras.Model,

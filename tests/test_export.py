@@ -16,6 +16,8 @@ import export
 class HashingEncoder(tf.Module):
   """A stand-in text encoder: whitespace words hashed into ids 1..99, padded to length 8."""
 
+  max_seq_length = 8
+
   def __call__(self, text_a, text_b=None):
     ids = tf.strings.to_hash_bucket_fast(tf.strings.split(text_a), 99) + 1
     if text_b is not None:
@@ -42,13 +44,13 @@ def outputs_of(model):
 def test_export_writes_numbered_versions_with_both_signatures(tmp_path):
   export_dir = str(tmp_path / "export")
   model, encoder = toy_model(), HashingEncoder()
-  first = export.export_task_model(export_dir, model, encoder, outputs_of(model), ["text_a"])
-  second = export.export_task_model(export_dir, model, encoder, outputs_of(model), ["text_a"])
+  first = export.export_task_model(export_dir, encoder, outputs_of(model), ["text_a"])
+  second = export.export_task_model(export_dir, encoder, outputs_of(model), ["text_a"])
   assert (first, second) == (os.path.join(export_dir, "1"), os.path.join(export_dir, "2"))
   assert sorted(os.listdir(export_dir)) == ["1", "2"]  # No temporary directory is left behind.
   assert export.next_version(export_dir) == 3
   with pytest.raises(ValueError, match="already exists"):
-    export.export_task_model(export_dir, model, encoder, outputs_of(model), ["text_a"], version=2)
+    export.export_task_model(export_dir, encoder, outputs_of(model), ["text_a"], version=2)
 
   texts = ["a b c", "", "one two three four five six seven eight nine"]
   features = {k: v.numpy().tolist() for k, v in encoder(tf.constant(texts)).items()}
@@ -64,7 +66,7 @@ def test_export_writes_numbered_versions_with_both_signatures(tmp_path):
 
 def test_signatures_take_any_batch_size_and_pairs(tmp_path):
   model, encoder = toy_model(), HashingEncoder()
-  path = export.export_task_model(str(tmp_path), model, encoder, outputs_of(model),
+  path = export.export_task_model(str(tmp_path), encoder, outputs_of(model),
                                   ["text_a", "text_b"], version=7)
   assert path == os.path.join(str(tmp_path), "7")
   loaded = tf.saved_model.load(path)

@@ -66,7 +66,7 @@ def test_cli_writes_the_original_json_layout_and_values(model_dir, bert, tokeniz
        "--output_file", output_file, "--vocab_file", os.path.join(model_dir, "vocab.txt"),
        "--bert_config_file", os.path.join(model_dir, "bert_config.json"),
        "--init_checkpoint", os.path.join(model_dir, "bert_model.ckpt"), "--layers=-1,0,-2",
-       "--batch_size=2", "--max_seq_length=16"],
+       "--batch_size=2", "--max_seq_length=16", "--export_dir", str(tmp_path / "export")],
       check=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
       capture_output=True)
   with open(output_file) as reader:
@@ -91,6 +91,17 @@ def test_cli_writes_the_original_json_layout_and_values(model_dir, bert, tokeniz
   assert [f["token"] for f in pair["features"]] == [
       "[CLS]", "a", "dog", "[SEP]", "it", "is", "un", "##aff", "##able", "[SEP]"]
   assert [f["token"] for f in json.loads(lines[2])["features"]] == ["[CLS]", "[SEP]"]
+
+  # --export_dir: the same run's encoder as a SavedModel; sequence_output = the layers concatenated.
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  serve = tf.saved_model.load(str(tmp_path / "export" / "1")).signatures["serving_default"]
+  served = serve(text=tf.constant([_LINES[0], _LINES[3]]))
+  for row, index in enumerate((0, 3)):
+    features = json.loads(lines[index])["features"]
+    expected = [np.concatenate([layer["values"] for layer in f["layers"]]) for f in features]
+    assert served["input_mask"][row].numpy().sum() == len(features)
+    np.testing.assert_allclose(served["sequence_output"][row, :len(features)], expected, atol=1e-5)
+  assert served["pooled_output"].shape == (2, 16)  # --pooling=none: BERT's pooler output.
 
 
 def test_parse_line_pairs():

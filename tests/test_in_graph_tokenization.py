@@ -144,6 +144,32 @@ def test_special_ids_and_pack(uncased):
       [0, 0, 0, 0, 0, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0, 0]]
 
 
+def test_padded_length_buckets():
+  assert in_graph_tokenization.padded_length_buckets(128) == [16, 32, 64, 128]
+  assert in_graph_tokenization.padded_length_buckets(48) == [16, 32, 48]
+  assert in_graph_tokenization.padded_length_buckets(16) == [16]
+  assert in_graph_tokenization.padded_length_buckets(10) == [10]
+
+
+def test_dynamic_padding_pads_to_the_bucket_of_the_longest_row(uncased_vocab, uncased):
+  """The same ids as FullTokenizer.encode at max_seq_length, cut to the bucket of the batch."""
+  tokenizer, _ = uncased
+  encoder = in_graph_tokenization.BertInputEncoder(uncased_vocab, True, max_seq_length=48,
+                                                   dynamic_padding=True)
+  for texts_a, texts_b, length in [(["Hi there."], None, 16), ([""], None, 16),
+                                   (["one two three " * 5, "x"], None, 32),
+                                   (["one two three " * 5], ["four five six " * 8], 48),
+                                   (["word " * 100], None, 48)]:
+    features = encoder(tf.constant(texts_a), None if texts_b is None else tf.constant(texts_b))
+    for name, value in features.items():
+      assert value.shape == (len(texts_a), length), (texts_a, name)
+    for row, text_a in enumerate(texts_a):
+      expected = tokenizer.encode(text_a, None if texts_b is None else texts_b[row], 48)
+      for name, values in zip(("input_ids", "input_mask", "segment_ids"), expected):
+        assert features[name][row].numpy().tolist() == values[:length]
+        assert not any(values[length:])
+
+
 def test_learned_vocab_special_ids(tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text("\n".join(["[SEP]", "[CLS]", "[UNK]", "", "##b", "a"]) + "\n")

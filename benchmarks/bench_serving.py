@@ -1,0 +1,173 @@
+r"""Latency and throughput of a classifier export from raw text, as TF Serving runs it.
+
+Builds a sentence classifier (random weights; the shape set by --model) and exports it twice with
+`classifier.export_saved_model`: padded to max_seq_length (every export before dynamic padding)
+and with dynamic padding (each request padded to its longest row, rounded up to 16, 32, 64, ...).
+Both are loaded with `tf.saved_model.load` and their `serving_default` signature (tokenization in
+the graph included) is timed on real sentences from SST-2's training file:
+  - latency of a one-sentence request: p50 and p99 over --num_requests sentences;
+  - throughput of batches of --batch_size sentences, over --num_batches batches.
+If torch and transformers import, Hugging Face's PyTorch `BertForSequenceClassification` of the
+same shape runs in the same loop (its fast tokenizer on the same vocab, padding to the batch's
+longest row), so all three see the same machine load. Every system gets --threads threads.
+The systems take turns request by request.
+The table also gives the largest probability difference of the two exports over every request.
+
+Quick run:
+  python benchmarks/bench_serving.py --num_requests=20 --num_batches=2
+"""
+import os
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(BENCHMARK_DIR)
+SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
+sys.path.insert(0, REPO_ROOT)
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+import classifier  # pylint: disable=g-import-not-at-top
+import modeling  # pylint: disable=g-import-not-at-top
+import bench_model  # pylint: disable=g-import-not-at-top  (this directory: load_peer, BERT_BASE)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("sst2_file", os.path.join(SHARED_DIR, "glue", "SST-2", "train.tsv"),
+                    "SST-2 training file (header `sentence\\tlabel`); the sentences are requests.")
+flags.DEFINE_string("vocab_file", os.path.join(SHARED_DIR, "fixtures", "uncased_vocab",
+                                               "vocab.txt"), "Uncased WordPiece vocab.")
+flags.DEFINE_enum("model", "minilm", ["minilm", "base"],
+                  "Model shape: minilm = all-MiniLM-L6-v2's (L=6, H=384, A=12), base = BERT-Base.")
+flags.DEFINE_integer("max_seq_length", 128, "The export's max_seq_length.")
+flags.DEFINE_integer("num_requests", 200, "One-sentence requests per system (latency).")
+flags.DEFINE_integer("batch_size", 32, "Sentences per request for the throughput measurement.")
+flags.DEFINE_integer("num_batches", 10, "Batched requests per system (throughput).")
+flags.DEFINE_integer("threads", 0, "CPU threads for TensorFlow (intra- and inter-op) and PyTorch; "
+                     "0: all cores. On a machine shared with other jobs, 1 measures the code "
+                     "rather than the scheduler.")
+flags.DEFINE_string("export_root", "/tmp/bench_serving", "Where the two exports are written.")
+
+MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
+              intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512,
+              type_vocab_size=2)
+
+
+def read_sentences(path: str) -> list[str]:
+  """The sentences of an SST-2 file, in a fixed shuffled order."""
+  with open(path, encoding="utf-8") as reader:
+    next(reader)
+    sentences = [line.split("\t")[0] for line in reader if line.strip()]
+  order = np.random.default_rng(0).permutation(len(sentences))
+  return [sentences[i] for i in order]
+
+
+def export_classifier(model, dynamic_padding: bool) -> str:
+  """Exports the model with the SST-2 processor; returns the SavedModel directory."""
+  export_dir = os.path.join(FLAGS.export_root, "dynamic" if dynamic_padding else "padded")
+  if tf.io.gfile.exists(export_dir):
+    tf.io.gfile.rmtree(export_dir)
+  return classifier.export_saved_model(
+      model, classifier.get_processor("sst-2"), export_dir, FLAGS.vocab_file, True, None,
+      FLAGS.max_seq_length, dynamic_padding=dynamic_padding)
+
+
+class ExportRunner:
+  """The serving_default signature of a SavedModel, called from Python."""
+
+  def __init__(self, path: str):
+    self.signature = tf.saved_model.load(path).signatures["serving_default"]
+
+  def __call__(self, sentences: list[str]) -> np.ndarray:
+    return self.signature(text_a=tf.constant(sentences))["probabilities"].numpy()
+
+
+class HuggingFaceRunner:
+  """BertForSequenceClassification with its fast tokenizer, padding to the longest row."""
+
+  def __init__(self, peer, config: modeling.BertConfig):
+    self.torch, transformers = peer
+    self.tokenizer = transformers.BertTokenizerFast(FLAGS.vocab_file, do_lower_case=True)
+    self.model = transformers.BertForSequenceClassification(transformers.BertConfig(
+        vocab_size=config.vocab_size, hidden_size=config.hidden_size,
+        num_hidden_layers=config.num_hidden_layers, num_attention_heads=config.num_attention_heads,
+        intermediate_size=config.intermediate_size, hidden_act=config.hidden_act,
+        max_position_embeddings=config.max_position_embeddings, num_labels=2)).eval()
+
+  def __call__(self, sentences: list[str]) -> np.ndarray:
+    inputs = self.tokenizer(sentences, padding=True, truncation=True,
+                            max_length=FLAGS.max_seq_length, return_tensors="pt")
+    with self.torch.inference_mode():
+      return self.torch.softmax(self.model(**inputs).logits, -1).numpy()
+
+
+def timed_calls(runners: dict, requests: list[list[str]]) -> tuple[dict, dict]:
+  """Seconds of every request per runner (runners take turns), and each runner's outputs."""
+  seconds = {name: [] for name in runners}
+  outputs = {name: [] for name in runners}
+  for request in requests:
+    for name, runner in runners.items():
+      start = time.perf_counter()
+      outputs[name].append(runner(request))
+      seconds[name].append(time.perf_counter() - start)
+  return seconds, outputs
+
+
+def main(argv):
+  del argv  # Unused.
+  threads = FLAGS.threads or os.cpu_count() or 1
+  tf.config.threading.set_intra_op_parallelism_threads(threads)
+  tf.config.threading.set_inter_op_parallelism_threads(threads)
+  sentences = read_sentences(FLAGS.sst2_file)
+  config = modeling.BertConfig.from_dict(bench_model.BERT_BASE if FLAGS.model == "base" else MINILM)
+  model = classifier.BertClassifier(config, 2)
+  model.build()
+  runners = {
+      "ours, padded to max_seq_length (before)": ExportRunner(export_classifier(model, False)),
+      "ours, dynamic padding (after)": ExportRunner(export_classifier(model, True))}
+  peer = bench_model.load_peer()
+  if peer:
+    peer[0].set_num_threads(threads)
+    runners["Hugging Face PyTorch, dynamic padding"] = HuggingFaceRunner(peer, config)
+  singles = [[s] for s in sentences[:FLAGS.num_requests]]
+  batches = [sentences[FLAGS.num_requests + i * FLAGS.batch_size:
+                       FLAGS.num_requests + (i + 1) * FLAGS.batch_size]
+             for i in range(FLAGS.num_batches)]
+  # Warm up every runner on every padded length bucket and on a full batch.
+  lengths = sorted(sentences[:2000], key=len)
+  timed_calls(runners, [[lengths[-1] * 3], [lengths[0]], [lengths[len(lengths) // 2]],
+                        batches[0]])
+  single_seconds, single_outputs = timed_calls(runners, singles)
+  batch_seconds, _ = timed_calls(runners, batches)
+
+  before, after = list(runners)[:2]
+  difference = max(float(np.max(np.abs(a - b))) for a, b in zip(single_outputs[before],
+                                                                single_outputs[after]))
+  tokens = [len(s.split()) for s in sentences[:FLAGS.num_requests]]
+  print("\n- %s-shaped classifier (L=%d, H=%d, A=%d, random weights), max_seq_length %d, %d CPU "
+        "thread(s) for each system, %d cores. Latency: %d one-sentence requests from SST-2 "
+        "train.tsv (median %d words); throughput: %d batches of %d. Largest probability "
+        "difference, dynamic vs padded export: %.1e." % (
+            "BERT-Base" if FLAGS.model == "base" else "all-MiniLM-L6-v2", config.num_hidden_layers,
+            config.hidden_size, config.num_attention_heads, FLAGS.max_seq_length, threads,
+            os.cpu_count(), len(singles), int(np.median(tokens)), len(batches), FLAGS.batch_size,
+            difference))
+  if not peer:
+    print("- Hugging Face PyTorch column skipped: torch and transformers do not import here.")
+  print("| system | p50 ms, 1 sentence | p99 ms, 1 sentence | sentences/s, batch %d | "
+        "p50 speed-up over padded export |" % FLAGS.batch_size)
+  print("| --- | ---: | ---: | ---: | ---: |")
+  reference = np.percentile(single_seconds[before], 50)
+  for name in runners:
+    p50, p99 = np.percentile(single_seconds[name], [50, 99])
+    throughput = sum(len(b) for b in batches) / sum(batch_seconds[name])
+    print("| %s | %.1f | %.1f | %.1f | %.1fx |" % (name, 1e3 * p50, 1e3 * p99, throughput,
+                                                  reference / p50))
+
+
+if __name__ == "__main__":
+  app.run(main)

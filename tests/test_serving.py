@@ -1,0 +1,349 @@
+"""Every export served the way TF Serving serves it: TF's C++ SavedModel loader, in a fresh process.
+
+The path: `tests/cpp_serving_client.py`, run in a fresh process whose imports include neither
+tensorflow_text nor the project. It registers tensorflow-text's ops from the op libraries inside
+the installed tensorflow_text package with `tf.load_op_library` (as the model server links them)
+and loads every SavedModel with TF's C API `TF_LoadSessionFromSavedModel` from the wheel's
+`libtensorflow_cc.so.2` through ctypes (C++ `LoadSavedModel`, behind TF Serving's
+`SavedModelBundle`), then runs the signatures with `TF_SessionRun`.
+
+Before the fix in `export.serving_root`, this path reproduced the reported failure on our exports:
+they loaded, and then every signature call (`serving_default` and `token_ids`) failed with
+FAILED_PRECONDITION "Could not find variable bert_classifier/bert/pooler/dense/bias" (likewise
+`squad_model/...`, `bert_tagger/...`), while `tf.saved_model.load` in Python worked.
+
+Here the classifier, NER and SQuAD exports, each with a WordPiece vocab and with a SentencePiece
+model, plus the feature-extraction encoder export, are built from small random models; one
+subprocess answers every request of every export, and also every request of the exports'
+`assets.extra/tf_serving_warmup_requests`, parsed with TF Serving's own `prediction_log_pb2`.
+"""
+
+import functools
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT
+from conftest import shared_path
+import classifier
+import extract_features
+import in_graph_tokenization
+import export
+import modeling
+import squad
+import tagging
+import tokenization
+import training
+from test_tokenization import train_sentencepiece
+
+CLIENT = os.path.join(REPO_ROOT, "tests", "cpp_serving_client.py")
+MAX_SEQ_LENGTH = 48
+ENGLISH = ["Héllo, WORLD! The café's naïve owner.", "東京 is big; isn't it?", "",
+           "a very long sentence about cats and dogs " * 6, "Odd\u3000and\u00a0wide spaces",
+           "The quick brown fox.", "Jumps over the lazy dog?"]
+SYLLABLES = ["karitomen sun", "한국어 데이터 é ль", "", "kato rimen " * 12, "SUN Ka  to",
+             "tomen", "데이 ka ri"]
+
+
+def tiny_config(vocab_size: int) -> modeling.BertConfig:
+  """One layer and a wide initializer, so random models give clearly different outputs."""
+  return modeling.BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=1,
+                             num_attention_heads=4, intermediate_size=64,
+                             max_position_embeddings=MAX_SEQ_LENGTH, initializer_range=0.3)
+
+
+def texts_input(texts):
+  return {"dtype": "string", "value": list(texts)}
+
+
+def ids_inputs(features):
+  return {name: {"dtype": "int32", "value": np.asarray(features[name]).tolist()}
+          for name in export.ID_INPUTS}
+
+
+def padded_ids(tokenizer, texts_a, texts_b=None):
+  """do_predict's features: FullTokenizer.encode padded to MAX_SEQ_LENGTH."""
+  rows = [tokenizer.encode(a, None if texts_b is None else texts_b[i], MAX_SEQ_LENGTH)
+          for i, a in enumerate(texts_a)]
+  return {name: np.array([row[k] for row in rows], np.int32)
+          for k, name in enumerate(export.ID_INPUTS)}
+
+
+def classifier_export(root, tokenizer, texts, pair):
+  """A classifier export; expected outputs are do_predict's: the model on padded features."""
+  processor = classifier.get_processor("mnli" if pair else "sst-2")
+  model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)),
+                                    len(processor.get_labels()))
+  model.build()
+  path = classifier.export_saved_model(model, processor, root, tokenizer.vocab_file,
+                                       tokenizer.do_lower_case, tokenizer.spm_model_file,
+                                       MAX_SEQ_LENGTH)
+  texts_b = texts[::-1] if pair else None
+  features = padded_ids(tokenizer, texts, texts_b)
+  probabilities = tf.nn.softmax(model(features)).numpy()
+  text_inputs = {"text_a": texts_input(texts)}
+  if pair:
+    text_inputs["text_b"] = texts_input(texts_b)
+  expected = {"probabilities": probabilities,
+              "label": [processor.get_labels()[i] for i in probabilities.argmax(1)]}
+  return path, [("serving_default", text_inputs, expected),
+                ("token_ids", ids_inputs(features), {"probabilities": probabilities})]
+
+
+def tagger_export(root, tokenizer, texts):
+  """An NER export; expected tags are run_ner's prediction path (windows, first sub-tokens)."""
+  tag_list = ["O", "B-LOC", "B-PER", "I-PER"]
+  model = tagging.build_tagger(tiny_config(len(tokenizer.vocab)), len(tag_list))
+  path = tagging.export_tagger(root, model, tag_list, tokenizer.vocab_file,
+                               tokenizer.do_lower_case, MAX_SEQ_LENGTH, tokenizer.spm_model_file)
+  sentences = [tagging.TaggedSentence(text.split(), None) for text in texts]
+  features = tagging.convert_sentences_to_features(sentences, tag_list, MAX_SEQ_LENGTH, tokenizer)
+  tags = tagging.predict_sentence_tags(training.make_strategy("one_device"), model, sentences,
+                                       features, tag_list, 4)
+  longest = max(len(row) for row in tags)
+  window = tagging.features_to_arrays(features[:2])
+  position_tag_ids = tagging.predict_fn(model, window)["tag_ids"].numpy()
+  return path, [
+      ("serving_default", {"text": texts_input(texts)},
+       {"tags": [row + [""] * (longest - len(row)) for row in tags]}),
+      ("token_ids", ids_inputs(window), {"tag_ids": position_tag_ids})]
+
+
+def squad_export(root, tokenizer, questions, contexts):
+  """A SQuAD export; expected answers are do_predict's post-processing of the model's logits."""
+  model = squad.build_model(tiny_config(len(tokenizer.vocab)))
+  path = squad.export_model(model, tokenizer, root, MAX_SEQ_LENGTH, max_query_length=12,
+                            n_best_size=20, max_answer_length=10)
+  data = [{"title": "t", "paragraphs": [
+      {"context": context, "qas": [{"id": str(i), "question": question, "answers": []}]}
+      for i, (question, context) in enumerate(zip(questions, contexts))]}]
+  examples, _ = squad.examples_from_data(data, is_training=False)
+  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH, 128, 12,
+                                                     is_training=False))
+  assert len(features) == len(examples)  # One window each: what the export answers.
+  ids = {name: np.array([getattr(f, name) for f in features], np.int32)
+         for name in export.ID_INPUTS}
+  logits = model(ids)
+  results = [squad.RawResult(f.unique_id, s.tolist(), e.tolist()) for f, s, e in zip(
+      features, logits["start_logits"].numpy(), logits["end_logits"].numpy())]
+  predictions, _, _ = squad.compute_predictions(examples, features, results, 20, 10,
+                                                tokenizer.do_lower_case)
+  answers = ["" if predictions[e.qas_id] == "empty" else predictions[e.qas_id] for e in examples]
+  return path, [
+      ("serving_default", {"question": texts_input(questions), "context": texts_input(contexts)},
+       {"answer": answers}),
+      ("token_ids", ids_inputs(ids), {name: logits[name].numpy()
+                                      for name in ("start_logits", "end_logits")})]
+
+
+def encoder_export(root, tokenizer, texts):
+  """An extract_features export (--layers=-1,0 --pooling=mean) and the same run's JSON Lines.
+
+  Returns the export's requests and, per text request, the JSON Lines values it must give:
+  (tokens per row, [rows][tokens, layers * H] per-token values, [rows, layers * H] pooled).
+  """
+  bert = modeling.BertModel(tiny_config(len(tokenizer.vocab)), name="bert")
+  bert.build()
+  layer_indexes = [-1, 0]
+  extractor = extract_features.FeatureExtractor(bert, layer_indexes, "mean")
+  path = extract_features.export_encoder(root, extractor, tokenizer.vocab_file,
+                                         tokenizer.do_lower_case, MAX_SEQ_LENGTH)
+  # A line cannot hold an empty text_a with a text_b: those rows get no text_b.
+  texts_b = [b if a else "" for a, b in zip(texts, texts[::-1])]
+  texts_b[1] = "\u200b"  # No tokens: encoded as a single text, as a line without " ||| ".
+  lines = [a if not b else "%s ||| %s" % (a, b) for a, b in zip(texts, texts_b)]
+
+  def json_lines(lines, pooling):
+    output_file = os.path.join(root, "features-%s.jsonl" % pooling)
+    extract_features.extract(
+        extract_features.FeatureExtractor(bert, layer_indexes, pooling),
+        extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3), output_file, "jsonl")
+    with open(output_file, encoding="utf-8") as reader:
+      return [json.loads(line) for line in reader]
+
+  def values(lines):
+    per_token = [[np.concatenate([layer["values"] for layer in feature["layers"]])
+                  for feature in record["features"]] for record in json_lines(lines, "none")]
+    pooled = [np.concatenate([layer["values"] for layer in record["pooled"]])
+              for record in json_lines(lines, "mean")]
+    return [np.array(rows) for rows in per_token], np.array(pooled)
+
+  batch = next(extract_features.read_batches(texts, tokenizer, MAX_SEQ_LENGTH, len(texts)))
+  ids = {"input_ids": batch.input_ids, "input_mask": batch.input_mask,
+         "segment_ids": batch.segment_ids}
+  requests = [("serving_default", {"text": texts_input(texts)}, {}),
+              ("text_pair", {"text": texts_input(texts), "text_b": texts_input(texts_b)}, {}),
+              ("token_ids", ids_inputs(ids), {})]
+  return path, requests, [values(texts), values(lines), values(texts)]
+
+
+def one_window(texts, empty):
+  """SQuAD contexts short enough for one window (the export answers from the first one)."""
+  return [" ".join(text.split()[:12]) or empty for text in texts]
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+  """Builds every export, then serves all requests in one C++-loader subprocess."""
+  root = tmp_path_factory.mktemp("serving")
+  keras.utils.set_random_seed(3)
+  wordpiece = tokenization.FullTokenizer(shared_path("fixtures", "uncased_vocab", "vocab.txt"),
+                                         do_lower_case=True)
+  spm_file = train_sentencepiece(str(root))
+  sentencepiece = tokenization.FullTokenizer(None, do_lower_case=True, spm_model_file=spm_file)
+  questions = ["Who sold the café?", "Where is 東京?", "what dogs", "Why?", "ka to", "sun", "ль"]
+  exports = {
+      "classifier_wordpiece": classifier_export(str(root / "c1"), wordpiece, ENGLISH, pair=True),
+      "classifier_sentencepiece": classifier_export(str(root / "c2"), sentencepiece, SYLLABLES,
+                                                    pair=False),
+      "ner_wordpiece": tagger_export(str(root / "n1"), wordpiece, ENGLISH),
+      "ner_sentencepiece": tagger_export(str(root / "n2"), sentencepiece, SYLLABLES),
+      "squad_wordpiece": squad_export(str(root / "s1"), wordpiece, questions,
+                                      one_window(ENGLISH, "empty context")),
+      "squad_sentencepiece": squad_export(str(root / "s2"), sentencepiece, questions[::-1],
+                                          one_window(SYLLABLES, "ka")),
+  }
+  encoder_path, encoder_requests, json_values = encoder_export(str(root / "e1"), wordpiece,
+                                                               ENGLISH)
+  exports["encoder_wordpiece"] = (encoder_path, encoder_requests)
+  jobs = [{"saved_model": path, "requests": [
+      {"signature": signature, "inputs": inputs} for signature, inputs, _ in requests] +
+            warmup_requests(path)} for path, requests in exports.values()]
+  requests_file, results_file = str(root / "requests.json"), str(root / "results.json")
+  with open(requests_file, "w", encoding="utf-8") as writer:
+    json.dump(jobs, writer)
+  completed = subprocess.run([sys.executable, CLIENT, requests_file, results_file],
+                             capture_output=True, text=True, cwd=str(root), timeout=300,
+                             env=dict(os.environ, PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2"))
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  with open(results_file, encoding="utf-8") as reader:
+    results = json.load(reader)
+  # Per export: its path, its requests with expected outputs, and the C++ answers to those
+  # requests followed by the answers to its warmup requests.
+  return {"modules": results["modules"], "encoder_json_values": json_values,
+          "non_core_ops": {name: job["non_core_ops"]
+                           for name, job in zip(exports, results["jobs"])},
+          "exports": {name: (path, requests, job["results"][:len(requests)],
+                             job["results"][len(requests):], job["signatures"])
+                      for (name, (path, requests)), job in zip(exports.items(), results["jobs"])}}
+
+
+def warmup_requests(saved_model_dir):
+  """The warmup file's requests, read with TF Serving's own protos, as client requests."""
+  from tensorflow_serving.apis import prediction_log_pb2  # pylint: disable=g-import-not-at-top
+  path = os.path.join(saved_model_dir, "assets.extra", "tf_serving_warmup_requests")
+  requests = []
+  for record in tf.data.TFRecordDataset(path):
+    log = prediction_log_pb2.PredictionLog.FromString(record.numpy())
+    assert log.WhichOneof("log_type") == "predict_log"
+    request = log.predict_log.request
+    inputs = {}
+    for name, tensor_proto in request.inputs.items():
+      value = tf.make_ndarray(tensor_proto)
+      if value.dtype == object:
+        inputs[name] = texts_input([v.decode("utf-8") for v in value.tolist()])
+      else:
+        inputs[name] = {"dtype": value.dtype.name, "value": value.tolist()}
+    requests.append({"signature": request.model_spec.signature_name, "inputs": inputs})
+  return requests
+
+
+@functools.lru_cache(maxsize=None)
+def python_load(path):
+  return tf.saved_model.load(path)
+
+
+def python_outputs(path, request):
+  """What tf.saved_model.load in this process answers to a client request."""
+  signature = python_load(path).signatures[request["signature"]]
+  inputs = {name: tf.constant(spec["value"], tf.string if spec["dtype"] == "string"
+                              else spec["dtype"]) for name, spec in request["inputs"].items()}
+  return {name: value.numpy() for name, value in signature(**inputs).items()}
+
+
+def assert_same(actual, expected, what):
+  expected = np.asarray(expected)
+  if expected.dtype.kind in "OSU":
+    decoded = [v.decode("utf-8") if isinstance(v, bytes) else v for v in expected.reshape(-1)]
+    assert np.asarray(actual, dtype=object).reshape(-1).tolist() == decoded, what
+  else:
+    np.testing.assert_allclose(np.asarray(actual, np.float64), expected, atol=1e-5,
+                               err_msg=what)
+
+
+EXPORTS = ["classifier_wordpiece", "classifier_sentencepiece", "ner_wordpiece",
+           "ner_sentencepiece", "squad_wordpiece", "squad_sentencepiece", "encoder_wordpiece"]
+
+
+def test_client_imports_neither_tensorflow_text_nor_the_project(served):
+  assert served["modules"] == []
+
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_cpp_loader_answers_like_python_load_and_do_predict(served, name):
+  path, requests, answered, _, signatures = served["exports"][name]
+  assert set(signatures) >= {"serving_default", "token_ids"}
+  assert len(answered) == len(requests)
+  for (signature, inputs, expected), outputs in zip(requests, answered):
+    assert "error" not in outputs, outputs.get("error")
+    python = python_outputs(path, {"signature": signature, "inputs": inputs})
+    assert sorted(outputs) == sorted(python)
+    for key in outputs:
+      assert_same(outputs[key], python[key], "%s %s %s vs tf.saved_model.load" % (
+          name, signature, key))
+    for key, value in expected.items():
+      assert_same(outputs[key], value, "%s %s %s vs do_predict" % (name, signature, key))
+
+
+@pytest.mark.parametrize("name", EXPORTS)
+def test_warmup_requests_parse_and_run_through_the_cpp_loader(served, name):
+  path, _, _, warmed, _ = served["exports"][name]
+  requests = warmup_requests(path)
+  signatures = [request["signature"] for request in requests]
+  for signature in ("serving_default", "token_ids"):
+    assert signatures.count(signature) >= 3
+  batch_sizes = {len(next(iter(r["inputs"].values()))["value"]) for r in requests}
+  assert batch_sizes == {1, 8}
+  assert len(warmed) == len(requests)
+  for request, outputs in zip(requests, warmed):
+    assert "error" not in outputs, outputs.get("error")
+    python = python_outputs(path, request)
+    for key in python:
+      assert_same(outputs[key], python[key], "%s warmup %s" % (name, key))
+
+
+def test_encoder_export_equals_the_json_lines_of_the_same_run(served):
+  """sequence_output holds the --layers concatenated per token, pooled_output the --pooling=mean
+  vectors concatenated, input_mask the real tokens: the JSON Lines values, to their rounding."""
+  _, requests, answered, _, signatures = served["exports"]["encoder_wordpiece"]
+  assert set(signatures) >= {"serving_default", "text_pair", "token_ids"}
+  for (signature, _, _), outputs, (per_token, pooled) in zip(requests, answered,
+                                                           served["encoder_json_values"]):
+    sequence_output = np.array(outputs["sequence_output"])
+    lengths = [len(rows) for rows in per_token]
+    assert np.array(outputs["input_mask"]).sum(axis=1).tolist() == lengths, signature
+    if signature != "token_ids":  # Padded to the longest row, rounded up to a bucket.
+      assert sequence_output.shape[1] == min(
+          length for length in in_graph_tokenization.padded_length_buckets(MAX_SEQ_LENGTH)
+          if length >= max(lengths))
+    for row, rows in enumerate(per_token):
+      np.testing.assert_allclose(sequence_output[row, :len(rows)], rows, atol=1e-5,
+                                 err_msg=signature)
+    np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5, err_msg=signature)
+
+
+def test_non_core_ops_are_the_tokenizers_the_readme_lists(served):
+  wordpiece, sentencepiece = ["FastWordpieceTokenizeWithOffsets"], ["SentencepieceOp",
+                                                                     "SentencepieceTokenizeOp"]
+  assert served["non_core_ops"] == {
+      "classifier_wordpiece": wordpiece, "classifier_sentencepiece": sentencepiece,
+      "ner_wordpiece": wordpiece, "ner_sentencepiece": sentencepiece,
+      "squad_wordpiece": wordpiece + ["RegexSplitWithOffsets"],
+      "squad_sentencepiece": ["RegexSplitWithOffsets"] + sentencepiece,
+      "encoder_wordpiece": wordpiece}
