@@ -7,6 +7,7 @@ of the weights (+1e-5), plus the mean next-sentence cross-entropy. The training 
 and strategies come from training.py; run_pretraining.py maps the original's flags onto this.
 """
 
+import dataclasses
 import os
 import re
 from typing import Mapping, Optional
@@ -16,7 +17,9 @@ import keras
 import tensorflow as tf
 
 import modeling
+import pretraining_data
 import tfrecord_files
+import tokenization
 import training
 
 # Training shuffle buffer after interleaving files (records; the original used 100).
@@ -228,24 +231,27 @@ def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optio
 
 def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
                  input_files: list, config: training.TrainConfig, max_seq_length: int,
-                 max_predictions_per_seq: int,
-                 skip_corrupt_records: bool = False) -> training.TrainResult:
+                 max_predictions_per_seq: int, skip_corrupt_records: bool = False,
+                 masking: Optional["DynamicMasking"] = None) -> training.TrainResult:
   """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`.
 
   A corrupt record is a `tfrecord_files.CorruptRecordError` naming its file, unless
-  `skip_corrupt_records`: then each file is read only up to its first corrupt record.
+  `skip_corrupt_records`: then each file is read only up to its first corrupt record. With
+  `masking`, every batch read gets new masks (seeded by the pipeline seed).
   """
   _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  if masking is not None:
+    masking.check_vocab_size(bert_config.vocab_size)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
+
+  def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
+    batches = train_dataset(input_files, batch_size, seed, max_seq_length,
+                            max_predictions_per_seq, record_limits=record_limits)
+    return batches if masking is None else masking.apply(batches, seed)
+
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
-    result = training.train(
-        strategy,
-        lambda: build_model(bert_config),
-        loss_fn,
-        lambda batch_size, seed: train_dataset(input_files, batch_size, seed, max_seq_length,
-                                               max_predictions_per_seq,
-                                               record_limits=record_limits),
-        config)
+    result = training.train(strategy, lambda: build_model(bert_config), loss_fn, dataset_fn,
+                            config)
   if skipped:
     logging.info("%s", skipped)  # Again at the end, where a user looks.
   return result
@@ -284,3 +290,143 @@ def _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")
   check_first_record(input_files[0], max_seq_length, max_predictions_per_seq)
+
+
+# --------------------------------------------------------------------------------------------------
+# Dynamic masking (issue 20): new masked positions each time a record is read.
+
+# Mixed into the pipeline seed so that masking draws differ from the shuffle's.
+_MASKING_SEED_SALT = 0x6D61736B
+
+
+@dataclasses.dataclass(frozen=True)
+class DynamicMasking:
+  """Draws masks as create_pretraining_data.py does, inside the tf.data pipeline.
+
+  Any pretraining records work (the original's, ours, any `masked_lm_prob`): the stored masks are
+  undone first, since `masked_lm_ids` holds the true ids at the weighted `masked_lm_positions`.
+  Then, as `pretraining_data.create_masked_lm_predictions`: `min(max_predictions_per_seq,
+  max(1, round(length * masked_lm_prob)))` positions other than `[CLS]`, `[SEP]` and padding,
+  chosen by scanning candidates (whole words with `do_whole_word_mask`) in random order and taking
+  each that still fits; each becomes `[MASK]` (80%), a random vocab token (10%) or stays (10%).
+
+  Attributes:
+    masked_lm_prob, max_predictions_per_seq, do_whole_word_mask: the data tool's flags.
+    vocab: `pretraining_data.VocabIds` of the vocab the records were made with (special ids, the
+      ids random replacements come from, which tokens continue a word).
+  """
+  masked_lm_prob: float
+  max_predictions_per_seq: int
+  do_whole_word_mask: bool
+  vocab: pretraining_data.VocabIds
+
+  @classmethod
+  def from_vocab_file(cls, vocab_file: str, masked_lm_prob: float, max_predictions_per_seq: int,
+                      do_whole_word_mask: bool) -> "DynamicMasking":
+    """Reads the vocab; a missing special token or a bad probability is a ValueError."""
+    if not 0.0 <= masked_lm_prob <= 1.0:
+      raise ValueError("--masked_lm_prob must be in [0, 1], got %r" % masked_lm_prob)
+    vocab = pretraining_data.VocabIds.from_tokenizer(
+        tokenization.FullTokenizer(vocab_file), "--vocab_file %s" % vocab_file,
+        is_sentencepiece=False)
+    return cls(masked_lm_prob, max_predictions_per_seq, do_whole_word_mask, vocab)
+
+  def check_vocab_size(self, vocab_size: int) -> None:
+    """A vocab with ids the model's embeddings do not have is a ValueError (not a failed gather
+    deep in training)."""
+    largest = max(self.vocab.random_ids)
+    if largest >= vocab_size:
+      raise ValueError("--vocab_file has token ids up to %d but the model's vocab_size is %d: "
+                       "pass the vocab the model and records were made with" %
+                       (largest, vocab_size))
+
+  def apply(self, batches: tf.data.Dataset, seed: int) -> tf.data.Dataset:
+    """Re-masks every batch of decoded features; batch i's draws are seeded by (seed, i)."""
+    base_seed = tf.constant([seed, _MASKING_SEED_SALT], tf.int64)
+    return batches.enumerate().map(
+        lambda index, features: self.remask(
+            features, tf.random.experimental.stateless_fold_in(base_seed, index)),
+        num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+
+  def remask(self, features: Mapping[str, tf.Tensor], seed: tf.Tensor) -> dict:
+    """A batch of decoded features with new masks (input_ids and the masked_lm_* features)."""
+    original_ids = restore_original_ids(features)
+    selected = self._choose_positions(original_ids, features["input_mask"], seed)
+    seeds = tf.random.experimental.stateless_split(seed, 3)
+    shape = tf.shape(original_ids)
+    to_mask = selected & (tf.random.stateless_uniform(shape, seeds[0]) < 0.8)
+    to_random = (selected & ~to_mask
+                 & (tf.random.stateless_uniform(shape, seeds[1]) >= 0.5))
+    random_ids = tf.constant(self.vocab.random_ids, tf.int32)
+    random_tokens = tf.gather(random_ids, tf.random.stateless_uniform(
+        shape, seeds[2], maxval=len(self.vocab.random_ids), dtype=tf.int32))
+    input_ids = tf.where(to_mask, self.vocab.mask_id,
+                         tf.where(to_random, random_tokens, original_ids))
+    positions, weights = _sorted_positions(selected, self.max_predictions_per_seq)
+    masked_lm_ids = tf.gather(original_ids, positions, batch_dims=1) * tf.cast(weights, tf.int32)
+    return dict(features, input_ids=input_ids, masked_lm_positions=positions,
+                masked_lm_ids=masked_lm_ids, masked_lm_weights=weights)
+
+  def _choose_positions(self, input_ids: tf.Tensor, input_mask: tf.Tensor,
+                        seed: tf.Tensor) -> tf.Tensor:
+    """[B, T] bool: the positions to predict, chosen as the data tool chooses them."""
+    length = tf.reduce_sum(tf.cast(input_mask, tf.float64), axis=1)
+    num_to_predict = tf.minimum(
+        tf.cast(self.max_predictions_per_seq, tf.int32),
+        tf.maximum(1, tf.cast(tf.round(length * self.masked_lm_prob), tf.int32)))
+    candidate = ((input_mask > 0) & tf.not_equal(input_ids, self.vocab.cls_id)
+                 & tf.not_equal(input_ids, self.vocab.sep_id))
+    # A word starts at every candidate, or with whole words at the first candidate and at every
+    # candidate that does not continue a word (a piece after [SEP] joins the word before it, as in
+    # the data tool and the original).
+    starts_word = candidate
+    if self.do_whole_word_mask:
+      continues = tf.gather(tf.constant(list(self.vocab.continues_word), tf.int32) > 0,
+                            tf.minimum(input_ids, len(self.vocab.continues_word) - 1))
+      first_candidate = candidate & tf.equal(tf.cumsum(tf.cast(candidate, tf.int32), axis=1), 1)
+      starts_word = candidate & (~continues | first_candidate)
+    word_index = tf.cumsum(tf.cast(starts_word, tf.int32), axis=1) - 1  # Per row, from 0.
+    num_words = tf.shape(input_ids)[1]
+    word_sizes = tf.math.bincount(  # [B, T]: pieces of word w of each row (0: no such word).
+        tf.where(candidate, word_index, num_words), axis=-1, minlength=num_words + 1,
+        maxlength=num_words + 1)[:, :num_words]
+    # Words in a uniformly random order, then the data tool's scan: take a word if it still fits.
+    keys = tf.where(word_sizes > 0, tf.random.stateless_uniform(tf.shape(word_sizes), seed), 2.0)
+    order = tf.argsort(keys, axis=1, stable=True)
+    sizes_in_order = tf.gather(word_sizes, order, batch_dims=1)
+
+    def take_if_fits(taken_so_far, sizes):
+      fits = (sizes > 0) & (taken_so_far + sizes <= num_to_predict)
+      return taken_so_far + tf.where(fits, sizes, 0)
+
+    totals = tf.transpose(tf.scan(take_if_fits, tf.transpose(sizes_in_order),
+                                  initializer=tf.zeros_like(num_to_predict)))
+    taken_in_order = totals > tf.pad(totals, [[0, 0], [1, 0]])[:, :-1]
+    taken_word = tf.gather(taken_in_order, tf.argsort(order, axis=1), batch_dims=1)
+    return candidate & tf.gather(taken_word, tf.maximum(word_index, 0), batch_dims=1)
+
+
+def restore_original_ids(features: Mapping[str, tf.Tensor]) -> tf.Tensor:
+  """[B, T] input_ids with the stored masks undone: `masked_lm_ids` put back at the positions
+  whose `masked_lm_weights` are positive (padding predictions have weight 0)."""
+  real = features["masked_lm_weights"] > 0
+  positions = features["masked_lm_positions"]
+  rows = tf.broadcast_to(tf.range(tf.shape(positions)[0])[:, tf.newaxis], tf.shape(positions))
+  indices = tf.boolean_mask(tf.stack([rows, positions], axis=-1), real)
+  return tf.tensor_scatter_nd_update(features["input_ids"], indices,
+                                     tf.boolean_mask(features["masked_lm_ids"], real))
+
+
+def _sorted_positions(selected: tf.Tensor, max_predictions_per_seq: int) -> tuple:
+  """The selected positions of each row in ascending order, zero-padded to
+  `max_predictions_per_seq`, and their float weights (1 for a position, 0 for padding)."""
+  length = tf.shape(selected)[1]
+  position = tf.range(length)[tf.newaxis, :]
+  keys = tf.where(selected, position, length + position)  # Selected first, each part ascending.
+  k = min(max_predictions_per_seq, selected.shape[1])  # The sequence length is static.
+  _, smallest = tf.math.top_k(-keys, k=k)
+  count = tf.reduce_sum(tf.cast(selected, tf.int32), axis=1, keepdims=True)
+  real = tf.range(k)[tf.newaxis, :] < count
+  positions = tf.where(real, smallest, 0)
+  padding = [[0, 0], [0, max_predictions_per_seq - k]]
+  return tf.pad(positions, padding), tf.pad(tf.cast(real, tf.float32), padding)

@@ -34,7 +34,38 @@ def define_flags() -> None:
                     "Read an input file with a corrupt record (bad checksum, cut short) only up to "
                     "it, with a warning, instead of stopping with an error naming the file. The "
                     "files are scanned once before training.")
+  flags.DEFINE_bool("dynamic_masking", False,
+                    "Draw new masked positions each time a record is read (as RoBERTa), instead of "
+                    "the masks stored in the records: the stored masks are undone from "
+                    "masked_lm_ids, so any pretraining records work (the original's too). Needs "
+                    "--vocab_file; uses --masked_lm_prob, --max_predictions_per_seq and "
+                    "--do_whole_word_mask as create_pretraining_data.py does. Eval keeps the "
+                    "stored masks.")
+  flags.DEFINE_string("vocab_file", None,
+                      "With --dynamic_masking: the vocab the records were made with (for the ids "
+                      "of [CLS], [SEP], [MASK], random replacements and ## word pieces).")
+  flags.DEFINE_float("masked_lm_prob", 0.15, "With --dynamic_masking: masked LM probability.")
+  flags.DEFINE_bool("do_whole_word_mask", False,
+                    "With --dynamic_masking: mask all of a word's pieces together.")
   flags.adopt_module_key_flags(training)  # --help lists the shared flags too.
+
+
+def _dynamic_masking():
+  """The masking of --dynamic_masking, or None without it."""
+  if not FLAGS.dynamic_masking:
+    return None
+  if not FLAGS.vocab_file:
+    raise app.UsageError("--dynamic_masking needs --vocab_file (the vocab the records were made "
+                         "with)")
+  try:
+    masking = pretraining.DynamicMasking.from_vocab_file(
+        FLAGS.vocab_file, FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
+        FLAGS.do_whole_word_mask)
+  except ValueError as error:
+    raise app.UsageError(str(error)) from error
+  logging.info("Dynamic masking: masked_lm_prob=%g, max_predictions_per_seq=%d, whole words: %s",
+               masking.masked_lm_prob, masking.max_predictions_per_seq, masking.do_whole_word_mask)
+  return masking
 
 
 def main(_):
@@ -52,7 +83,8 @@ def main(_):
     result = pretraining.run_training(
         strategy, bert_config, input_files,
         training.TrainConfig.from_flags(FLAGS.num_train_steps, FLAGS.num_warmup_steps),
-        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records)
+        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records,
+        masking=_dynamic_masking())
   if FLAGS.do_eval:
     pretraining.run_evaluation(
         strategy, bert_config, input_files, FLAGS.output_dir, FLAGS.init_checkpoint,

@@ -61,8 +61,12 @@ _LOWER_CASED_MODELS = ("uncased_L-24_H-1024_A-16", "uncased_L-12_H-768_A-12",
                        "multilingual_L-12_H-768_A-12", "chinese_L-12_H-768_A-12")
 _CASED_MODELS = ("cased_L-12_H-768_A-12", "cased_L-24_H-1024_A-16", "multi_cased_L-12_H-768_A-12")
 
-# A bound on the per-word cache of FullTokenizer (the cache is cleared when it is full).
-_MAX_CACHED_WORDS = 1 << 20
+# A bound on the per-word cache of FullTokenizer (the cache is cleared when it is full). An entry
+# costs ~400 bytes, so 32768 words are ~13 MB per tokenizer. The distinct words of a corpus keep
+# growing with its size, so a larger bound is reached only by larger corpora: create_pretraining_data
+# then grew by ~0.8 MB per input MB in each worker, to ~400 MB per worker at the old bound (1M).
+# The most frequent words, which give the cache its speed, are back in it soon after each clearing.
+_MAX_CACHED_WORDS = 1 << 15
 
 
 def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: Optional[str]) -> None:

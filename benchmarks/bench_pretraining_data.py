@@ -1,4 +1,12 @@
-"""Speed and memory of create_pretraining_data.py on a real corpus, and on the same text repeated.
+"""Speed and memory of create_pretraining_data.py on a real corpus grown to several sizes.
+
+A corpus of N MB is built from the real text by concatenating copies of it, each with its documents
+in a different order, its digits renamed by a per-copy permutation of 0-9 (so "1995" becomes
+another number) and the vowels of its capitalized words renamed by a per-copy permutation of
+"aeiou" (so each copy has new names, as new articles of a real corpus do). Plain repetition would
+keep the set of distinct words fixed, which hides whatever grows with a real corpus's vocabulary
+(Heaps' law: Wikipedia's distinct words keep growing with its size); the renamed words make the
+distinct words grow with the size.
 
 Runs the command line as a user would (a fresh process per run, so start-up and vocab loading count)
 with the original's flags `max_seq_length=128 max_predictions_per_seq=20 dupe_factor=5`, and reports
@@ -8,11 +16,14 @@ so this is an upper bound) and its proportional set size (shared pages split bet
 The original script cannot be run here; the issue's measurements of it on this machine kind are
 quoted in the table.
 
-Usage: python benchmarks/bench_pretraining_data.py [--corpus=...] [--repeats=1,4]
+Usage: python benchmarks/bench_pretraining_data.py [--corpus=...] [--sizes_mb=1,4]
        [--num_workers=1,2] [--runs=3]
+Flat memory check of issue 20: --sizes_mb=4,16,64 --num_workers=2 --runs=1
 """
 
 import os
+import random
+import re
 import resource
 import statistics
 import subprocess
@@ -34,7 +45,7 @@ flags.DEFINE_string("corpus", os.path.join(SHARED_DIR, "corpora", "wikitext2_val
 flags.DEFINE_string("vocab_file",
                     os.path.join(SHARED_DIR, "fixtures", "uncased_vocab", "vocab.txt"),
                     "WordPiece vocab.")
-flags.DEFINE_list("repeats", ["1", "4"], "Corpus sizes: the corpus text repeated this often.")
+flags.DEFINE_list("sizes_mb", ["1", "4"], "Corpus sizes in MB, built from --corpus (see above).")
 flags.DEFINE_list("num_workers", ["1", "2"], "Worker counts to run.")
 flags.DEFINE_integer("runs", 3, "Runs per configuration; the table shows medians.")
 flags.DEFINE_integer("dupe_factor", 5, "As the original's flag.")
@@ -90,6 +101,7 @@ def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
                                       os.path.join(output_dir, "b.tfrecord")),
              "--dupe_factor=%d" % FLAGS.dupe_factor, "--max_seq_length=%d" % FLAGS.max_seq_length,
              "--max_predictions_per_seq=%d" % FLAGS.max_predictions_per_seq,
+             "--masked_lm_prob=0.15", "--random_seed=12345", "--do_lower_case=true",
              "--num_workers=%d" % num_workers]
   start = time.perf_counter()
   cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -115,20 +127,49 @@ def _run_once(corpus: str, num_workers: int, output_dir: str) -> tuple:
   return seconds, cpu_seconds, peak[0], peak[1], json.loads(stdout)
 
 
+def write_grown_corpus(text: bytes, megabytes: float, path: str) -> int:
+  """Writes about `megabytes` of corpus built from `text` (documents separated by blank lines).
+
+  Copy 0 is the text itself; copy k > 0 has its documents shuffled by seed k, its digits renamed by
+  a permutation of 0-9 and the vowels of capitalized words by a permutation of "aeiou", both drawn
+  with seed k. Returns the bytes written.
+  """
+  documents = [document.strip(b"\n") + b"\n\n" for document in re.split(rb"\n\s*\n", text)
+               if document.strip()]
+  target, written, copy = int(megabytes * 1e6), 0, 0
+  with open(path, "wb") as writer:
+    while written < target:
+      rng = random.Random(copy)
+      order = list(range(len(documents)))
+      digits, vowels = list(b"0123456789"), list(b"aeiou")
+      if copy:
+        rng.shuffle(order)
+        rng.shuffle(digits)
+        rng.shuffle(vowels)
+      digit_renaming = bytes.maketrans(b"0123456789", bytes(digits))
+      vowel_renaming = bytes.maketrans(b"aeiou", bytes(vowels))
+      for index in order:
+        document = re.sub(rb"\b[A-Z][a-z]+", lambda word: word.group(0).translate(vowel_renaming),
+                          documents[index].translate(digit_renaming))
+        writer.write(document)
+        written += len(document)
+        if written >= target:
+          break
+      copy += 1
+  return written
+
+
 def main(_):
   with open(FLAGS.corpus, "rb") as reader:
     text = reader.read()
-  if not text.endswith(b"\n\n"):
-    text = text.rstrip(b"\n") + b"\n\n"
   print("| corpus | input MB | workers | seconds | input MB/s | instances | instances/s "
-        "| CPU s, process tree | peak RSS, process tree (MB) | peak PSS, process tree (MB) |")
-  print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        "| CPU s, process tree | input MB per CPU s | peak RSS, process tree (MB) "
+        "| peak PSS, process tree (MB) |")
+  print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
   with tempfile.TemporaryDirectory() as temp_dir:
-    for repeat in map(int, FLAGS.repeats):
-      corpus = os.path.join(temp_dir, "corpus_x%d.txt" % repeat)
-      with open(corpus, "wb") as writer:
-        writer.write(text * repeat)
-      megabytes = len(text) * repeat / 1e6
+    for size in map(float, FLAGS.sizes_mb):
+      corpus = os.path.join(temp_dir, "corpus_%gmb.txt" % size)
+      megabytes = write_grown_corpus(text, size, corpus) / 1e6
       for num_workers in map(int, FLAGS.num_workers):
         runs = [_run_once(corpus, num_workers, temp_dir) for _ in range(FLAGS.runs)]
         seconds = statistics.median(run[0] for run in runs)
@@ -136,13 +177,18 @@ def main(_):
         rss_mb = statistics.median(run[2] for run in runs) / 1e6
         pss_mb = statistics.median(run[3] for run in runs) / 1e6
         instances = runs[0][4]["instances"]
-        print("| %s x%d | %.2f | %d | %.2f | %.2f | %d | %.0f | %.2f | %.0f | %.0f |" % (
-            os.path.basename(FLAGS.corpus), repeat, megabytes, num_workers, seconds,
-            megabytes / seconds, instances, instances / seconds, cpu_seconds, rss_mb, pss_mb))
+        os.remove(os.path.join(temp_dir, "a.tfrecord"))
+        os.remove(os.path.join(temp_dir, "b.tfrecord"))
+        print("| %s grown to %g MB | %.2f | %d | %.2f | %.2f | %d | %.0f | %.2f | %.2f | %.0f "
+              "| %.0f |" % (
+            os.path.basename(FLAGS.corpus), size, megabytes, num_workers, seconds,
+            megabytes / seconds, instances, instances / seconds, cpu_seconds,
+            megabytes / cpu_seconds, rss_mb, pss_mb))
         sys.stdout.flush()
+      os.remove(corpus)
   for megabytes, seconds, peak_mb, instances in ORIGINAL_RUNS:
     print("| original script (quoted from the issue, Wikipedia text) | %.1f | 1 | %.1f | %.2f | %d "
-          "| %.0f | | %d | |" % (megabytes, seconds, megabytes / seconds, instances,
+          "| %.0f | | | %d | |" % (megabytes, seconds, megabytes / seconds, instances,
                              instances / seconds, peak_mb))
   print()
   print("- Flags: max_seq_length=%d max_predictions_per_seq=%d dupe_factor=%d, two output files; "

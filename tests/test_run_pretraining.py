@@ -276,3 +276,25 @@ def test_cli_rejects_mismatched_records(tmp_path):
                        capture_output=True, text=True, timeout=120)
   assert run.returncode != 0
   assert "--max_predictions_per_seq=6 expects 6" in run.stderr
+
+
+def test_cli_dynamic_masking_trains_on_the_records_with_new_masks(tmp_path):
+  """--dynamic_masking end to end (its masking statistics: test_pretraining.py)."""
+  write_records(tmp_path / "data-0.tfrecord", 64, seed=6)
+  write_config(tmp_path / "bert_config.json")
+  tokens = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"] + [
+      "word%d" % i for i in range(FIRST_WORD + 1, VOCAB_SIZE)]
+  (tmp_path / "vocab.txt").write_text("\n".join(tokens) + "\n")
+  missing_vocab = subprocess.run(_cli(tmp_path, "--do_train", "--dynamic_masking"),
+                                 capture_output=True, text=True, timeout=120)
+  assert missing_vocab.returncode != 0
+  assert "--dynamic_masking needs --vocab_file" in missing_vocab.stderr
+  run = subprocess.run(_cli(tmp_path, "--do_train", "--do_eval", "--num_train_steps=20",
+                            "--dynamic_masking", "--vocab_file=%s" % (tmp_path / "vocab.txt"),
+                            "--masked_lm_prob=0.3"),
+                       capture_output=True, text=True, timeout=180)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "Dynamic masking: masked_lm_prob=0.3, max_predictions_per_seq=4" in run.stderr
+  losses = _logged_losses(str(tmp_path / "out"))
+  assert sorted(losses) == [10, 20] and losses[20] < losses[10]
+  assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20
