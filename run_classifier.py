@@ -141,4 +141,5 @@ def main(_):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["task_name", "bert_config_file", "output_dir"])
-  training.run_script(main)
+  training.run_script(
+      main, input_errors=(classifier.BadInputError, tfrecord_files.CorruptRecordError))

@@ -133,4 +133,4 @@ def main(_):
 if __name__ == "__main__":
   flags.mark_flag_as_required("bert_config_file")
   flags.mark_flag_as_required("output_dir")
-  training.run_script(main)
+  training.run_script(main, input_errors=(tagging.ConllFormatError,))

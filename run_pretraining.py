@@ -14,6 +14,7 @@ from absl import logging
 
 import modeling
 import pretraining
+import tfrecord_files
 import training
 
 FLAGS = flags.FLAGS
@@ -99,4 +100,4 @@ def main(_):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
-  training.run_script(main)
+  training.run_script(main, input_errors=(tfrecord_files.CorruptRecordError,))

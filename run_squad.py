@@ -20,6 +20,7 @@ from absl import flags
 
 import modeling
 import squad
+import tfrecord_files
 import tokenization
 import training
 
@@ -112,4 +113,5 @@ def main(_):
 
 if __name__ == "__main__":
   flags.mark_flags_as_required(["bert_config_file", "output_dir"])
-  training.run_script(main)
+  training.run_script(
+      main, input_errors=(squad.SquadFormatError, tfrecord_files.CorruptRecordError))

@@ -36,6 +36,10 @@ IGNORE_LABEL = -1
 TAG_LIST_FILE = "tag_list.txt"
 
 
+class ConllFormatError(ValueError):
+  """A CoNLL file cannot be read; the message names the file (and line)."""
+
+
 @dataclasses.dataclass
 class TaggedSentence:
   """One sentence of a CoNLL file: its words and their tags (tags may be None at predict time)."""
@@ -67,7 +71,7 @@ def read_conll(path: str) -> list[TaggedSentence]:
       try:
         line = raw_line.decode("utf-8")
       except UnicodeDecodeError as e:
-        raise ValueError("%s:%d: invalid UTF-8 byte 0x%02x at column %d" %
+        raise ConllFormatError("%s:%d: invalid UTF-8 byte 0x%02x at column %d" %
                          (path, line_number, raw_line[e.start], e.start + 1)) from e
       columns = line.split()
       if not columns:
@@ -77,13 +81,13 @@ def read_conll(path: str) -> list[TaggedSentence]:
         flush(line_number)
         continue
       if len(columns) < 2:
-        raise ValueError("%s:%d: expected `word ... tag`, got %r" %
+        raise ConllFormatError("%s:%d: expected `word ... tag`, got %r" %
                          (path, line_number, line.rstrip()))
       words.append(columns[0])
       tags.append(columns[-1])
     flush(line_number + 1)
   if not sentences:
-    raise ValueError("%s: no sentences (the file is empty)" % path)
+    raise ConllFormatError("%s: no sentences (the file is empty)" % path)
   return sentences
 
 
@@ -209,7 +213,7 @@ def _tag_id(sentence: TaggedSentence, word_index: int, tag_ids: dict[str, int]) 
     return 0
   tag = sentence.tags[word_index]
   if tag not in tag_ids:
-    raise ValueError("%s: word %d (%r) has tag %r, which is not in the training tag list %s" %
+    raise ConllFormatError("%s: word %d (%r) has tag %r, which is not in the training tag list %s" %
                      (sentence.guid, word_index, sentence.words[word_index], tag, sorted(tag_ids)))
   return tag_ids[tag]
 

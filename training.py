@@ -191,14 +191,15 @@ def define_predict_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   _define(flag_values, "integer", "predict_batch_size", 8, "Global batch size for prediction.")
 
 
-def run_script(main: Callable[[list], Any]) -> None:
-  """`app.run(main)` for a run_* script; a TrainingError ends it with one line on stderr
+def run_script(main: Callable[[list], Any], input_errors: tuple = ()) -> None:
+  """`app.run(main)` for a run_* script; a TrainingError, or one of the script's `input_errors`
+  (bad input files, whose messages name the file and line), ends it with one line on stderr
   (`<script>: error: <message>`, exit status 1) instead of a traceback."""
 
   def main_with_clear_errors(argv):
     try:
       return main(argv)
-    except TrainingError as error:
+    except (TrainingError,) + tuple(input_errors) as error:
       raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]), error)) from None
 
   app.run(main_with_clear_errors)

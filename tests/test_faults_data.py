@@ -439,3 +439,22 @@ def test_corrupt_record_names_the_file_and_can_be_skipped(tmp_path):
   records = pretraining.eval_dataset([intact, corrupt], SEQ_LENGTH, MAX_PREDICTIONS,
                                      record_limits=[-1, 40])
   assert sum(1 for _ in records) == 104
+
+
+def test_run_scripts_report_bad_input_files_in_one_line(tmp_path):
+  """The consumer is a shell user: the script's stderr ends with one line naming the file, exit 1,
+  and no traceback (the old scripts printed a ValueError traceback)."""
+  config_file, vocab_file = write_model_files(str(tmp_path), _TINY_BERT, _VOCAB)
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "train.txt").write_text("")
+  done = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "run_ner.py"), "--do_train",
+       "--data_dir=%s" % (tmp_path / "data"), "--vocab_file=%s" % vocab_file,
+       "--bert_config_file=%s" % config_file, "--max_seq_length=32",
+       "--output_dir=%s" % (tmp_path / "out")],
+      capture_output=True, text=True, timeout=300)
+  assert done.returncode == 1
+  assert "Traceback" not in done.stderr
+  last_line = done.stderr.strip().splitlines()[-1]
+  assert last_line == "run_ner.py: error: %s: no sentences (the file is empty)" % (
+      tmp_path / "data" / "train.txt")
