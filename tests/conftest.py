@@ -4,7 +4,9 @@ Tests that need `../shared` (real vocabs, checkpoint index, corpora) must go thr
 `shared_path`, which skips the test with a clear reason when the directory is absent
 (users clone the repository without it; CI always has it).
 """
+import contextlib
 import os
+import subprocess
 import sys
 
 import pytest
@@ -49,3 +51,18 @@ def write_model_files(directory: str, config, vocab: list) -> tuple:
   with open(vocab_file, "w", encoding="utf-8") as writer:
     writer.write("\n".join(vocab) + "\n")
   return config_file, vocab_file
+
+
+@contextlib.contextmanager
+def small_tmpfs(mount_point, size: str):
+  """Mounts a tmpfs of `size` (e.g. "1m", "256k") at the new directory mount_point for the block,
+  so a test can fill a real disk; skips the test where mounting is not allowed (needs root)."""
+  os.makedirs(mount_point)
+  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(mount_point)],
+                           capture_output=True, text=True)
+  if mounted.returncode:
+    pytest.skip("cannot mount a small tmpfs (needs root): %s" % mounted.stderr.strip())
+  try:
+    yield mount_point
+  finally:
+    subprocess.run(["umount", "--lazy", str(mount_point)], check=True)

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, shared_path, write_model_files
+from conftest import REPO_ROOT, shared_path, small_tmpfs, write_model_files
 import atomic_files
 import classifier
 import convert_checkpoint
@@ -251,14 +251,8 @@ def test_npz_directory_appears_only_when_complete(tmp_path):
 @pytest.fixture
 def small_disk(tmp_path):
   """A 1 MB tmpfs (root only), unmounted afterwards."""
-  mount_point = tmp_path / "small_disk"
-  mount_point.mkdir()
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount_point)],
-                           capture_output=True, text=True)
-  if mounted.returncode:
-    pytest.skip("cannot mount a small tmpfs: %s" % mounted.stderr.strip())
-  yield mount_point
-  subprocess.run(["umount", str(mount_point)], check=True)
+  with small_tmpfs(tmp_path / "small_disk", "1m") as mount_point:
+    yield mount_point
 
 
 def _pretraining_config(input_file, output_file, vocab_file):

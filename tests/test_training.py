@@ -24,6 +24,7 @@ import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
+from conftest import small_tmpfs  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import optimization  # pylint: disable=g-import-not-at-top
 import training  # pylint: disable=g-import-not-at-top
@@ -530,14 +531,8 @@ def test_relative_output_dir_keeps_the_checkpoint_history(tmp_path, monkeypatch)
 @pytest.fixture
 def small_filesystem(tmp_path):
   """A directory on a 256 KB tmpfs (skips where mounting is not allowed)."""
-  mount_point = tmp_path / "small"
-  mount_point.mkdir()
-  result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount_point)],
-                          capture_output=True, text=True)
-  if result.returncode != 0:
-    pytest.skip("cannot mount a small tmpfs (needs root): %s" % result.stderr.strip())
-  yield str(mount_point)
-  subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+  with small_tmpfs(tmp_path / "small", "256k") as mount_point:
+    yield str(mount_point)
 
 
 def test_full_disk_while_writing_a_checkpoint_leaves_no_temporaries(reference, small_filesystem):
