@@ -58,8 +58,8 @@ def small_tmpfs(mount_point, size: str):
   """Mounts a tmpfs of `size` (e.g. "1m", "256k") at the new directory mount_point for the block,
   so a test can fill a real disk; skips the test where mounting is not allowed (needs root)."""
   os.makedirs(mount_point)
-  mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(mount_point)],
-                           capture_output=True, text=True)
+  command = ["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(mount_point)]
+  mounted = subprocess.run(command, capture_output=True, text=True)
   if mounted.returncode:
     pytest.skip("cannot mount a small tmpfs (needs root): %s" % mounted.stderr.strip())
   try:
