@@ -453,7 +453,8 @@ class GenericProcessor(DataProcessor):
     if not labels:
       raise BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
-    atomic_files.write_text(path, "".join(label + "\n" for label in labels))
+    if distribution.is_chief():
+      atomic_files.write_text(path, "".join(label + "\n" for label in labels))
     self.labels = tuple(labels)
     return self.get_labels()
 
@@ -823,18 +824,15 @@ def write_test_results(path: str, probabilities: np.ndarray) -> None:
   logging.info("Wrote %d predictions to %s", len(probabilities), path)
 
 
+@dataclasses.dataclass
 class ClassifierTask(fine_tuning.Task):
   """Sentence (pair) classification or regression on a processor's data (run_classifier)."""
-
-  def __init__(self, bert_config: modeling.BertConfig, processor: DataProcessor,
-               tokenizer: tokenization.FullTokenizer, data_dir: Optional[str], output_dir: str,
-               max_seq_length: int):
-    self.bert_config = bert_config
-    self.processor = processor
-    self.tokenizer = tokenizer
-    self.data_dir = data_dir
-    self.output_dir = output_dir
-    self.max_seq_length = max_seq_length
+  bert_config: modeling.BertConfig
+  processor: DataProcessor
+  tokenizer: tokenization.FullTokenizer
+  data_dir: Optional[str]
+  output_dir: str
+  max_seq_length: int
 
   def build_model(self) -> BertClassifier:
     model = BertClassifier(self.bert_config, self.processor.num_outputs)

@@ -157,6 +157,19 @@ def define_predict_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   _define(flag_values, "integer", "predict_batch_size", 8, "Global batch size for prediction.")
 
 
+def define_task_flags(max_seq_length: int, export_what: str, with_eval: bool = True,
+                      flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines a fine-tuning script's shared flags: fine-tuning (schedule in epochs), eval (unless
+  the task has no --do_eval, as run_squad), predict, tokenizer and `export_dir` (`export_what`
+  says what the export serves)."""
+  define_fine_tuning_flags(max_seq_length, flag_values)
+  if with_eval:
+    define_eval_flags(flag_values)
+  define_predict_flags(flag_values)
+  define_tokenizer_flags(flag_values)
+  define_export_flag(export_what, flag_values)
+
+
 def define_tokenizer_flags(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `vocab_file`, `do_lower_case` (default True, as the original) and `spm_model_file`."""
   fv = flag_values
@@ -190,7 +203,7 @@ def require(*names: str, reason: str = "") -> None:
 def require_one_of(*names: str) -> None:
   """Raises FlagError unless at least one of the named (boolean or string) flags is set."""
   if not any(FLAGS[name].value for name in names):
-    raise FlagError("at least one of %s must be set" % ", ".join("--" + n for n in names))
+    raise FlagError("At least one of %s must be set" % ", ".join("--" + n for n in names))
 
 
 def setup_strategy():

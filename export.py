@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import distribution
 import in_graph_tokenization
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -195,10 +196,13 @@ def write_saved_model(export_dir: str,
 
   Saves the variables the signatures read and `encoder` (whose vocab or SentencePiece model
   travels as an asset), plus `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
-  The version defaults to `next_version(export_dir)`.
+  The version defaults to `next_version(export_dir)`. Only the chief of a multi-worker run
+  writes; the others return the path the chief writes.
   """
   version = next_version(export_dir) if version is None else version
   final_dir = os.path.join(export_dir, str(version))
+  if not distribution.is_chief():
+    return final_dir
   if os.path.exists(final_dir):
     raise ValueError("%s already exists: choose another version" % final_dir)
   tf.io.gfile.makedirs(export_dir)

@@ -24,12 +24,8 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The original run_classifier.py's flags and defaults, plus the shared runtime flags."""
-  cli.define_fine_tuning_flags(max_seq_length=128)
-  cli.define_eval_flags()
-  cli.define_predict_flags()
-  cli.define_tokenizer_flags()
-  cli.define_export_flag("`serving_default` on raw text (`text_a`, and `text_b` for pair tasks) "
-                         "and `token_ids` on token ids")
+  cli.define_task_flags(128, "`serving_default` on raw text (`text_a`, and `text_b` for pair "
+                        "tasks) and `token_ids` on token ids")
   flags.DEFINE_string("data_dir", None,
                       "The input data dir. Should contain the .tsv files (or other data files) "
                       "for the task.")

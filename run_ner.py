@@ -24,11 +24,7 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """run_classifier's flags (as the original's) for CoNLL files."""
-  cli.define_fine_tuning_flags(max_seq_length=128)
-  cli.define_eval_flags()
-  cli.define_predict_flags()
-  cli.define_tokenizer_flags()
-  cli.define_export_flag("`serving_default` tags raw `text`; `token_ids` gives tag ids")
+  cli.define_task_flags(128, "`serving_default` tags raw `text`; `token_ids` gives tag ids")
   flags.DEFINE_string("data_dir", None, "Directory with the CoNLL files (train.txt, dev.txt, "
                       "test.txt by default).")
   flags.DEFINE_string("train_file", "train.txt", "Training file name in --data_dir.")

@@ -26,11 +26,9 @@ FLAGS = flags.FLAGS
 
 def define_flags() -> None:
   """The original run_squad.py's flags and defaults, plus the shared runtime flags."""
-  cli.define_fine_tuning_flags(max_seq_length=384)
-  cli.define_predict_flags()
-  cli.define_tokenizer_flags()
-  cli.define_export_flag("`serving_default` on raw `question` and `context` strings (first "
-                         "window only) and a `token_ids` signature returning start/end logits")
+  cli.define_task_flags(384, "`serving_default` on raw `question` and `context` strings (first "
+                        "window only) and a `token_ids` signature returning start/end logits",
+                        with_eval=False)
   flags.DEFINE_string("train_file", None, "SQuAD json for training. E.g., train-v1.1.json")
   flags.DEFINE_string("predict_file", None,
                       "SQuAD json for predictions. E.g., dev-v1.1.json or test-v1.1.json")

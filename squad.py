@@ -1169,20 +1169,17 @@ def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:
 # The run_squad task.
 
 
+@dataclasses.dataclass
 class SquadTask(fine_tuning.Task):
   """SQuAD v1.1/v2.0 span prediction (run_squad): train on `train_file`, predict `predict_file`
   (and score it when it has answers). The schedule counts examples (questions), not windows, as
   the original did."""
-
-  def __init__(self, bert_config: modeling.BertConfig, tokenizer: Any, options: SquadOptions,
-               output_dir: str, train_file: Optional[str] = None,
-               predict_file: Optional[str] = None):
-    self.bert_config = bert_config
-    self.tokenizer = tokenizer
-    self.options = options
-    self.output_dir = output_dir
-    self.train_file = train_file
-    self.predict_file = predict_file
+  bert_config: modeling.BertConfig
+  tokenizer: Any
+  options: SquadOptions
+  output_dir: str
+  train_file: Optional[str] = None
+  predict_file: Optional[str] = None
 
   def build_model(self) -> SquadModel:
     return build_model(self.bert_config)

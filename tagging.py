@@ -524,6 +524,7 @@ class TaggerServing(tf.Module):
     return windows, ends
 
 
+@dataclasses.dataclass
 class TaggingTask(fine_tuning.Task):
   """Token tagging (NER) on CoNLL files (run_ner): train, dev and test files in `data_dir`.
 
@@ -531,39 +532,40 @@ class TaggingTask(fine_tuning.Task):
   without --do_train reads it from there (or takes `tag_list`).
   """
 
-  def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
-               data_dir: Optional[str], output_dir: str, max_seq_length: int,
-               train_file: str = "train.txt", dev_file: str = "dev.txt",
-               test_file: str = "test.txt", tag_list: Optional[Sequence[str]] = None):
-    self.bert_config = bert_config
-    self.tokenizer = tokenizer
-    self.data_dir = data_dir
-    self.output_dir = output_dir
-    self.max_seq_length = max_seq_length
-    self.file_names = {"train": train_file, "eval": dev_file, "test": test_file}
-    self._tag_list = list(tag_list) if tag_list is not None else None
+  bert_config: modeling.BertConfig
+  tokenizer: tokenization.FullTokenizer
+  data_dir: Optional[str]
+  output_dir: str
+  max_seq_length: int
+  train_file: str = "train.txt"
+  dev_file: str = "dev.txt"
+  test_file: str = "test.txt"
+  tag_list: Optional[Sequence[str]] = None
 
-  @property
-  def tag_list(self) -> list[str]:
-    if self._tag_list is None:
-      self._tag_list = read_tag_list(self.output_dir)
-    return self._tag_list
+  def tags(self) -> list[str]:
+    """The tag list: given, learned from the training file, or read from output_dir."""
+    if self.tag_list is None:
+      self.tag_list = read_tag_list(self.output_dir)
+    return list(self.tag_list)
+
+  def _file_name(self, split: str) -> str:
+    return {"train": self.train_file, "eval": self.dev_file, "test": self.test_file}[split]
 
   def _read(self, split: str) -> list[TaggedSentence]:
     if not self.data_dir:
       raise ValueError("--data_dir is required for --do_train, --do_eval and --do_predict")
-    path = os.path.join(self.data_dir, self.file_names[split])
+    path = os.path.join(self.data_dir, self._file_name(split))
     if not os.path.exists(path):
       raise FileNotFoundError("%s not found (--data_dir=%s, file name flag %r)" %
-                              (path, self.data_dir, self.file_names[split]))
+                              (path, self.data_dir, self._file_name(split)))
     return read_conll(path)
 
   def _features(self, sentences: Sequence[TaggedSentence]) -> list[TaggingFeature]:
-    return convert_sentences_to_features(sentences, self.tag_list, self.max_seq_length,
+    return convert_sentences_to_features(sentences, self.tags(), self.max_seq_length,
                                          self.tokenizer)
 
   def build_model(self) -> BertTagger:
-    model = BertTagger(self.bert_config, len(self.tag_list))
+    model = BertTagger(self.bert_config, len(self.tags()))
     model.build()
     return model
 
@@ -586,11 +588,11 @@ class TaggingTask(fine_tuning.Task):
 
   def train_data(self) -> fine_tuning.TrainData:
     sentences = self._read("train")
-    self._tag_list = tag_list_from_sentences(sentences)
-    write_tag_list(self._tag_list, self.output_dir)
+    self.tag_list = tag_list_from_sentences(sentences)
+    write_tag_list(self.tag_list, self.output_dir)
     features = self._features(sentences)
     logging.info("Training on %d sentences (%d windows), %d tags", len(sentences), len(features),
-                 len(self._tag_list))
+                 len(self.tag_list))
     dataset = features_dataset(features)
 
     def dataset_fn(batch_size, seed):
@@ -604,13 +606,14 @@ class TaggingTask(fine_tuning.Task):
     Returns (the conlleval evaluation, the mean loss over first sub-tokens)."""
     sentences = self._read(split)
     features = self._features(sentences)
-    logging.info("%s: %d sentences, %d windows", self.file_names[split], len(sentences),
+    logging.info("%s: %d sentences, %d windows", self._file_name(split), len(sentences),
                  len(features))
     if features:
       outputs = training_loop.predict(strategy, model, self.predict_outputs,
                                       features_dataset(features), batch_size)
       ids = words_tag_ids(features, outputs["tag_ids"], sentences)
-      predicted = [[self.tag_list[i] for i in sentence_ids] for sentence_ids in ids]
+      tag_list = self.tags()
+      predicted = [[tag_list[i] for i in sentence_ids] for sentence_ids in ids]
       loss = float(outputs["loss_sum"].sum() / max(outputs["loss_count"].sum(), 1.0))
     else:
       predicted, loss = [[] for _ in sentences], float("nan")
@@ -620,7 +623,7 @@ class TaggingTask(fine_tuning.Task):
     report = format_conlleval_report(evaluation)
     if distribution.is_chief():
       atomic_files.write_text(os.path.join(self.output_dir, split + "_conlleval.txt"), report)
-    logging.info("%s (conlleval):\n%s", self.file_names[split], report)
+    logging.info("%s (conlleval):\n%s", self._file_name(split), report)
     return evaluation, loss
 
   def evaluate(self, strategy, model, batch_size: int) -> dict:
@@ -630,7 +633,7 @@ class TaggingTask(fine_tuning.Task):
 
   def predict(self, strategy, model, batch_size: int) -> str:
     self._tag_file(strategy, model, "test", batch_size)
-    return "tagged %s" % self.file_names["test"]
+    return "tagged %s" % self.test_file
 
   def export(self, model, export_dir: str) -> str:
     """Writes a versioned SavedModel under `export_dir` and returns its path.
@@ -641,7 +644,7 @@ class TaggingTask(fine_tuning.Task):
     """
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(self.tokenizer,
                                                                    self.max_seq_length)
-    module = TaggerServing(model, encoder, self.tag_list)
+    module = TaggerServing(model, encoder, self.tags())
     text_fn = tf.function(module.tag_text, autograph=False,
                           input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     signatures = {export.SERVING_DEFAULT: text_fn,

@@ -157,8 +157,7 @@ def encoder_export(root, tokenizer, texts):
   bert.build()
   layer_indexes = [-1, 0]
   extractor = extract_features.FeatureExtractor(bert, layer_indexes, "mean")
-  path = extract_features.export_encoder(root, extractor, tokenizer.vocab_file,
-                                         tokenizer.do_lower_case, MAX_SEQ_LENGTH)
+  path = extract_features.export_encoder(root, extractor, tokenizer, MAX_SEQ_LENGTH)
   # A line cannot hold an empty text_a with a text_b: those rows get no text_b.
   texts_b = [b if a else "" for a, b in zip(texts, texts[::-1])]
   texts_b[1] = "\u200b"  # No tokens: encoded as a single text, as a line without " ||| ".

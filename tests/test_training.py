@@ -667,3 +667,24 @@ def test_init_checkpoint_without_the_task_head_is_fine(reference, tmp_path, capl
   assert sorted(report.missing) == ["output_bias", "output_weights"]
   assert "2 model variables not in the checkpoint (left at their initial values): output_bias, " \
          "output_weights" in warnings_text(caplog)
+
+
+@pytest.mark.parametrize("tf_config,chief", [
+    (None, True),
+    ({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 0}}, True),
+    ({"cluster": {"worker": ["a:1", "b:1"]}, "task": {"type": "worker", "index": 1}}, False),
+    ({"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "chief", "index": 0}},
+     True),
+    ({"cluster": {"chief": ["c:1"], "worker": ["a:1"]}, "task": {"type": "worker", "index": 0}},
+     False),
+])
+def test_only_the_chief_writes_results(tmp_path, monkeypatch, tf_config, chief):
+  """MultiWorkerMirroredStrategy's rule (the chief task, else worker 0); writers ask themselves."""
+  if tf_config is None:
+    monkeypatch.delenv("TF_CONFIG", raising=False)
+  else:
+    monkeypatch.setenv("TF_CONFIG", json.dumps(tf_config))
+  assert distribution.is_chief() == chief
+  path = tmp_path / "eval_results.txt"
+  training_loop.write_eval_results(str(path), {"eval_accuracy": 0.5})
+  assert path.exists() == chief
