@@ -14,7 +14,6 @@ import collections
 import csv
 import dataclasses
 import hashlib
-import inspect
 import json
 import math
 import os
@@ -126,6 +125,15 @@ class DataProcessor:
     """Returns the class names in the order of the model's outputs (empty for regression)."""
     return list(self.labels)
 
+  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
+    """Returns the class names, making them known first where a task has to learn them.
+
+    A fixed task knows them already (nothing is read or written); the generic task learns them from
+    the training file or reads them from output_dir (see `GenericProcessor`).
+    """
+    del data_dir, output_dir  # The labels of a fixed task are part of its definition.
+    return self.get_labels()
+
   @property
   def num_outputs(self) -> int:
     """Number of model outputs: one per class, or one score for regression."""
@@ -135,7 +143,9 @@ class DataProcessor:
     del data_dir  # Fixed layouts do not depend on the directory's content.
     return self.layouts[split]
 
-  def _read_split(self, data_dir: str, split: str) -> list[InputExample]:
+  def _read_split(self, data_dir: str, split: str,
+                  check_labels: bool = True) -> list[InputExample]:
+    """The split's examples; `check_labels=False` takes any label (to learn the class names)."""
     check_data_dir(data_dir)
     layout = self._layout(data_dir, split)
     path = os.path.join(data_dir, layout.file_name)
@@ -147,7 +157,8 @@ class DataProcessor:
     for line_number, row in read_rows(path, layout.file_format, layout.has_header,
                                       layout.jsonl_keys):
       try:
-        example = self._create_example(layout, row, "%s-%d" % (split, len(examples)))
+        example = self._create_example(layout, row, "%s-%d" % (split, len(examples)),
+                                       check_labels)
       except BadInputError as e:
         self._reject(path, line_number, str(e))
         continue
@@ -161,17 +172,17 @@ class DataProcessor:
           if self.skipped_rows[path] else ""))
     return examples
 
-  def _create_example(self, layout: SplitLayout, row: "Row",
-                      guid: str) -> Optional[InputExample]:
+  def _create_example(self, layout: SplitLayout, row: "Row", guid: str,
+                      check_labels: bool = True) -> Optional[InputExample]:
     """The example of one row; None when `keep_if` leaves it out; BadInputError if unusable."""
     row.check_columns(layout)
     if layout.keep_if is not None and row.get(layout.keep_if[0]) != layout.keep_if[1]:
       return None
     text_a = row.get(layout.text_a)
     text_b = None if layout.text_b is None else row.get(layout.text_b)
-    return InputExample(guid, text_a, text_b, self._label_of(layout, row))
+    return InputExample(guid, text_a, text_b, self._label_of(layout, row, check_labels))
 
-  def _label_of(self, layout: SplitLayout, row: "Row") -> str:
+  def _label_of(self, layout: SplitLayout, row: "Row", check_labels: bool = True) -> str:
     if layout.label is None:
       return "0" if self.is_regression else self.get_labels()[0]
     label = row.get(layout.label).strip()
@@ -183,7 +194,7 @@ class DataProcessor:
         score = math.nan
       if not math.isfinite(score):
         raise BadInputError("score %r is not a number" % label)
-    elif label not in self.get_labels():
+    elif check_labels and label not in self.get_labels():
       raise BadInputError("unknown label %r (labels: %s)" % (label, ", ".join(self.get_labels())))
     return label
 
@@ -414,12 +425,16 @@ class StsbProcessor(DataProcessor):
 
 
 class GenericProcessor(DataProcessor):
-  """The user's own data: `train`, `dev` and `test` files (.tsv, .csv or .jsonl) in data_dir.
+  """The user's own data (`--task_name=generic`): `train`, `dev` and `test` files (.tsv, .csv or
+  .jsonl) in data_dir.
 
-  Columns are named by header (or JSON key), or by 0-based index in files without header. Test files
-  need no label column. The class names are the distinct labels of the training file, sorted;
-  `load_or_create_label_list` saves them in output_dir so that later predictions and exports (which
-  may run without the training file) use the same order.
+  Columns are named by header (or JSON key), or by 0-based index in files without header (the
+  `--text_a_column`, `--text_b_column`, `--label_column`, `--has_header` flags). Test files need no
+  label column. The class names are not fixed: they are the distinct labels of the training file,
+  sorted. `load_or_create_label_list` must be called before anything needs them (`get_labels`
+  raises until then): it learns them and saves them as output_dir/label_list.txt, or reads that
+  file, so that later predictions and exports (which may run without the training file) use the
+  same order.
   """
 
   def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
@@ -446,18 +461,14 @@ class GenericProcessor(DataProcessor):
         raise BadInputError("%s: the label list is empty" % path)
       return self.get_labels()
     self.labels = ()
-    labels = sorted(set(example.label for example in self.get_train_examples(data_dir)))
+    labels = sorted(set(example.label
+                        for example in self._read_split(data_dir, "train", check_labels=False)))
     if not labels:
       raise BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
     atomic_files.write_text(path, "".join(label + "\n" for label in labels))
     self.labels = tuple(labels)
     return self.get_labels()
-
-  def _label_of(self, layout: SplitLayout, row: Row) -> str:
-    if not self.labels and layout.label is not None:  # Collecting the training file's labels.
-      return row.get(layout.label).strip()
-    return super()._label_of(layout, row)
 
   def _layout(self, data_dir: str, split: str) -> SplitLayout:
     path, file_format = self._file_of(data_dir, split)
@@ -512,20 +523,25 @@ PROCESSORS = {
 }
 
 
-def get_processor(task_name: str, **options) -> DataProcessor:
+def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "zh",
+                  text_a_column: str = "text_a", text_b_column: Optional[str] = None,
+                  label_column: str = "label", has_header: bool = True) -> DataProcessor:
   """Returns the processor of a task (case-insensitive; "sst2" and "stsb" are accepted too).
 
-  `options` are passed to the processor's constructor when it takes them: `skip_bad_rows` for all,
-  `language` for XNLI, the column options for "generic".
+  `skip_bad_rows` applies to every task, `language` only to "xnli", the column options
+  (run_classifier's flags of the same names) only to "generic"; other tasks ignore them, so a
+  script can pass its flags whatever the task.
   """
   name = task_name.lower()
   name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
   if name not in PROCESSORS:
     raise ValueError("--task_name=%s: unknown task (known: %s)" %
                      (task_name, ", ".join(PROCESSORS)))
-  processor_class = PROCESSORS[name]
-  accepted = inspect.signature(processor_class.__init__).parameters
-  return processor_class(**{k: v for k, v in options.items() if k in accepted})
+  if name == "generic":
+    return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows)
+  if name == "xnli":
+    return XnliProcessor(language, skip_bad_rows)
+  return PROCESSORS[name](skip_bad_rows)
 
 
 # --------------------------------------------------------------------------------------------------

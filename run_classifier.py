@@ -72,8 +72,7 @@ def main(_):
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
       label_column=FLAGS.label_column, has_header=FLAGS.has_header)
   classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
-  if isinstance(processor, classifier.GenericProcessor):
-    processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
+  processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
   tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                          FLAGS.spm_model_file)
   model_fn = classifier.model_fn_builder(bert_config, processor.num_outputs)
