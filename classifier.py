@@ -18,7 +18,6 @@ import json
 import math
 import os
 import re
-import time
 from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
@@ -30,6 +29,7 @@ import atomic_files
 import export
 import in_graph_tokenization
 import modeling
+import progress_log
 import training as training_lib
 
 # The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
@@ -679,37 +679,14 @@ def file_based_convert_examples_to_features(examples: Sequence, label_list: Sequ
                                             max_seq_length: int, tokenizer, output_file: str,
                                             is_regression: bool = False) -> None:
   """Tokenizes `examples` into a TFRecord file, logging progress (rate and ETA)."""
-  progress = Progress("Writing %s" % output_file, len(examples))
+  progress = progress_log.Progress("Writing %s" % output_file, len(examples), "examples")
   with tf.io.TFRecordWriter(output_file) as writer:
     for index, example in enumerate(examples):
       features = convert_single_example(index, example, label_list, max_seq_length, tokenizer,
                                         is_regression)
       writer.write(features_to_tf_example(features, is_regression).SerializeToString())
       progress.update(index + 1)
-  progress.done()
-
-
-class Progress:
-  """Logs "what: done/total (rate/s, ETA)" about every 10 seconds, and a summary at the end."""
-
-  def __init__(self, what: str, total: int, interval_seconds: float = 10.0):
-    self.what, self.total, self.interval = what, total, interval_seconds
-    self.start = self.last = time.monotonic()
-    self.count = 0
-
-  def update(self, count: int) -> None:
-    self.count = count
-    now = time.monotonic()
-    if now - self.last >= self.interval:
-      self.last = now
-      rate = count / max(now - self.start, 1e-9)
-      logging.info("%s: %d/%d (%.0f/s, ETA %.0f s)", self.what, count, self.total, rate,
-                   (self.total - count) / max(rate, 1e-9))
-
-  def done(self) -> None:
-    elapsed = time.monotonic() - self.start
-    logging.info("%s: %d done in %.1f s (%.0f/s)", self.what, self.count, elapsed,
-                 self.count / max(elapsed, 1e-9))
+  progress.finish()
 
 
 def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_length: int,

@@ -29,6 +29,7 @@ from absl import flags
 from absl import logging
 
 import atomic_files
+import progress_log
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -99,7 +100,8 @@ class _Progress(object):
 def count_words(input_files: Sequence[str], do_lower_case: bool) -> collections.Counter:
   """Counts the words of the basic tokenization of every line of the files."""
   chunk_counts = collections.Counter()
-  progress = _Progress(sum(os.path.getsize(path) for path in input_files))
+  progress = progress_log.Progress("Counting words", sum(map(os.path.getsize, input_files)), "MB",
+                                   interval_seconds=5.0, scale=1e6)
   done = 0
   for path in input_files:
     with open(path, "rb") as reader:
@@ -107,7 +109,7 @@ def count_words(input_files: Sequence[str], do_lower_case: bool) -> collections.
         chunk_counts.update(tokenization.clean_and_split(tokenization.convert_to_unicode(line)))
         done += len(line)
         progress.update(done)
-  progress.update(done, force=True)
+  progress.finish("%d distinct chunks" % len(chunk_counts))
   word_counts = collections.Counter()
   for chunk, count in chunk_counts.items():
     for word in tokenization.split_chunk(chunk, do_lower_case):

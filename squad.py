@@ -28,6 +28,7 @@ import atomic_files
 import export
 import in_graph_tokenization
 import modeling
+import progress_log
 import tfrecord_files
 import tokenization
 import training
@@ -311,25 +312,6 @@ def check_feature_settings(max_seq_length: int, doc_stride: int, max_query_lengt
     raise ValueError("doc_stride must be positive, got %d" % doc_stride)
 
 
-class _Progress:
-  """Logs a progress line (count, rate, ETA) at most every `every_seconds`."""
-
-  def __init__(self, what: str, total: int, every_seconds: float = 10.0):
-    self._what = what
-    self._total = total
-    self._every = every_seconds
-    self._start = self._last = time.time()
-
-  def update(self, done: int) -> None:
-    now = time.time()
-    if now - self._last < self._every:
-      return
-    self._last = now
-    rate = done / max(now - self._start, 1e-9)
-    logging.info("%s: %d/%d (%.0f/s, ETA %.0fs)", self._what, done, self._total, rate,
-                 (self._total - done) / max(rate, 1e-9))
-
-
 def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,
                                  max_seq_length: int, doc_stride: int, max_query_length: int,
                                  is_training: bool) -> Iterator[InputFeatures]:
@@ -343,7 +325,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
   check_feature_settings(max_seq_length, doc_stride, max_query_length)
   unique_id = FIRST_UNIQUE_ID
   truncated_questions = 0
-  progress = _Progress("Converting examples to features", len(examples))
+  progress = progress_log.Progress("Converting examples to features", len(examples), "examples")
   for example_index, example in enumerate(examples):
     progress.update(example_index)
     query_tokens = tokenizer.tokenize(example.question_text)
@@ -405,6 +387,8 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
           start_position=start_position, end_position=end_position,
           is_impossible=example.is_impossible)
       unique_id += 1
+  progress.update(len(examples))
+  progress.finish("%d features" % (unique_id - FIRST_UNIQUE_ID))
   if truncated_questions:
     logging.warning("%d of %d questions were longer than max_query_length=%d sub-tokens and were "
                     "truncated", truncated_questions, len(examples), max_query_length)
