@@ -25,7 +25,6 @@ flags only: not on `num_workers`, not on timing.
 import collections
 import contextlib
 import dataclasses
-import glob
 import io
 import itertools
 import json
@@ -40,6 +39,7 @@ from absl import logging
 import numpy as np
 
 import atomic_files
+import file_patterns
 import progress_log
 import tokenization
 
@@ -558,23 +558,6 @@ def open_file(path: str, mode: str) -> BinaryIO:
   return open(path, mode)
 
 
-def expand_input_patterns(input_file: str) -> list:
-  """The files of comma-separated glob patterns, in order; a pattern matching nothing: an error."""
-  files = []
-  for pattern in filter(None, (part.strip() for part in input_file.split(","))):
-    if _is_remote(pattern):
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      matches = sorted(tf.io.gfile.glob(pattern))
-    else:
-      matches = sorted(path for path in glob.glob(pattern) if not os.path.isdir(path))
-    if not matches:
-      raise ValueError("--input_file pattern %r matches no file" % pattern)
-    files.extend(matches)
-  if not files:
-    raise ValueError("--input_file is empty")
-  return files
-
-
 def _file_size(path: str) -> int:
   if _is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -879,7 +862,7 @@ def run(config: RunConfig) -> dict:
                      (config.shard_index, config.num_shards))
   if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
     raise ValueError("chunk size and shuffle buffer size must be positive")
-  input_files = expand_input_patterns(config.input_file)
+  input_files = file_patterns.expand(config.input_file, "--input_file")
   output_files = shard_output_files(config.output_file, config.shard_index, config.num_shards)
   overwritten = set(map(os.path.realpath, input_files)) & set(map(os.path.realpath, output_files))
   if overwritten:
