@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import atomic_files
 import export
+import feature_cache
 import in_graph_tokenization
 import modeling
 import progress_log
@@ -700,47 +701,30 @@ def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_leng
   for example in examples:
     fields = (example.text_a, example.text_b, example.label)
     examples_digest.update(json.dumps(fields).encode("utf-8"))
-  vocab_digest = hashlib.sha256("\n".join(tokenizer.vocab).encode("utf-8")).hexdigest()
-  return {
+  return dict(feature_cache.tokenizer_settings(tokenizer), **{
       "max_seq_length": max_seq_length,
-      "do_lower_case": bool(tokenizer.do_lower_case),
-      "vocab_sha256": vocab_digest,
       "label_list": list(label_list),
       "is_regression": is_regression,
       "num_examples": len(examples),
       "examples_sha256": examples_digest.hexdigest(),
-  }
+  })
 
 
 def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
                          tokenizer, output_file: str, is_regression: bool = False) -> bool:
   """Writes the examples' TFRecord file unless `output_file` already holds exactly these features.
 
-  The settings the file was made with are kept next to it (`<output_file>.json`, written after the
-  records, so an interrupted run never looks complete). Returns True when the cache was reused; a
-  mismatch is logged with the settings that changed.
+  `feature_cache`'s rule, with `feature_settings` (examples and vocab by content); the note is
+  `<output_file>.json`. Returns True when the cache was reused.
   """
+
+  def write(path: str) -> dict:
+    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer, path,
+                                            is_regression)
+    return {"num_examples": len(examples)}
+
   settings = feature_settings(examples, label_list, max_seq_length, tokenizer, is_regression)
-  settings_file = output_file + ".json"
-  if os.path.exists(output_file) and os.path.exists(settings_file):
-    with open(settings_file, encoding="utf-8") as f:
-      previous = json.load(f)
-    if previous == settings:
-      logging.info("Reusing %s (%d examples, same settings)", output_file, len(examples))
-      return True
-    changed = sorted(k for k in set(settings) | set(previous) if settings.get(k) != previous.get(k))
-    logging.info("Rewriting %s: %s changed since it was written", output_file, ", ".join(changed))
-  try:
-    os.remove(settings_file)
-  except FileNotFoundError:
-    pass
-  # Workers of a multi-worker run may all get here: each writes its own temporaries (named after
-  # host and pid) and renames them over the shared names; the contents are identical.
-  with atomic_files.atomic_output(output_file) as temporary:
-    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                            temporary, is_regression)
-  atomic_files.write_text(settings_file, json.dumps(settings, indent=1))
-  return False
+  return feature_cache.reuse_or_write(output_file, settings, write)[1]
 
 
 def features_dataset(input_file: str, seq_length: int, is_regression: bool = False

@@ -10,7 +10,6 @@ scripts. `SquadServingModule` rebuilds the single-window part of this in TF ops 
 """
 import collections
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -26,6 +25,7 @@ import tensorflow_text as tf_text
 
 import atomic_files
 import export
+import feature_cache
 import in_graph_tokenization
 import modeling
 import progress_log
@@ -465,14 +465,6 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _file_signature(path: str | None) -> str:
-  """Path, size and modification time of a file: enough to notice it changed."""
-  if not path:
-    return ""
-  stat = os.stat(path)
-  return "%s:%d:%d" % (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-
-
 @dataclasses.dataclass
 class SquadOptions:
   """The run_squad settings the pipeline needs (the original's flag names and defaults)."""
@@ -490,39 +482,31 @@ def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
                           options: SquadOptions, seed: int = 12345) -> tuple[str, int, int]:
   """Returns (TFRecord path, number of examples, number of features) of the training features.
 
-  The features are written once to `output_dir/train.tf_record` with a `.json` note of everything
-  they depend on (window settings, vocab and case, the train file's size and time); a later run
-  with the same inputs (e.g. a resumed run) reuses them instead of re-tokenizing. Examples are
-  shuffled with a fixed seed before windowing, as in the original.
+  The features are written once to `output_dir/train.tf_record` and reused by a later run with the
+  same inputs (e.g. a resumed run) instead of re-tokenizing, by `feature_cache`'s rule: the note
+  `train.tf_record.json` holds the train file's and the vocab's content digests, the casing, the
+  window settings and the seed. Examples are shuffled with a fixed seed before windowing, as in
+  the original.
   """
   path = os.path.join(output_dir, "train.tf_record")
-  key_source = json.dumps({
-      "train_file": _file_signature(train_file),
-      "vocab": _file_signature(tokenizer.spm_model_file or tokenizer.vocab_file),
-      "do_lower_case": tokenizer.do_lower_case, "max_seq_length": options.max_seq_length,
-      "doc_stride": options.doc_stride, "max_query_length": options.max_query_length,
-      "version_2_with_negative": options.version_2_with_negative, "seed": seed}, sort_keys=True)
-  key = hashlib.sha256(key_source.encode("utf-8")).hexdigest()
-  note_path = path + ".json"
-  if os.path.exists(path) and os.path.exists(note_path):
-    with open(note_path, encoding="utf-8") as reader:
-      note = json.load(reader)
-    if note.get("key") == key:
-      logging.info("Reusing cached training features %s (%d examples, %d features)", path,
-                   note["num_examples"], note["num_features"])
-      return path, note["num_examples"], note["num_features"]
-  examples = read_squad_examples(train_file, is_training=True,
-                                 version_2_with_negative=options.version_2_with_negative)
-  np.random.default_rng(seed).shuffle(examples)
-  features = convert_examples_to_features(examples, tokenizer, options.max_seq_length,
-                                          options.doc_stride, options.max_query_length,
-                                          is_training=True)
-  num_features = write_features_tfrecord(features, path, is_training=True)
-  atomic_files.write_text(note_path, json.dumps({
-      "key": key, "num_examples": len(examples), "num_features": num_features,
-      "inputs": json.loads(key_source)}, indent=2))
-  logging.info("Wrote %d training features of %d examples to %s", num_features, len(examples), path)
-  return path, len(examples), num_features
+  settings = dict(feature_cache.tokenizer_settings(tokenizer),
+                  train_file_sha256=feature_cache.file_sha256(train_file),
+                  max_seq_length=options.max_seq_length, doc_stride=options.doc_stride,
+                  max_query_length=options.max_query_length,
+                  version_2_with_negative=options.version_2_with_negative, seed=seed)
+
+  def write(temporary: str) -> dict:
+    examples = read_squad_examples(train_file, is_training=True,
+                                   version_2_with_negative=options.version_2_with_negative)
+    np.random.default_rng(seed).shuffle(examples)
+    features = convert_examples_to_features(examples, tokenizer, options.max_seq_length,
+                                            options.doc_stride, options.max_query_length,
+                                            is_training=True)
+    num_features = write_features_tfrecord(features, temporary, is_training=True)
+    return {"num_examples": len(examples), "num_features": num_features}
+
+  contents, _ = feature_cache.reuse_or_write(path, settings, write)
+  return path, contents["num_examples"], contents["num_features"]
 
 
 # ---------------------------------------------------------------------------------------------
