@@ -42,7 +42,7 @@ def tokenizer_settings(tokenizer: Any) -> dict:
 
 def reuse_or_write(output_file: str, settings: dict,
                    write: Callable[[str], dict]) -> tuple[dict, bool]:
-  """Reuses `output_file` if it was made with `settings`, else writes it; returns (contents, reused).
+  """Reuses `output_file` if made with `settings`, else writes it; returns (contents, reused).
 
   `write(temporary_path)` writes the features and returns what they contain (JSON-able counts);
   the file is then renamed to `output_file` and noted. `contents` is the note's when reused. A
