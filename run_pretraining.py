@@ -12,18 +12,17 @@ Running the same command again after a crash continues from the last checkpoint 
 from absl import flags
 from absl import logging
 
-import modeling
+import cli
 import pretraining
 import tfrecord_files
-import training
 
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
   """The original run_pretraining.py's flags and defaults, plus the shared runtime flags."""
-  training.define_common_flags(max_seq_length=128)
-  training.define_eval_flags()
+  cli.define_common_flags(max_seq_length=128)
+  cli.define_eval_flags()
   flags.DEFINE_string("input_file", None,
                       "Input TF example files (can be a glob or comma separated).")
   flags.DEFINE_integer("max_predictions_per_seq", 20,
@@ -48,7 +47,6 @@ def define_flags() -> None:
   flags.DEFINE_float("masked_lm_prob", 0.15, "With --dynamic_masking: masked LM probability.")
   flags.DEFINE_bool("do_whole_word_mask", False,
                     "With --dynamic_masking: mask all of a word's pieces together.")
-  flags.adopt_module_key_flags(training)  # --help lists the shared flags too.
 
 
 def _dynamic_masking():
@@ -56,14 +54,14 @@ def _dynamic_masking():
   if not FLAGS.dynamic_masking:
     return None
   if not FLAGS.vocab_file:
-    raise app.UsageError("--dynamic_masking needs --vocab_file (the vocab the records were made "
+    raise cli.FlagError("--dynamic_masking needs --vocab_file (the vocab the records were made "
                          "with)")
   try:
     masking = pretraining.DynamicMasking.from_vocab_file(
         FLAGS.vocab_file, FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
         FLAGS.do_whole_word_mask)
   except ValueError as error:
-    raise app.UsageError(str(error)) from error
+    raise cli.FlagError(str(error)) from error
   logging.info("Dynamic masking: masked_lm_prob=%g, max_predictions_per_seq=%d, whole words: %s",
                masking.masked_lm_prob, masking.max_predictions_per_seq, masking.do_whole_word_mask)
   return masking
@@ -71,19 +69,16 @@ def _dynamic_masking():
 
 def main(_):
   logging.set_verbosity(logging.INFO)
-  if not FLAGS.do_train and not FLAGS.do_eval:
-    raise ValueError("At least one of `do_train` or `do_eval` must be True.")
-  for name in ("bert_config_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise ValueError("--%s is required" % name)
-  strategy = training.setup_from_flags()
-  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  strategy = cli.setup_strategy()
+  cli.require_one_of("do_train", "do_eval")
+  cli.require("output_dir")
+  bert_config = cli.bert_config()
   input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:
     result = pretraining.run_training(
         strategy, bert_config, input_files,
-        training.TrainConfig.from_flags(FLAGS.num_train_steps, FLAGS.num_warmup_steps),
+        cli.train_config(),
         FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records,
         masking=_dynamic_masking())
   if FLAGS.do_eval:
@@ -100,4 +95,4 @@ def main(_):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
-  training.run_script(main, input_errors=(tfrecord_files.CorruptRecordError,))
+  cli.run_script(main, input_errors=(tfrecord_files.CorruptRecordError,))
