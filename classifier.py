@@ -14,12 +14,10 @@ import collections
 import csv
 import dataclasses
 import hashlib
-import inspect
 import json
 import math
 import os
 import re
-import time
 from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
@@ -29,9 +27,11 @@ import tensorflow as tf
 import atomic_files
 import distribution
 import export
+import feature_cache
 import fine_tuning
 import in_graph_tokenization
 import modeling
+import progress_log
 import tfrecord_files
 import tokenization
 import training_loop
@@ -129,6 +129,15 @@ class DataProcessor:
     """Returns the class names in the order of the model's outputs (empty for regression)."""
     return list(self.labels)
 
+  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
+    """Returns the class names, making them known first where a task has to learn them.
+
+    A fixed task knows them already (nothing is read or written); the generic task learns them from
+    the training file or reads them from output_dir (see `GenericProcessor`).
+    """
+    del data_dir, output_dir  # The labels of a fixed task are part of its definition.
+    return self.get_labels()
+
   @property
   def num_outputs(self) -> int:
     """Number of model outputs: one per class, or one score for regression."""
@@ -138,7 +147,9 @@ class DataProcessor:
     del data_dir  # Fixed layouts do not depend on the directory's content.
     return self.layouts[split]
 
-  def _read_split(self, data_dir: str, split: str) -> list[InputExample]:
+  def _read_split(self, data_dir: str, split: str,
+                  check_labels: bool = True) -> list[InputExample]:
+    """The split's examples; `check_labels=False` takes any label (to learn the class names)."""
     check_data_dir(data_dir)
     layout = self._layout(data_dir, split)
     path = os.path.join(data_dir, layout.file_name)
@@ -150,7 +161,8 @@ class DataProcessor:
     for line_number, row in read_rows(path, layout.file_format, layout.has_header,
                                       layout.jsonl_keys):
       try:
-        example = self._create_example(layout, row, "%s-%d" % (split, len(examples)))
+        example = self._create_example(layout, row, "%s-%d" % (split, len(examples)),
+                                       check_labels)
       except BadInputError as e:
         self._reject(path, line_number, str(e))
         continue
@@ -164,17 +176,17 @@ class DataProcessor:
           if self.skipped_rows[path] else ""))
     return examples
 
-  def _create_example(self, layout: SplitLayout, row: "Row",
-                      guid: str) -> Optional[InputExample]:
+  def _create_example(self, layout: SplitLayout, row: "Row", guid: str,
+                      check_labels: bool = True) -> Optional[InputExample]:
     """The example of one row; None when `keep_if` leaves it out; BadInputError if unusable."""
     row.check_columns(layout)
     if layout.keep_if is not None and row.get(layout.keep_if[0]) != layout.keep_if[1]:
       return None
     text_a = row.get(layout.text_a)
     text_b = None if layout.text_b is None else row.get(layout.text_b)
-    return InputExample(guid, text_a, text_b, self._label_of(layout, row))
+    return InputExample(guid, text_a, text_b, self._label_of(layout, row, check_labels))
 
-  def _label_of(self, layout: SplitLayout, row: "Row") -> str:
+  def _label_of(self, layout: SplitLayout, row: "Row", check_labels: bool = True) -> str:
     if layout.label is None:
       return "0" if self.is_regression else self.get_labels()[0]
     label = row.get(layout.label).strip()
@@ -186,7 +198,7 @@ class DataProcessor:
         score = math.nan
       if not math.isfinite(score):
         raise BadInputError("score %r is not a number" % label)
-    elif label not in self.get_labels():
+    elif check_labels and label not in self.get_labels():
       raise BadInputError("unknown label %r (labels: %s)" % (label, ", ".join(self.get_labels())))
     return label
 
@@ -417,12 +429,16 @@ class StsbProcessor(DataProcessor):
 
 
 class GenericProcessor(DataProcessor):
-  """The user's own data: `train`, `dev` and `test` files (.tsv, .csv or .jsonl) in data_dir.
+  """The user's own data (`--task_name=generic`): `train`, `dev` and `test` files (.tsv, .csv or
+  .jsonl) in data_dir.
 
-  Columns are named by header (or JSON key), or by 0-based index in files without header. Test files
-  need no label column. The class names are the distinct labels of the training file, sorted;
-  `load_or_create_label_list` saves them in output_dir so that later predictions and exports (which
-  may run without the training file) use the same order.
+  Columns are named by header (or JSON key), or by 0-based index in files without header (the
+  `--text_a_column`, `--text_b_column`, `--label_column`, `--has_header` flags). Test files need no
+  label column. The class names are not fixed: they are the distinct labels of the training file,
+  sorted. `load_or_create_label_list` must be called before anything needs them (`get_labels`
+  raises until then): it learns them and saves them as output_dir/label_list.txt, or reads that
+  file, so that later predictions and exports (which may run without the training file) use the
+  same order.
   """
 
   def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
@@ -449,7 +465,8 @@ class GenericProcessor(DataProcessor):
         raise BadInputError("%s: the label list is empty" % path)
       return self.get_labels()
     self.labels = ()
-    labels = sorted(set(example.label for example in self.get_train_examples(data_dir)))
+    labels = sorted(set(example.label
+                        for example in self._read_split(data_dir, "train", check_labels=False)))
     if not labels:
       raise BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
@@ -457,11 +474,6 @@ class GenericProcessor(DataProcessor):
       atomic_files.write_text(path, "".join(label + "\n" for label in labels))
     self.labels = tuple(labels)
     return self.get_labels()
-
-  def _label_of(self, layout: SplitLayout, row: Row) -> str:
-    if not self.labels and layout.label is not None:  # Collecting the training file's labels.
-      return row.get(layout.label).strip()
-    return super()._label_of(layout, row)
 
   def _layout(self, data_dir: str, split: str) -> SplitLayout:
     path, file_format = self._file_of(data_dir, split)
@@ -516,20 +528,25 @@ PROCESSORS = {
 }
 
 
-def get_processor(task_name: str, **options) -> DataProcessor:
+def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "zh",
+                  text_a_column: str = "text_a", text_b_column: Optional[str] = None,
+                  label_column: str = "label", has_header: bool = True) -> DataProcessor:
   """Returns the processor of a task (case-insensitive; "sst2" and "stsb" are accepted too).
 
-  `options` are passed to the processor's constructor when it takes them: `skip_bad_rows` for all,
-  `language` for XNLI, the column options for "generic".
+  `skip_bad_rows` applies to every task, `language` only to "xnli", the column options
+  (run_classifier's flags of the same names) only to "generic"; other tasks ignore them, so a
+  script can pass its flags whatever the task.
   """
   name = task_name.lower()
   name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
   if name not in PROCESSORS:
     raise ValueError("--task_name=%s: unknown task (known: %s)" %
                      (task_name, ", ".join(PROCESSORS)))
-  processor_class = PROCESSORS[name]
-  accepted = inspect.signature(processor_class.__init__).parameters
-  return processor_class(**{k: v for k, v in options.items() if k in accepted})
+  if name == "generic":
+    return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows)
+  if name == "xnli":
+    return XnliProcessor(language, skip_bad_rows)
+  return PROCESSORS[name](skip_bad_rows)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -667,37 +684,14 @@ def file_based_convert_examples_to_features(examples: Sequence, label_list: Sequ
                                             max_seq_length: int, tokenizer, output_file: str,
                                             is_regression: bool = False) -> None:
   """Tokenizes `examples` into a TFRecord file, logging progress (rate and ETA)."""
-  progress = Progress("Writing %s" % output_file, len(examples))
+  progress = progress_log.Progress("Writing %s" % output_file, len(examples), "examples")
   with tf.io.TFRecordWriter(output_file) as writer:
     for index, example in enumerate(examples):
       features = convert_single_example(index, example, label_list, max_seq_length, tokenizer,
                                         is_regression)
       writer.write(features_to_tf_example(features, is_regression).SerializeToString())
       progress.update(index + 1)
-  progress.done()
-
-
-class Progress:
-  """Logs "what: done/total (rate/s, ETA)" about every 10 seconds, and a summary at the end."""
-
-  def __init__(self, what: str, total: int, interval_seconds: float = 10.0):
-    self.what, self.total, self.interval = what, total, interval_seconds
-    self.start = self.last = time.monotonic()
-    self.count = 0
-
-  def update(self, count: int) -> None:
-    self.count = count
-    now = time.monotonic()
-    if now - self.last >= self.interval:
-      self.last = now
-      rate = count / max(now - self.start, 1e-9)
-      logging.info("%s: %d/%d (%.0f/s, ETA %.0f s)", self.what, count, self.total, rate,
-                   (self.total - count) / max(rate, 1e-9))
-
-  def done(self) -> None:
-    elapsed = time.monotonic() - self.start
-    logging.info("%s: %d done in %.1f s (%.0f/s)", self.what, self.count, elapsed,
-                 self.count / max(elapsed, 1e-9))
+  progress.finish()
 
 
 def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
@@ -711,47 +705,30 @@ def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_leng
   for example in examples:
     fields = (example.text_a, example.text_b, example.label)
     examples_digest.update(json.dumps(fields).encode("utf-8"))
-  vocab_digest = hashlib.sha256("\n".join(tokenizer.vocab).encode("utf-8")).hexdigest()
-  return {
+  return dict(feature_cache.tokenizer_settings(tokenizer), **{
       "max_seq_length": max_seq_length,
-      "do_lower_case": bool(tokenizer.do_lower_case),
-      "vocab_sha256": vocab_digest,
       "label_list": list(label_list),
       "is_regression": is_regression,
       "num_examples": len(examples),
       "examples_sha256": examples_digest.hexdigest(),
-  }
+  })
 
 
 def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
                          tokenizer, output_file: str, is_regression: bool = False) -> bool:
   """Writes the examples' TFRecord file unless `output_file` already holds exactly these features.
 
-  The settings the file was made with are kept next to it (`<output_file>.json`, written after the
-  records, so an interrupted run never looks complete). Returns True when the cache was reused; a
-  mismatch is logged with the settings that changed.
+  `feature_cache`'s rule, with `feature_settings` (examples and vocab by content); the note is
+  `<output_file>.json`. Returns True when the cache was reused.
   """
+
+  def write(path: str) -> dict:
+    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer, path,
+                                            is_regression)
+    return {"num_examples": len(examples)}
+
   settings = feature_settings(examples, label_list, max_seq_length, tokenizer, is_regression)
-  settings_file = output_file + ".json"
-  if os.path.exists(output_file) and os.path.exists(settings_file):
-    with open(settings_file, encoding="utf-8") as f:
-      previous = json.load(f)
-    if previous == settings:
-      logging.info("Reusing %s (%d examples, same settings)", output_file, len(examples))
-      return True
-    changed = sorted(k for k in set(settings) | set(previous) if settings.get(k) != previous.get(k))
-    logging.info("Rewriting %s: %s changed since it was written", output_file, ", ".join(changed))
-  try:
-    os.remove(settings_file)
-  except FileNotFoundError:
-    pass
-  # Workers of a multi-worker run may all get here: each writes its own temporaries (named after
-  # host and pid) and renames them over the shared names; the contents are identical.
-  with atomic_files.atomic_output(output_file) as temporary:
-    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer,
-                                            temporary, is_regression)
-  atomic_files.write_text(settings_file, json.dumps(settings, indent=1))
-  return False
+  return feature_cache.reuse_or_write(output_file, settings, write)[1]
 
 
 def features_dataset(input_file: str, seq_length: int, is_regression: bool = False

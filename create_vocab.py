@@ -17,7 +17,6 @@ without [UNK]; the summary reports how many word occurrences do.
 """
 
 import collections
-import glob
 import importlib.util
 import math
 import os
@@ -29,6 +28,8 @@ from absl import flags
 from absl import logging
 
 import atomic_files
+import file_patterns
+import progress_log
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -63,43 +64,11 @@ SPECIAL_TOKENS = (tokenization.PAD_TOKEN, tokenization.UNK_TOKEN, tokenization.C
 _MIN_THRESHOLD = 1
 
 
-def expand_input_files(input_file: str) -> List[str]:
-  """Comma-separated paths or globs -> sorted list of files; ValueError if nothing matches."""
-  files = []
-  for pattern in filter(None, (part.strip() for part in input_file.split(","))):
-    matches = sorted(glob.glob(pattern))
-    if not matches:
-      raise ValueError("--input_file: %s matches no file." % pattern)
-    files.extend(matches)
-  if not files:
-    raise ValueError("--input_file is empty.")
-  return list(dict.fromkeys(files))
-
-
-class _Progress(object):
-  """Logs the bytes read so far with rate and ETA, at most every few seconds."""
-
-  def __init__(self, total_bytes: int, interval: float = 5.0):
-    self._total = max(total_bytes, 1)
-    self._interval = interval
-    self._start = self._last = time.time()
-
-  def update(self, done_bytes: int, force: bool = False) -> None:
-    now = time.time()
-    if not force and now - self._last < self._interval:
-      return
-    self._last = now
-    rate = done_bytes / max(now - self._start, 1e-9)
-    eta = (self._total - done_bytes) / max(rate, 1e-9)
-    logging.info("Counting words: %.1f/%.1f MB (%.0f%%), %.2f MB/s, ETA %.0f s",
-                 done_bytes / 1e6, self._total / 1e6, 100.0 * done_bytes / self._total,
-                 rate / 1e6, eta)
-
-
 def count_words(input_files: Sequence[str], do_lower_case: bool) -> collections.Counter:
   """Counts the words of the basic tokenization of every line of the files."""
   chunk_counts = collections.Counter()
-  progress = _Progress(sum(os.path.getsize(path) for path in input_files))
+  progress = progress_log.Progress("Counting words", sum(map(os.path.getsize, input_files)), "MB",
+                                   interval_seconds=5.0, scale=1e6)
   done = 0
   for path in input_files:
     with open(path, "rb") as reader:
@@ -107,7 +76,7 @@ def count_words(input_files: Sequence[str], do_lower_case: bool) -> collections.
         chunk_counts.update(tokenization.clean_and_split(tokenization.convert_to_unicode(line)))
         done += len(line)
         progress.update(done)
-  progress.update(done, force=True)
+  progress.finish("%d distinct chunks" % len(chunk_counts))
   word_counts = collections.Counter()
   for chunk, count in chunk_counts.items():
     for word in tokenization.split_chunk(chunk, do_lower_case):
@@ -232,7 +201,7 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
                  num_iterations: int = 4, slack_ratio: float = 0.05) -> List[str]:
   """Counts, learns, writes and checks a vocab; returns its tokens."""
   start = time.time()
-  files = expand_input_files(input_file)
+  files = file_patterns.expand(input_file, "--input_file")
   reserved = list(SPECIAL_TOKENS) + [t for t in reserved_tokens if t not in SPECIAL_TOKENS]
   if vocab_size < len(reserved):
     raise ValueError("--vocab_size=%d is smaller than the %d reserved tokens." %

@@ -24,7 +24,6 @@ import os
 import queue
 import re
 import threading
-import time
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from absl import flags
@@ -37,6 +36,7 @@ import cli
 import export
 import in_graph_tokenization
 import modeling
+import progress_log
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -351,7 +351,7 @@ def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: 
 def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: Optional[Any],
                 npz_directory: str, total_lines: Optional[int]) -> tuple[int, float]:
   """Writes JSON lines to `writer`, or .npz files to `npz_directory` when it is None."""
-  start_time = last_log = time.time()
+  progress = progress_log.Progress("Extracting features", total_lines, "examples")
   done = 0
   for batch_number, batch in enumerate(prefetch(batches)):
     values = extractor(batch.input_ids, batch.input_mask, batch.segment_ids).numpy()
@@ -361,19 +361,8 @@ def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: O
       for line in json_lines(batch, extractor.layer_indexes, values, extractor.pooling):
         writer.write(line)
     done += len(batch.tokens)
-    if time.time() - last_log >= 10:
-      last_log = time.time()
-      _log_progress(done, total_lines, last_log - start_time)
-  return done, time.time() - start_time
-
-
-def _log_progress(done: int, total: Optional[int], elapsed: float) -> None:
-  rate = done / max(elapsed, 1e-9)
-  if total:
-    logging.info("%d/%d examples (%.1f%%), %.1f examples/s, ETA %.0f s", done, total,
-                 100.0 * done / total, rate, (total - done) / max(rate, 1e-9))
-  else:
-    logging.info("%d examples, %.1f examples/s", done, rate)
+    progress.update(done)
+  return done, progress.elapsed()
 
 
 def main(_):

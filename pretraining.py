@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import checkpoints
 import distribution
+import file_patterns
 import modeling
 import pretraining_data
 import tfrecord_files
@@ -31,17 +32,8 @@ EVAL_DECODE_BATCH = 256
 
 
 def expand_input_files(input_file: str) -> list:
-  """Expands the comma-separated globs of `--input_file`; a glob matching nothing is an error."""
-  patterns = [pattern.strip() for pattern in (input_file or "").split(",") if pattern.strip()]
-  if not patterns:
-    raise ValueError("--input_file is required: comma-separated TFRecord files or globs")
-  files = []
-  for pattern in patterns:
-    matches = sorted(tf.io.gfile.glob(pattern))
-    if not matches:
-      raise ValueError("--input_file: %r matches no files" % pattern)
-    files.extend(matches)
-  return files
+  """The TFRecord files of `--input_file`, by the one rule of `file_patterns.expand`."""
+  return file_patterns.expand(input_file, "--input_file")
 
 
 def _feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> dict:

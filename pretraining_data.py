@@ -25,7 +25,6 @@ flags only: not on `num_workers`, not on timing.
 import collections
 import contextlib
 import dataclasses
-import glob
 import io
 import itertools
 import json
@@ -34,13 +33,14 @@ import os
 import random
 import struct
 import sys
-import time
 from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from absl import logging
 import numpy as np
 
 import atomic_files
+import file_patterns
+import progress_log
 import tokenization
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
@@ -558,23 +558,6 @@ def open_file(path: str, mode: str) -> BinaryIO:
   return open(path, mode)
 
 
-def expand_input_patterns(input_file: str) -> list:
-  """The files of comma-separated glob patterns, in order; a pattern matching nothing: an error."""
-  files = []
-  for pattern in filter(None, (part.strip() for part in input_file.split(","))):
-    if _is_remote(pattern):
-      import tensorflow as tf  # pylint: disable=g-import-not-at-top
-      matches = sorted(tf.io.gfile.glob(pattern))
-    else:
-      matches = sorted(path for path in glob.glob(pattern) if not os.path.isdir(path))
-    if not matches:
-      raise ValueError("--input_file pattern %r matches no file" % pattern)
-    files.extend(matches)
-  if not files:
-    raise ValueError("--input_file is empty")
-  return files
-
-
 def _file_size(path: str) -> int:
   if _is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -843,30 +826,6 @@ def shard_output_files(output_file: str, shard_index: int, num_shards: int) -> l
   return paths
 
 
-class _Progress:
-  """Periodic log line: documents, instances, input MB/s, ETA."""
-
-  def __init__(self, total_bytes: int):
-    self.total_bytes = max(total_bytes, 1)
-    self.start = time.monotonic()
-    self.last_report = self.start
-
-  def elapsed(self) -> float:
-    return time.monotonic() - self.start
-
-  def maybe_report(self, counts: collections.Counter, bytes_done: int, force: bool = False) -> None:
-    now = time.monotonic()
-    if not force and now - self.last_report < PROGRESS_INTERVAL_SECONDS:
-      return
-    self.last_report = now
-    elapsed = max(now - self.start, 1e-9)
-    rate = bytes_done / elapsed
-    eta = (self.total_bytes - bytes_done) / rate if rate > 0 else float("inf")
-    logging.info("%d documents, %d instances, %.1f/%.1f MB read, %.2f MB/s, ETA %.0f s",
-                 counts["documents"], counts["instances"], bytes_done / 1e6,
-                 self.total_bytes / 1e6, rate / 1e6, eta)
-
-
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
   """A whole run: the flags of create_pretraining_data.py."""
@@ -903,7 +862,7 @@ def run(config: RunConfig) -> dict:
                      (config.shard_index, config.num_shards))
   if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
     raise ValueError("chunk size and shuffle buffer size must be positive")
-  input_files = expand_input_patterns(config.input_file)
+  input_files = file_patterns.expand(config.input_file, "--input_file")
   output_files = shard_output_files(config.output_file, config.shard_index, config.num_shards)
   overwritten = set(map(os.path.realpath, input_files)) & set(map(os.path.realpath, output_files))
   if overwritten:
@@ -917,7 +876,8 @@ def run(config: RunConfig) -> dict:
   for path in output_files:
     logging.info("  %s", path)
   counts = collections.Counter()
-  progress = _Progress(total_bytes)
+  progress = progress_log.Progress("Reading input", total_bytes, "MB",
+                                   PROGRESS_INTERVAL_SECONDS, scale=1e6)
   with contextlib.ExitStack() as stack:  # Each output is renamed to its name only when complete.
     write_paths = [stack.enter_context(atomic_files.atomic_output(path)) for path in output_files]
     writer = RoundRobinWriter(write_paths, output_files)
@@ -940,7 +900,7 @@ def _describe_files(paths: Sequence[str], limit: int = 3) -> str:
 
 def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequence[str],
                  writer: RoundRobinWriter, counts: collections.Counter,
-                 progress: _Progress) -> None:
+                 progress: progress_log.Progress) -> None:
   """Streams this shard's chunks through the workers, the shuffle buffer and the writer."""
   def shard_chunks():
     for chunk in iter_chunks(input_files, config.chunk_bytes):
@@ -962,11 +922,15 @@ def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequ
       evicted = shuffle.push(record)
       if evicted is not None:
         writer.write(evicted)
-    progress.maybe_report(counts, result.end_offset)
+    progress.update(result.end_offset, _progress_detail(counts))
   for record in shuffle.drain():
     writer.write(record)
-  progress.maybe_report(counts, progress.total_bytes, force=True)
+  progress.update(progress.total, _progress_detail(counts), force=True)
   logging.info("Wrote %d total instances", counts["instances"])
+
+
+def _progress_detail(counts: collections.Counter) -> str:
+  return "%d documents, %d instances" % (counts["documents"], counts["instances"])
 
 
 def _summary(config: RunConfig, input_files: Sequence[str], output_files: Sequence[str],

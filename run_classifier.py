@@ -56,8 +56,7 @@ def main(_):
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
       label_column=FLAGS.label_column, has_header=FLAGS.has_header)
   classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
-  if isinstance(processor, classifier.GenericProcessor):
-    processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
+  processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
   task = classifier.ClassifierTask(bert_config, processor, tokenizer, FLAGS.data_dir,
                                    FLAGS.output_dir, FLAGS.max_seq_length)
   fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,

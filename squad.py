@@ -10,7 +10,6 @@ scripts. `SquadServingModule` rebuilds the single-window part of this in TF ops 
 """
 import collections
 import dataclasses
-import hashlib
 import json
 import os
 import re
@@ -27,9 +26,11 @@ import tensorflow_text as tf_text
 import atomic_files
 import distribution
 import export
+import feature_cache
 import fine_tuning
 import in_graph_tokenization
 import modeling
+import progress_log
 import tokenization
 import training_loop
 
@@ -312,25 +313,6 @@ def check_feature_settings(max_seq_length: int, doc_stride: int, max_query_lengt
     raise ValueError("doc_stride must be positive, got %d" % doc_stride)
 
 
-class _Progress:
-  """Logs a progress line (count, rate, ETA) at most every `every_seconds`."""
-
-  def __init__(self, what: str, total: int, every_seconds: float = 10.0):
-    self._what = what
-    self._total = total
-    self._every = every_seconds
-    self._start = self._last = time.time()
-
-  def update(self, done: int) -> None:
-    now = time.time()
-    if now - self._last < self._every:
-      return
-    self._last = now
-    rate = done / max(now - self._start, 1e-9)
-    logging.info("%s: %d/%d (%.0f/s, ETA %.0fs)", self._what, done, self._total, rate,
-                 (self._total - done) / max(rate, 1e-9))
-
-
 def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,
                                  max_seq_length: int, doc_stride: int, max_query_length: int,
                                  is_training: bool) -> Iterator[InputFeatures]:
@@ -344,7 +326,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
   check_feature_settings(max_seq_length, doc_stride, max_query_length)
   unique_id = FIRST_UNIQUE_ID
   truncated_questions = 0
-  progress = _Progress("Converting examples to features", len(examples))
+  progress = progress_log.Progress("Converting examples to features", len(examples), "examples")
   for example_index, example in enumerate(examples):
     progress.update(example_index)
     query_tokens = tokenizer.tokenize(example.question_text)
@@ -406,6 +388,8 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
           start_position=start_position, end_position=end_position,
           is_impossible=example.is_impossible)
       unique_id += 1
+  progress.update(len(examples))
+  progress.finish("%d features" % (unique_id - FIRST_UNIQUE_ID))
   if truncated_questions:
     logging.warning("%d of %d questions were longer than max_query_length=%d sub-tokens and were "
                     "truncated", truncated_questions, len(examples), max_query_length)
@@ -482,14 +466,6 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _file_signature(path: str | None) -> str:
-  """Path, size and modification time of a file: enough to notice it changed."""
-  if not path:
-    return ""
-  stat = os.stat(path)
-  return "%s:%d:%d" % (os.path.abspath(path), stat.st_size, stat.st_mtime_ns)
-
-
 @dataclasses.dataclass
 class SquadOptions:
   """The run_squad settings the pipeline needs (the original's flag names and defaults)."""
@@ -507,39 +483,31 @@ def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
                           options: SquadOptions, seed: int = 12345) -> tuple[str, int, int]:
   """Returns (TFRecord path, number of examples, number of features) of the training features.
 
-  The features are written once to `output_dir/train.tf_record` with a `.json` note of everything
-  they depend on (window settings, vocab and case, the train file's size and time); a later run
-  with the same inputs (e.g. a resumed run) reuses them instead of re-tokenizing. Examples are
-  shuffled with a fixed seed before windowing, as in the original.
+  The features are written once to `output_dir/train.tf_record` and reused by a later run with the
+  same inputs (e.g. a resumed run) instead of re-tokenizing, by `feature_cache`'s rule: the note
+  `train.tf_record.json` holds the train file's and the vocab's content digests, the casing, the
+  window settings and the seed. Examples are shuffled with a fixed seed before windowing, as in
+  the original.
   """
   path = os.path.join(output_dir, "train.tf_record")
-  key_source = json.dumps({
-      "train_file": _file_signature(train_file),
-      "vocab": _file_signature(tokenizer.spm_model_file or tokenizer.vocab_file),
-      "do_lower_case": tokenizer.do_lower_case, "max_seq_length": options.max_seq_length,
-      "doc_stride": options.doc_stride, "max_query_length": options.max_query_length,
-      "version_2_with_negative": options.version_2_with_negative, "seed": seed}, sort_keys=True)
-  key = hashlib.sha256(key_source.encode("utf-8")).hexdigest()
-  note_path = path + ".json"
-  if os.path.exists(path) and os.path.exists(note_path):
-    with open(note_path, encoding="utf-8") as reader:
-      note = json.load(reader)
-    if note.get("key") == key:
-      logging.info("Reusing cached training features %s (%d examples, %d features)", path,
-                   note["num_examples"], note["num_features"])
-      return path, note["num_examples"], note["num_features"]
-  examples = read_squad_examples(train_file, is_training=True,
-                                 version_2_with_negative=options.version_2_with_negative)
-  np.random.default_rng(seed).shuffle(examples)
-  features = convert_examples_to_features(examples, tokenizer, options.max_seq_length,
-                                          options.doc_stride, options.max_query_length,
-                                          is_training=True)
-  num_features = write_features_tfrecord(features, path, is_training=True)
-  atomic_files.write_text(note_path, json.dumps({
-      "key": key, "num_examples": len(examples), "num_features": num_features,
-      "inputs": json.loads(key_source)}, indent=2))
-  logging.info("Wrote %d training features of %d examples to %s", num_features, len(examples), path)
-  return path, len(examples), num_features
+  settings = dict(feature_cache.tokenizer_settings(tokenizer),
+                  train_file_sha256=feature_cache.file_sha256(train_file),
+                  max_seq_length=options.max_seq_length, doc_stride=options.doc_stride,
+                  max_query_length=options.max_query_length,
+                  version_2_with_negative=options.version_2_with_negative, seed=seed)
+
+  def write(temporary: str) -> dict:
+    examples = read_squad_examples(train_file, is_training=True,
+                                   version_2_with_negative=options.version_2_with_negative)
+    np.random.default_rng(seed).shuffle(examples)
+    features = convert_examples_to_features(examples, tokenizer, options.max_seq_length,
+                                            options.doc_stride, options.max_query_length,
+                                            is_training=True)
+    num_features = write_features_tfrecord(features, temporary, is_training=True)
+    return {"num_examples": len(examples), "num_features": num_features}
+
+  contents, _ = feature_cache.reuse_or_write(path, settings, write)
+  return path, contents["num_examples"], contents["num_features"]
 
 
 # ---------------------------------------------------------------------------------------------

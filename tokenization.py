@@ -23,8 +23,9 @@ running text are distinct).
 With `spm_model_file` (as ALBERT's tokenizer) tokens are the SentencePiece model's pieces and ids
 its ids; `do_lower_case` lower-cases the text (`str.lower`) before encoding.
 
-This module imports neither TensorFlow nor tensorflow-text at import time (data-generation
-workers import it); only the batch methods of `FullTokenizer` load them.
+This module does not import TensorFlow at import time (data-generation workers import it; only a
+remote vocab, gs://..., is read through tf.io.gfile). The batch path over many texts at once,
+through tensorflow-text, is `in_graph_tokenization.BatchTokenizer(tokenizer)`.
 """
 
 import collections
@@ -33,7 +34,6 @@ import re
 import unicodedata
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
-import numpy as np
 
 TextLike = Union[str, bytes]
 
@@ -403,20 +403,13 @@ class FullTokenizer(object):
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     self._word_cache = {}
-    self._batch_function = None
     self._max_token_chars = max(len(token) for token in self.vocab)
-
-  def __getstate__(self):
-    """Pickles without the TensorFlow batch function (worker processes rebuild it if used)."""
-    state = self.__dict__.copy()
-    state["_batch_function"] = None
-    return state
 
   def tokenize(self, text: TextLike) -> List[str]:
     """Returns the word pieces (or SentencePiece pieces) of `text`."""
     text = convert_to_unicode(text)
     if self.sp_model is not None:
-      return self.sp_model.encode(self._spm_prepare(text), out_type=str)
+      return self.sp_model.encode(self.sentencepiece_text(text), out_type=str)
     output = []
     for pieces, _ in self._cached_chunks(text):
       output.extend(pieces)
@@ -426,7 +419,7 @@ class FullTokenizer(object):
     """Returns the ids of `tokenize(text)` (ValueError if the vocab lacks "[UNK]" and needs it)."""
     text = convert_to_unicode(text)
     if self.sp_model is not None:
-      return self.sp_model.encode(self._spm_prepare(text), out_type=int)
+      return self.sp_model.encode(self.sentencepiece_text(text), out_type=int)
     output = []
     for pieces, ids in self._cached_chunks(text):
       if ids is None:
@@ -473,65 +466,8 @@ class FullTokenizer(object):
     return build_inputs(self.tokenize_to_ids(text_a), ids_b, max_seq_length,
                         self.special_token_id(CLS_TOKEN), self.special_token_id(SEP_TOKEN))
 
-  def batch_tokenize(self, texts: Sequence[TextLike],
-                     batch_size: int = 8192) -> Tuple[np.ndarray, np.ndarray]:
-    """Tokenizes many texts at once: returns (ids int32 [B, L] zero padded, lengths int32 [B]).
-
-    Row i equals `tokenize_to_ids(texts[i])`. WordPiece goes through TensorFlow
-    (`in_graph_tokenization`, see `_TensorFlowBatchTokenizer`), SentencePiece through the model's
-    batch encoder.
-    """
-    values, lengths = self._batch_ids(texts, batch_size)
-    padded = np.zeros([len(lengths), lengths.max(initial=0)], np.int32)
-    padded[np.arange(padded.shape[1]) < lengths[:, None]] = values
-    return padded, lengths
-
-  def batch_encode(self, texts_a: Sequence[TextLike],
-                   texts_b: Optional[Sequence[TextLike]] = None, max_seq_length: int = 128,
-                   batch_size: int = 8192) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """`encode` for many texts (or pairs): (input_ids, input_mask, segment_ids) int32 [B, L]."""
-    cls_id = self.special_token_id(CLS_TOKEN)
-    sep_id = self.special_token_id(SEP_TOKEN)
-    ids_a = self._batch_id_lists(texts_a, batch_size)
-    if texts_b is None:
-      ids_b = [None] * len(ids_a)
-    else:
-      if len(texts_b) != len(texts_a):
-        raise ValueError("batch_encode got %d first texts but %d second texts." %
-                         (len(texts_a), len(texts_b)))
-      ids_b = self._batch_id_lists(texts_b, batch_size)
-    features = [build_inputs(a.tolist(), None if b is None else b.tolist(), max_seq_length,
-                             cls_id, sep_id) for a, b in zip(ids_a, ids_b)]
-    shape = [len(features), max_seq_length]
-    return tuple(np.array([row[i] for row in features], np.int32).reshape(shape)
-                 for i in range(3))
-
-  def _batch_id_lists(self, texts: Sequence[TextLike], batch_size: int) -> List[np.ndarray]:
-    """The ids of every text as a list of int32 arrays, through the batch path."""
-    values, lengths = self._batch_ids(texts, batch_size)
-    return np.split(values, np.cumsum(lengths)[:-1]) if len(lengths) else []
-
-  def _batch_ids(self, texts: Sequence[TextLike],
-                 batch_size: int) -> Tuple[np.ndarray, np.ndarray]:
-    """The ids of all texts concatenated (int32) and the number of ids of each text (int32)."""
-    texts = [convert_to_unicode(text) for text in texts]
-    if self.sp_model is not None:
-      encoded = self.sp_model.encode([self._spm_prepare(text) for text in texts], out_type=int)
-      return _concatenate([np.array(ids, np.int32) for ids in encoded])
-    batch_tokenizer = self._batch_tokenizer()
-    parts = [batch_tokenizer(texts[start:start + batch_size])
-             for start in range(0, len(texts), batch_size)]
-    return (np.concatenate([values for values, _ in parts] + [np.zeros([0], np.int32)]),
-            np.concatenate([lengths for _, lengths in parts] + [np.zeros([0], np.int32)]))
-
-  def _batch_tokenizer(self):
-    """A function list of str -> (ids, lengths), built once (it loads TensorFlow)."""
-    if self._batch_function is None:
-      self._batch_function = _TensorFlowBatchTokenizer(self)
-    return self._batch_function
-
-  def _spm_prepare(self, text: str) -> str:
-    """The text handed to the SentencePiece model."""
+  def sentencepiece_text(self, text: str) -> str:
+    """The text handed to the SentencePiece model (lower-cased with `do_lower_case`)."""
     return text.lower() if self.do_lower_case else text
 
   def _tokenize_word(self, chunk: str) -> List[str]:
@@ -561,57 +497,6 @@ class FullTokenizer(object):
         return [UNK_TOKEN]
       start = end
     return pieces
-
-
-class _TensorFlowBatchTokenizer(object):
-  """The batch path of a WordPiece `FullTokenizer`: `in_graph_tokenization` in a tf.function.
-
-  The in-graph tokenizer follows the original rules with Python's own character tables (final
-  sigma and NFD's canonical reordering included), so its ids equal the Python path's on every
-  text it can represent. The texts it cannot represent, `str` with lone surrogates (not
-  encodable as UTF-8), are detected and tokenized in Python. Invalid UTF-8 bytes are dropped in
-  Python before TensorFlow sees the text.
-
-  tensorflow-text's own `FastBertTokenizer`/`BertTokenizer` are not used for normalization: with
-  lower-casing they apply NFKC case folding (`½` -> `1⁄2`, `…` -> `...`, non-breaking hyphen,
-  superscripts, ligatures), which differs from the original on about 0.35% of WikiText lines, and
-  their Unicode tables (ICU's) can differ from Python's.
-  """
-
-  def __init__(self, tokenizer: FullTokenizer):
-    import tensorflow as tf  # pylint: disable=g-import-not-at-top
-    import in_graph_tokenization  # pylint: disable=g-import-not-at-top
-    self._python_tokenizer = tokenizer
-    self._encoder = in_graph_tokenization.BertInputEncoder(
-        tokenizer.vocab_file, tokenizer.do_lower_case, max_seq_length=2)
-    self._tokenize = tf.function(self._encoder.tokenize, autograph=False,
-                                 input_signature=[tf.TensorSpec([None], tf.string)])
-
-  def __call__(self, texts: Sequence[str]) -> Tuple[np.ndarray, np.ndarray]:
-    """(concatenated int32 ids, int32 number of ids per text) of a list of str."""
-    encoded = []
-    in_python = []
-    for row, text in enumerate(texts):
-      try:
-        encoded.append(text.encode("utf-8"))
-      except UnicodeEncodeError:
-        in_python.append(row)
-        encoded.append(b"")
-    ragged = self._tokenize(encoded)
-    values = ragged.flat_values.numpy()
-    lengths = np.diff(ragged.row_splits.numpy()).astype(np.int32)
-    if not in_python:
-      return values, lengths
-    rows = np.split(values, np.cumsum(lengths)[:-1])
-    for row in in_python:
-      rows[row] = np.array(self._python_tokenizer.tokenize_to_ids(texts[row]), np.int32)
-    return _concatenate(rows)
-
-
-def _concatenate(rows: Sequence[np.ndarray]) -> Tuple[np.ndarray, np.ndarray]:
-  """(concatenated int32 values, int32 lengths) of a list of 1-D arrays."""
-  lengths = np.array([len(row) for row in rows], np.int32)
-  return np.concatenate(list(rows) + [np.zeros([0], np.int32)]).astype(np.int32), lengths
 
 
 def _load_sentencepiece(spm_model_file: str):

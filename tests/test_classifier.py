@@ -445,3 +445,19 @@ def test_per_example_loss_matches_numpy():
   np.testing.assert_allclose(
       classifier.per_example_loss(np.array([[1.5], [4.0]], np.float32), np.array([1.0, 5.0]),
                                   True).numpy(), [0.25, 1.0])
+
+
+def test_every_task_makes_its_labels_known_the_same_way(tmp_path):
+  # run_classifier calls load_or_create_label_list whatever the task: a fixed task returns its own
+  # labels and writes nothing; the generic one learns them (not before: get_labels refuses).
+  output_dir = tmp_path / "out"
+  output_dir.mkdir()
+  mrpc = classifier.get_processor("mrpc", text_a_column="ignored", language="ignored")
+  assert mrpc.load_or_create_label_list(None, str(output_dir)) == ["0", "1"]
+  assert not os.listdir(output_dir)
+  generic = classifier.get_processor("generic", text_a_column="t", label_column="y")
+  with pytest.raises(ValueError, match="labels are unknown"):
+    generic.get_labels()
+  data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", "x"])})
+  assert generic.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
+  assert os.listdir(output_dir) == [classifier.LABEL_LIST_FILE]

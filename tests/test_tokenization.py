@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from conftest import REPO_ROOT, shared_path
+import in_graph_tokenization
 import tokenization
 
 # Texts that exercise every rule: accents, CJK, Hangul, Kana, emoji, control and zero-width
@@ -215,7 +216,6 @@ def test_property_fast_path_equals_reference(uncased, cased, text):
 
 
 def test_pickles_for_worker_processes(uncased, spm_model):
-  uncased.batch_tokenize(["warm up the batch path"])
   for tokenizer in (uncased, tokenization.FullTokenizer(None, spm_model_file=spm_model)):
     copy = pickle.loads(pickle.dumps(tokenizer))
     assert copy.tokenize("Hello, unaffable world!") == tokenizer.tokenize("Hello, unaffable world!")
@@ -229,7 +229,7 @@ def test_no_tensorflow_import():
 
 
 def assert_batch_equals_python(tokenizer, texts):
-  ids, lengths = tokenizer.batch_tokenize(texts)
+  ids, lengths = in_graph_tokenization.BatchTokenizer(tokenizer).tokenize(texts)
   assert ids.dtype == np.int32 and ids.shape[0] == len(texts)
   for row, text in enumerate(texts):
     assert ids[row, :lengths[row]].tolist() == tokenizer.tokenize_to_ids(text), repr(text)
@@ -258,19 +258,21 @@ def test_property_batch_equals_python(uncased, texts):
 
 
 def test_batch_paths_on_empty_inputs(uncased):
-  ids, lengths = uncased.batch_tokenize([])
+  batch = in_graph_tokenization.BatchTokenizer(uncased)
+  ids, lengths = batch.tokenize([])
   assert ids.shape == (0, 0) and lengths.shape == (0,)
-  assert [f.shape for f in uncased.batch_encode([], max_seq_length=8)] == [(0, 8)] * 3
-  ids, lengths = uncased.batch_tokenize(["", " \t"])
+  assert [f.shape for f in batch.encode([], max_seq_length=8)] == [(0, 8)] * 3
+  ids, lengths = batch.tokenize(["", " \t"])
   assert ids.shape == (2, 0) and lengths.tolist() == [0, 0]
 
 
 def test_batch_encode_equals_encode(uncased):
   texts_a = TRICKY_TEXTS
   texts_b = TRICKY_TEXTS[::-1]
+  batch = in_graph_tokenization.BatchTokenizer(uncased)
   for max_seq_length in (5, 24):
-    single = uncased.batch_encode(texts_a, max_seq_length=max_seq_length)
-    pairs = uncased.batch_encode(texts_a, texts_b, max_seq_length=max_seq_length)
+    single = batch.encode(texts_a, max_seq_length=max_seq_length)
+    pairs = batch.encode(texts_a, texts_b, max_seq_length=max_seq_length)
     for row, (a, b) in enumerate(zip(texts_a, texts_b)):
       assert [f[row].tolist() for f in single] == list(uncased.encode(a, None, max_seq_length))
       assert [f[row].tolist() for f in pairs] == list(uncased.encode(a, b, max_seq_length))
@@ -317,7 +319,7 @@ def test_sentencepiece_pieces_ids_and_lower_case(spm_model):
   assert input_ids[0] == processor.piece_to_id("[CLS]") == lower.special_token_id("[CLS]")
   assert input_ids.count(processor.piece_to_id("[SEP]")) == 2 and segment_ids[-1] == 0
   texts = [text, "RI\u00e9 데이터", b"men \xff sun", ""]
-  ids, lengths = lower.batch_tokenize(texts)
+  ids, lengths = in_graph_tokenization.BatchTokenizer(lower).tokenize(texts)
   for row, text in enumerate(texts):
     assert ids[row, :lengths[row]].tolist() == lower.tokenize_to_ids(text)
   with pytest.raises(ValueError, match="does not exist"):

@@ -1,0 +1,55 @@
+# coding=utf-8
+"""Input flags that name files by comma-separated paths or glob patterns, local or remote.
+
+One rule for every `--input_file` (create_vocab.py, create_pretraining_data.py,
+run_pretraining.py): the value is split at commas (blank parts ignored); each pattern expands to
+its matching files, sorted; the patterns' files are concatenated in the order of the patterns (a
+file named twice is read twice, as in the original). Directories are skipped, and so are hidden
+files (names starting with "."; e.g. the temporaries of outputs still being written, see
+atomic_files.py) unless the pattern's own file name starts with ".". A pattern matching no file
+is a ValueError naming the flag and the pattern.
+
+Local patterns are expanded with Python's `glob`; remote ones (`gs://...`, any `scheme://`) with
+`tf.io.gfile.glob`, as the original did. TensorFlow is imported only for a remote pattern, so the
+pure-Python data tools never load it.
+"""
+
+import concurrent.futures
+import glob
+import os
+import posixpath
+from typing import List
+
+
+def is_remote(path: str) -> bool:
+  """Whether `path` is a URL-like path (gs://, hdfs://, ...) read through tf.io.gfile."""
+  return "://" in path
+
+
+def expand(value: str, flag: str = "--input_file") -> List[str]:
+  """The files of comma-separated paths or glob patterns, by the rule in the module docstring."""
+  patterns = [pattern.strip() for pattern in (value or "").split(",") if pattern.strip()]
+  if not patterns:
+    raise ValueError("%s is required: comma-separated files or glob patterns" % flag)
+  files = []
+  for pattern in patterns:
+    matches = _remote_files(pattern) if is_remote(pattern) else _local_files(pattern)
+    if not posixpath.basename(pattern).startswith("."):
+      matches = [path for path in matches if not posixpath.basename(path).startswith(".")]
+    if not matches:
+      raise ValueError("%s: %r matches no files" % (flag, pattern))
+    files.extend(sorted(matches))
+  return files
+
+
+def _local_files(pattern: str) -> List[str]:
+  return [path for path in glob.glob(pattern) if not os.path.isdir(path)]
+
+
+def _remote_files(pattern: str) -> List[str]:
+  """Matches of a remote pattern that are not directories (checked in parallel: one call each)."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  matches = tf.io.gfile.glob(pattern)
+  with concurrent.futures.ThreadPoolExecutor(16) as pool:
+    directories = list(pool.map(tf.io.gfile.isdir, matches))
+  return [path for path, directory in zip(matches, directories) if not directory]

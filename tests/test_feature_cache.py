@@ -1,0 +1,75 @@
+"""Tests of feature_cache.py: one staleness rule (content digests) for the classifier and SQuAD."""
+import json
+import os
+
+import tensorflow as tf
+
+import feature_cache
+import squad
+import tokenization
+
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "who", "sold", "bread", "bob", "ann", "?", "."]
+
+
+def squad_file(path, seller):
+  """A one-question SQuAD v1.1 file whose answer is `seller` (same length for "bob"/"ann")."""
+  context = "%s sold bread." % seller
+  path.write_text(json.dumps({"version": "1.1", "data": [{"title": "t", "paragraphs": [{
+      "context": context, "qas": [{"id": "q", "question": "who sold bread?",
+                                   "answers": [{"text": seller, "answer_start": 0}]}]}]}]}))
+  return str(path)
+
+
+def identity(path):
+  """What says whether a file was rewritten (every write renames a new file into place)."""
+  stat = os.stat(path)
+  return stat.st_ino, stat.st_mtime_ns
+
+
+def test_squad_cache_follows_content_not_size_and_time(tmp_path):
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(VOCAB) + "\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
+  options = squad.SquadOptions(max_seq_length=16, doc_stride=4, max_query_length=8)
+  train_file = squad_file(tmp_path / "train.json", "bob")
+  output_dir = str(tmp_path / "out")
+  os.makedirs(output_dir)
+  cached = lambda: squad.cached_train_features(train_file, output_dir, tokenizer, options)
+  path, num_examples, num_features = cached()
+  assert (num_examples, num_features) == (1, 1)
+  first = identity(path)
+  assert cached() == (path, 1, 1) and identity(path) == first  # Unchanged input: reused.
+
+  # Same size, same modification time, other content: rebuilt, with the new answer's ids.
+  stat = os.stat(train_file)
+  squad_file(tmp_path / "train.json", "ann")
+  os.utime(train_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  assert os.stat(train_file).st_size == stat.st_size
+  assert cached() == (path, 1, 1) and identity(path) != first
+  record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
+  input_ids = record.features.feature["input_ids"].int64_list.value
+  assert VOCAB.index("ann") in input_ids and VOCAB.index("bob") not in input_ids
+  with open(path + ".json") as f:
+    note = json.load(f)
+  assert note["settings"]["train_file_sha256"] == feature_cache.file_sha256(train_file)
+  assert note["contents"] == {"num_examples": 1, "num_features": 1}
+
+
+def test_reuse_or_write_rule(tmp_path):
+  output_file = str(tmp_path / "features")
+  writes = []
+
+  def write(path):
+    writes.append(path)
+    with open(path, "w") as f:
+      f.write("records")
+    return {"num_examples": 3}
+
+  assert feature_cache.reuse_or_write(output_file, {"a": 1}, write) == ({"num_examples": 3}, False)
+  assert feature_cache.reuse_or_write(output_file, {"a": 1}, write) == ({"num_examples": 3}, True)
+  assert len(writes) == 1 and writes[0] != output_file  # Written under a temporary name.
+  assert feature_cache.reuse_or_write(output_file, {"a": 2}, write)[1] is False
+  os.remove(output_file + ".json")  # A file without its note (an interrupted run): rebuilt.
+  assert feature_cache.reuse_or_write(output_file, {"a": 2}, write)[1] is False
+  assert len(writes) == 3
+  assert sorted(os.listdir(tmp_path)) == ["features", "features.json"]

@@ -1,0 +1,58 @@
+"""Tests of file_patterns.py: the one rule by which every --input_file names its files."""
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT
+import file_patterns
+
+
+def touch(path):
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_text("x")
+  return str(path)
+
+
+def test_sorted_per_pattern_in_pattern_order_repeats_kept(tmp_path):
+  b, a, c = touch(tmp_path / "b.txt"), touch(tmp_path / "a.txt"), touch(tmp_path / "c.log")
+  value = " %s , ,%s/*.txt,%s" % (c, tmp_path, b)
+  assert file_patterns.expand(value) == [c, a, b, b]
+
+
+def test_directories_and_hidden_files_are_skipped_unless_named(tmp_path):
+  visible = touch(tmp_path / "part-0.txt")
+  hidden = touch(tmp_path / ".part-1.txt.tmp-host-123")  # An output still being written.
+  (tmp_path / "part-dir.txt").mkdir()
+  assert file_patterns.expand(str(tmp_path / "part*")) == [visible]
+  assert file_patterns.expand(str(tmp_path / ".part*")) == [hidden]
+  with pytest.raises(ValueError, match=r"^--input_file: '.*part-dir\.txt' matches no files$"):
+    file_patterns.expand(str(tmp_path / "part-dir.txt"))
+
+
+def test_errors_name_the_flag_and_the_pattern(tmp_path):
+  touch(tmp_path / "a.txt")
+  with pytest.raises(ValueError, match=r"^--train_files: '.*missing\*\.txt' matches no files$"):
+    file_patterns.expand("%s/a.txt,%s/missing*.txt" % (tmp_path, tmp_path), "--train_files")
+  for empty in ("", " , ", None):
+    with pytest.raises(ValueError, match="^--input_file is required"):
+      file_patterns.expand(empty)
+
+
+def test_remote_patterns_go_through_gfile():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  root = "ram://file_patterns_test"
+  tf.io.gfile.makedirs(root + "/shard-dir")
+  for name in ("shard-1", "shard-0", ".shard-2"):
+    with tf.io.gfile.GFile("%s/%s" % (root, name), "w") as f:
+      f.write("x")
+  assert file_patterns.expand(root + "/shard*") == [root + "/shard-0", root + "/shard-1"]
+  with pytest.raises(ValueError, match="ram://file_patterns_test/none' matches no files"):
+    file_patterns.expand(root + "/none")
+
+
+def test_local_patterns_do_not_import_tensorflow(tmp_path):
+  touch(tmp_path / "a.txt")
+  code = ("import sys, file_patterns; assert file_patterns.expand(sys.argv[1]); "
+          "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
+  subprocess.run([sys.executable, "-c", code, str(tmp_path / "*.txt")], cwd=REPO_ROOT, check=True)
