@@ -24,6 +24,7 @@ flags only: not on `num_workers`, not on timing.
 
 import collections
 import contextlib
+import ctypes
 import dataclasses
 import glob
 import io
@@ -47,6 +48,11 @@ SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
 FEATURE_NAMES = ("input_ids", "input_mask", "segment_ids", "masked_lm_positions", "masked_lm_ids",
                  "masked_lm_weights", "next_sentence_labels")
 NUM_LOGGED_INSTANCES = 20
+# A worker's tokenizer word cache: reached within the first ~1 MB of text, so a worker's memory is
+# the same for a 4 MB and a 4 TB corpus (~3 MB at ~400 bytes per word; a larger bound is only
+# reached by larger corpora: 32768 words added ~13 MB per worker between 4 and 16 MB of input).
+# The frequent words that make the cache fast are back in it soon after each clearing.
+TOKENIZER_CACHED_WORDS = 8192
 PROGRESS_INTERVAL_SECONDS = 5.0
 
 
@@ -575,7 +581,7 @@ def expand_input_patterns(input_file: str) -> list:
   return files
 
 
-def _file_size(path: str) -> int:
+def file_size(path: str) -> int:
   if _is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.io.gfile.stat(path).length
@@ -642,6 +648,29 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]
 # Chunk processing (worker processes).
 
 
+def _load_malloc_trim() -> Optional[Any]:
+  """glibc's `malloc_trim`, or None on a C library without it."""
+  try:
+    return ctypes.CDLL(None).malloc_trim
+  except (OSError, AttributeError):
+    return None
+
+
+_MALLOC_TRIM = _load_malloc_trim()
+
+
+def release_free_heap_memory() -> None:
+  """Gives the C heap's free pages back to the system (glibc's `malloc_trim`; else nothing).
+
+  Records and chunk texts are larger than Python's small-object allocator handles, so they come
+  from malloc, and threads (the pool's result handler) get malloc arenas of their own. Freed
+  blocks between live ones stay in the process: without trimming, its resident size creeps up with
+  every chunk that leaves holes of a new shape, i.e. with the corpus size.
+  """
+  if _MALLOC_TRIM is not None:
+    _MALLOC_TRIM(0)
+
+
 @dataclasses.dataclass(frozen=True)
 class WorkerConfig:
   """Everything a worker needs, picklable."""
@@ -668,7 +697,8 @@ class ChunkProcessor:
     self.config = config
     self.tokenizer = tokenization.FullTokenizer(vocab_file=config.vocab_file,
                                                 do_lower_case=config.do_lower_case,
-                                                spm_model_file=config.spm_model_file)
+                                                spm_model_file=config.spm_model_file,
+                                                max_cached_words=TOKENIZER_CACHED_WORDS)
     self.vocab = VocabIds.from_tokenizer(
         self.tokenizer, config.spm_model_file or config.vocab_file,
         is_sentencepiece=config.spm_model_file is not None)
@@ -719,6 +749,8 @@ class ChunkProcessor:
     counts["instances"] += len(instances)
     records = frame_tfrecords([self.encoder.encode(instance) for instance in instances])
     readable = [self.readable(instance) for instance in instances[:NUM_LOGGED_INSTANCES]]
+    del instances, documents
+    release_free_heap_memory()
     return ChunkResult(chunk.index, chunk.end_offset, records, counts, readable)
 
   def readable(self, instance: TrainingInstance) -> str:
@@ -889,11 +921,11 @@ SKIP_AND_ADJUST_COUNTS = ("empty_files", "lines_with_invalid_utf8", "lines_witho
                           "sentences_over_max_num_tokens", "not_next_from_same_document")
 
 
-def run(config: RunConfig) -> dict:
-  """Creates the TFRecords of one shard of the corpus and returns the summary.
+def prepare(config: RunConfig) -> tuple:
+  """Checks what can be checked before reading the corpus: flags, input patterns, vocab.
 
-  Everything that can be checked before reading the corpus is: flags, input patterns, vocab, output
-  paths (a ValueError names the culprit).
+  Shared by the local pipeline and the Beam pipeline. Returns (input files, a ChunkProcessor);
+  raises a ValueError naming the culprit.
   """
   config.options.validate()
   if config.num_workers < 1:
@@ -904,14 +936,28 @@ def run(config: RunConfig) -> dict:
   if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
     raise ValueError("chunk size and shuffle buffer size must be positive")
   input_files = expand_input_patterns(config.input_file)
-  output_files = shard_output_files(config.output_file, config.shard_index, config.num_shards)
+  worker_config = WorkerConfig(config.vocab_file, config.do_lower_case, config.spm_model_file,
+                               config.options, config.random_seed)
+  return input_files, ChunkProcessor(worker_config)  # Fails here on a bad vocab.
+
+
+def check_not_overwriting(input_files: Sequence[str], output_files: Sequence[str]) -> None:
+  """A ValueError if an output path is one of the input files."""
   overwritten = set(map(os.path.realpath, input_files)) & set(map(os.path.realpath, output_files))
   if overwritten:
     raise ValueError("output file would overwrite input file %s" % sorted(overwritten)[0])
-  worker_config = WorkerConfig(config.vocab_file, config.do_lower_case, config.spm_model_file,
-                               config.options, config.random_seed)
-  processor = ChunkProcessor(worker_config)  # Fails here, before any work, on a bad vocab.
-  total_bytes = sum(map(_file_size, input_files))
+
+
+def run(config: RunConfig) -> dict:
+  """Creates the TFRecords of one shard of the corpus and returns the summary.
+
+  Everything that can be checked before reading the corpus is: flags, input patterns, vocab, output
+  paths (a ValueError names the culprit).
+  """
+  input_files, processor = prepare(config)
+  output_files = shard_output_files(config.output_file, config.shard_index, config.num_shards)
+  check_not_overwriting(input_files, output_files)
+  total_bytes = sum(map(file_size, input_files))
   logging.info("*** Reading from %d input files (%.1f MB) ***", len(input_files), total_bytes / 1e6)
   logging.info("*** Writing to output files ***")
   for path in output_files:
@@ -927,12 +973,12 @@ def run(config: RunConfig) -> dict:
       writer.close()
     if not counts["instances"]:
       raise ValueError("no instances were created from --input_file %s (%d documents, %d empty "
-                       "files): nothing written" % (_describe_files(input_files),
+                       "files): nothing written" % (describe_files(input_files),
                                                     counts["documents"], counts["empty_files"]))
-  return _summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())
+  return make_summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())
 
 
-def _describe_files(paths: Sequence[str], limit: int = 3) -> str:
+def describe_files(paths: Sequence[str], limit: int = 3) -> str:
   """The first `limit` paths, comma-separated, with how many more there are."""
   text = ", ".join(paths[:limit])
   return text + (" and %d more" % (len(paths) - limit) if len(paths) > limit else "")
@@ -954,23 +1000,30 @@ def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequ
   logged = 0
   for result in _process_chunks(shard_chunks(), processor, config.num_workers):
     counts.update(result.counts)
-    for text in result.readable[:NUM_LOGGED_INSTANCES - logged]:
-      for line in text.split("\n"):
-        logging.info("%s", line)
-      logged += 1
+    logged += log_readable(result.readable[:NUM_LOGGED_INSTANCES - logged])
     for record in result.records:
       evicted = shuffle.push(record)
       if evicted is not None:
         writer.write(evicted)
     progress.maybe_report(counts, result.end_offset)
+    del result
+    release_free_heap_memory()
   for record in shuffle.drain():
     writer.write(record)
   progress.maybe_report(counts, progress.total_bytes, force=True)
   logging.info("Wrote %d total instances", counts["instances"])
 
 
-def _summary(config: RunConfig, input_files: Sequence[str], output_files: Sequence[str],
-             total_bytes: int, counts: collections.Counter, seconds: float) -> dict:
+def log_readable(readable: Sequence[str]) -> int:
+  """Logs instances in the original's form (ChunkResult.readable); returns how many."""
+  for text in readable:
+    for line in text.split("\n"):
+      logging.info("%s", line)
+  return len(readable)
+
+
+def make_summary(config: RunConfig, input_files: Sequence[str], output_files: Sequence[str],
+                 total_bytes: int, counts: collections.Counter, seconds: float) -> dict:
   """The final JSON-able summary of a run."""
   return {
       "input_files": len(input_files),
