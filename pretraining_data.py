@@ -19,7 +19,8 @@ the original's `tf.train.Example` TFRecords. What changes is how the corpus flow
 
 Every random choice of a chunk comes from a generator seeded by `(random_seed, chunk index)`, and
 the shuffle buffer's from `(random_seed, shard index)`, so the output bytes depend on the inputs and
-flags only: not on `num_workers`, not on timing.
+flags only: not on `num_workers`, not on timing. `pretraining_data_beam.py` runs the same chunks
+through the same `ChunkProcessor` as an Apache Beam pipeline.
 """
 
 import collections
@@ -764,9 +765,11 @@ class ChunkProcessor:
                                                         counts))
     rng.shuffle(instances)
     counts["instances"] += len(instances)
-    records = frame_tfrecords([self.encoder.encode(instance) for instance in instances])
     readable = [self.readable(instance) for instance in instances[:NUM_LOGGED_INSTANCES]]
-    del instances, documents
+    encoded = [self.encoder.encode(instance) for instance in instances]
+    del instances, documents  # Only one form of the chunk's instances at a time besides the last.
+    records = frame_tfrecords(encoded)
+    del encoded
     release_free_heap_memory()
     return ChunkResult(chunk.index, chunk.end_offset, records, counts, readable)
 
