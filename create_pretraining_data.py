@@ -54,8 +54,8 @@ flags.DEFINE_enum("runner", "local", ["local", "beam"], "local: this machine's p
                   "an Apache Beam pipeline (pip install -r requirements-beam.txt) writing "
                   "--num_shards files in one job, globally shuffled; see --beam_pipeline_options.")
 flags.DEFINE_string("beam_pipeline_options", "", "With --runner=beam: Beam's pipeline options, "
-                    "e.g. \"--runner=DataflowRunner --project=P --region=R --temp_location=gs://B/tmp\" "
-                    "(default: the in-process DirectRunner).")
+                    "e.g. \"--runner=DataflowRunner --project=P --region=R "
+                    "--temp_location=gs://B/tmp\" (default: the in-process DirectRunner).")
 flags.DEFINE_integer("shuffle_buffer_size", 10000, "Instances held to mix the output across "
                      "chunks (the original shuffles all instances of the corpus in memory).")
 

@@ -129,8 +129,9 @@ def _remove_files(paths: Sequence[str]) -> None:
 
 
 def run(config: pretraining_data.RunConfig, pipeline_args: str = "") -> dict:
-  """Runs the Beam pipeline (DirectRunner unless `pipeline_args` name another) and returns the
-  summary of the local path's form, its counts read from the pipeline's metrics.
+  """Runs the pipeline and returns the local path's summary, its counts from Beam's metrics.
+
+  `pipeline_args` are Beam's options as one command-line string (default: the DirectRunner).
 
   `config.num_shards` is the number of output files; `shard_index` must be 0 (one job writes
   every shard), and `num_workers` and `shuffle_buffer_size` are the runner's business.

@@ -78,3 +78,12 @@ def test_beam_cli_writes_shards_and_rejects_what_it_cannot_do(tmp_path):
                           timeout=120)
   assert failed.returncode != 0 and "--shard_index" in failed.stderr
   assert "Traceback" not in failed.stderr
+
+
+def test_beam_run_without_instances_fails_and_leaves_no_file(tmp_path):
+  vocab, _ = _tagged_corpus(tmp_path, num_documents=2)
+  empty = tmp_path / "empty.txt"
+  empty.write_text("")
+  with pytest.raises(ValueError, match="no instances.*empty.txt"):
+    pretraining_data_beam.run(_config(vocab, str(empty), str(tmp_path / "out"), num_shards=2))
+  assert not list(tmp_path.glob("*out*"))
