@@ -8,7 +8,8 @@ Unlike the original, the corpus is streamed in chunks of whole documents that `n
 processes turn into instances independently, so memory stays bounded whatever the corpus size (see
 DESIGN.md, "Pretraining data"), and one corpus can be split over machines with `--num_shards` and
 `--shard_index`: every machine runs the same command with its own `--shard_index` and writes its own
-files. Prints a JSON summary at the end.
+files. With `--runner=beam` the same chunks and algorithm run as an Apache Beam pipeline
+(pretraining_data_beam.py). Prints a JSON summary at the end.
 """
 
 import os
@@ -49,8 +50,25 @@ flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards, e
 flags.DEFINE_integer("shard_index", 0, "Which shard this run creates, in [0, num_shards).")
 flags.DEFINE_integer("chunk_size_kb", 256, "Text per independent chunk of whole documents: the "
                      "unit of work and of memory, and the pool NotNext segments are drawn from.")
+flags.DEFINE_enum("runner", "local", ["local", "beam"], "local: this machine's processes. beam: "
+                  "an Apache Beam pipeline (pip install -r requirements-beam.txt) writing "
+                  "--num_shards files in one job, globally shuffled; see --beam_pipeline_options.")
+flags.DEFINE_string("beam_pipeline_options", "", "With --runner=beam: Beam's pipeline options, "
+                    "e.g. \"--runner=DataflowRunner --project=P --region=R "
+                    "--temp_location=gs://B/tmp\" (default: the in-process DirectRunner).")
 flags.DEFINE_integer("shuffle_buffer_size", 10000, "Instances held to mix the output across "
                      "chunks (the original shuffles all instances of the corpus in memory).")
+
+
+def _run_beam(config: pretraining_data.RunConfig) -> dict:
+  try:
+    import pretraining_data_beam  # pylint: disable=g-import-not-at-top
+  except ImportError as error:
+    if not (error.name or "").startswith("apache_beam"):
+      raise
+    raise ValueError("--runner=beam needs Apache Beam (pip install -r requirements-beam.txt): %s"
+                     % error) from error
+  return pretraining_data_beam.run(config, FLAGS.beam_pipeline_options)
 
 
 def main(_):
@@ -79,7 +97,10 @@ def main(_):
       chunk_bytes=FLAGS.chunk_size_kb * 1024,
       shuffle_buffer_size=FLAGS.shuffle_buffer_size)
   try:
-    summary = pretraining_data.run(config)
+    if FLAGS.runner == "beam":
+      summary = _run_beam(config)
+    else:
+      summary = pretraining_data.run(config)
   except ValueError as error:
     raise app.UsageError(str(error)) from error
   except OSError as error:  # E.g. a full disk: one line naming the file, nothing left behind.

@@ -388,7 +388,8 @@ class FullTokenizer(object):
   """
 
   def __init__(self, vocab_file: Optional[str], do_lower_case: bool = True,
-               spm_model_file: Optional[str] = None):
+               spm_model_file: Optional[str] = None, max_cached_words: int = _MAX_CACHED_WORDS):
+    """`max_cached_words` bounds the per-word cache (cleared when full; see _MAX_CACHED_WORDS)."""
     self.do_lower_case = do_lower_case
     self.vocab_file = vocab_file
     self.spm_model_file = spm_model_file
@@ -403,6 +404,7 @@ class FullTokenizer(object):
     self.basic_tokenizer = BasicTokenizer(do_lower_case=do_lower_case)
     self.wordpiece_tokenizer = WordpieceTokenizer(vocab=self.vocab)
     self._word_cache = {}
+    self._max_cached_words = max_cached_words
     self._max_token_chars = max(len(token) for token in self.vocab)
 
   def tokenize(self, text: TextLike) -> List[str]:
@@ -437,7 +439,7 @@ class FullTokenizer(object):
         pieces = self._tokenize_word(chunk)
         ids = [self.vocab.get(piece) for piece in pieces]
         entry = (pieces, None if None in ids else ids)
-        if len(cache) >= _MAX_CACHED_WORDS:
+        if len(cache) >= self._max_cached_words:
           cache.clear()
         cache[chunk] = entry
       yield entry

@@ -163,9 +163,10 @@ def main(_):
   with open(FLAGS.corpus, "rb") as reader:
     text = reader.read()
   print("| corpus | input MB | workers | seconds | input MB/s | instances | instances/s "
-        "| CPU s, process tree | input MB per CPU s | peak RSS, process tree (MB) "
+        "| CPU s, process tree | input MB/s per core (MB per CPU s) | peak RSS, process tree (MB) "
         "| peak PSS, process tree (MB) |")
   print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+  peak_rss_by_workers = {}
   with tempfile.TemporaryDirectory() as temp_dir:
     for size in map(float, FLAGS.sizes_mb):
       corpus = os.path.join(temp_dir, "corpus_%gmb.txt" % size)
@@ -175,6 +176,7 @@ def main(_):
         seconds = statistics.median(run[0] for run in runs)
         cpu_seconds = statistics.median(run[1] for run in runs)
         rss_mb = statistics.median(run[2] for run in runs) / 1e6
+        peak_rss_by_workers.setdefault(num_workers, []).append((size, rss_mb))
         pss_mb = statistics.median(run[3] for run in runs) / 1e6
         instances = runs[0][4]["instances"]
         os.remove(os.path.join(temp_dir, "a.tfrecord"))
@@ -191,6 +193,10 @@ def main(_):
           "| %.0f | | | %d | |" % (megabytes, seconds, megabytes / seconds, instances,
                              instances / seconds, peak_mb))
   print()
+  for num_workers, peaks in peak_rss_by_workers.items():
+    (first_size, first_rss), (last_size, last_rss) = peaks[0], peaks[-1]
+    print("- %d worker(s): peak RSS %+.1f%% from %g MB to %g MB of input (issue 20: within 10%%)."
+          % (num_workers, 100 * (last_rss / first_rss - 1), first_size, last_size))
   print("- Flags: max_seq_length=%d max_predictions_per_seq=%d dupe_factor=%d, two output files; "
         "medians of %d runs; each run is a fresh process (start-up included)."
         % (FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.dupe_factor, FLAGS.runs))

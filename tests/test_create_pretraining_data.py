@@ -524,3 +524,16 @@ def test_sentencepiece_model_with_whole_word_masking(tmp_path):
              and not starts_word[original[row, follower]]):
         assert follower in masked, (row, position, follower)
         follower += 1
+
+
+def test_beam_runner_without_apache_beam_says_what_to_install(tmp_path):
+  """`--runner=beam` where apache_beam cannot be imported (blocked here, so it runs everywhere)."""
+  vocab, corpus = _tagged_corpus(tmp_path, num_documents=2)
+  script = ("import runpy, sys; sys.modules['apache_beam'] = None; sys.argv[0] = %r; "
+            "runpy.run_path(%r, run_name='__main__')" % ((os.path.join(REPO_ROOT,
+                                                           "create_pretraining_data.py"),) * 2))
+  failed = subprocess.run([sys.executable, "-c", script, "--runner=beam", "--input_file=" + corpus,
+                           "--vocab_file=" + vocab, "--output_file=" + str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO_ROOT)
+  assert failed.returncode != 0 and "requirements-beam.txt" in failed.stderr
+  assert "Traceback" not in failed.stderr and not list(tmp_path.glob("out*"))
