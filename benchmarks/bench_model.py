@@ -5,11 +5,15 @@ Measures, in one run:
   - `modeling.BertModel` inference and a `modeling.BertPretrainingModel` training step (forward,
     pretraining.py's masked-LM + next-sentence loss, backward, the original's AdamW from
     optimization.py) in
-    sequences/s, achieved GFLOP/s and % of the TensorFlow peak, in the fastest correct mode
-    (tf.function; XLA where it is faster and gives the same outputs);
+    sequences/s, achieved GFLOP/s and % of the TensorFlow peak, through the default path (plain
+    tf.function; `--xla=auto` also tries XLA and keeps it where it is faster with the same outputs);
   - if `torch` and `transformers` import: Hugging Face's PyTorch `BertModel` / `BertForPreTraining`
-    (torch.optim.AdamW, gradient clipping) on the same shapes, and our speed ratio over it.
-Prints a Markdown table of medians.
+    (torch.optim.AdamW, gradient clipping; `--peer_threads` threads) on the same shapes, and our
+    speed ratio over it.
+Our calls and the peer's alternate (one of ours, one of theirs, ...), so load from other processes
+falls on both alike; the table gives medians and the load average before and after. Every row of a
+batch is full unless `--padded_rows`. Whether TensorFlow's oneDNN kernels are on
+(`TF_ENABLE_ONEDNN_OPTS`; off by default on CPUs without AVX512 VNNI/BF16/AMX) is printed too.
 
 Quick run:
   python benchmarks/bench_model.py --shapes=128x1 --iterations=2 --modes=inference
@@ -42,9 +46,13 @@ flags.DEFINE_list("shapes", ["128x1", "128x8", "128x32", "512x8"],
 flags.DEFINE_list("modes", ["inference", "training"], "What to measure: inference, training.")
 flags.DEFINE_integer("iterations", 10, "Timed calls per measurement (the median is reported).")
 flags.DEFINE_integer("warmup", 2, "Untimed calls after compilation, per measurement.")
-flags.DEFINE_enum("xla", "auto", ["auto", "on", "off"],
-                  "auto: time tf.function with and without XLA and keep the faster (XLA only "
-                  "if its outputs match); on/off: force.")
+flags.DEFINE_enum("xla", "off", ["auto", "on", "off"],
+                  "off: plain tf.function (the default path of every script); auto: time "
+                  "tf.function with and without XLA and keep the faster (XLA only if its outputs "
+                  "match); on: force XLA.")
+flags.DEFINE_integer("peer_threads", 2, "torch.set_num_threads for the PyTorch peer.")
+flags.DEFINE_bool("padded_rows", False, "Pad the second half of each batch's rows by a quarter "
+                  "(the mask changes, the work does not); default: every row full.")
 flags.DEFINE_bool("peer", True, "Also run Hugging Face's PyTorch BERT if torch and transformers "
                   "import.")
 flags.DEFINE_string("bert_config_file", None, "Model config; default BERT-Base uncased.")
@@ -59,18 +67,6 @@ flags.DEFINE_enum("dtype_policy", "float32", ["float32", "mixed_bfloat16"],
 BERT_BASE = dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
                  intermediate_size=3072, hidden_act="gelu", max_position_embeddings=512,
                  type_vocab_size=2)
-
-
-def median_seconds(fn: Callable[[], None], iterations: int, warmup: int) -> float:
-  """Median wall time of `fn` after `warmup` untimed calls."""
-  for _ in range(warmup):
-    fn()
-  times = []
-  for _ in range(iterations):
-    start = time.perf_counter()
-    fn()
-    times.append(time.perf_counter() - start)
-  return statistics.median(times)
 
 
 def tf_matmul_peak(size: int) -> float:
@@ -96,6 +92,24 @@ def torch_matmul_peak(torch, size: int) -> float:
   return 2 * size ** 3 / best / 1e9
 
 
+def interleaved_median_seconds(fns: list, iterations: int, warmup: int) -> list:
+  """Median wall time of each of `fns`, called in turn (a, b, a, b, ...) after `warmup` rounds."""
+  for _ in range(warmup):
+    for fn in fns:
+      fn()
+  times = [[] for _ in fns]
+  for _ in range(iterations):
+    for fn, fn_times in zip(fns, times):
+      fn_times.append(_timed(fn))
+  return [statistics.median(fn_times) for fn_times in times]
+
+
+def onednn_enabled() -> bool:
+  """Whether this TensorFlow process rewrites ops to oneDNN kernels."""
+  from tensorflow.python.util import _pywrap_util_port  # pylint: disable=g-import-not-at-top
+  return _pywrap_util_port.IsMklEnabled()
+
+
 def _timed(fn: Callable[[], object]) -> float:
   start = time.perf_counter()
   fn()
@@ -117,11 +131,13 @@ def training_flops(config: modeling.BertConfig, seq_length: int, predictions: in
 
 
 def random_batch(config: modeling.BertConfig, seq_length: int, batch_size: int,
-                 predictions: int, seed: int = 0) -> dict:
-  """A pretraining batch as the TFRecord features (NumPy), half padded at the end."""
+                 predictions: int, padded_rows: bool = False, seed: int = 0) -> dict:
+  """A pretraining batch as the TFRecord features (NumPy); with `padded_rows` the second half of
+  the rows ends in a quarter of padding."""
   rng = np.random.default_rng(seed)
   mask = np.ones((batch_size, seq_length), np.int32)
-  mask[batch_size // 2:, seq_length * 3 // 4:] = 0
+  if padded_rows:
+    mask[batch_size // 2:, seq_length * 3 // 4:] = 0
   return {
       "input_ids": rng.integers(1000, config.vocab_size, (batch_size, seq_length)).astype(np.int32),
       "input_mask": mask,
@@ -207,7 +223,8 @@ def choose_mode(make_fn: Callable[[bool], Callable], check_outputs: bool) -> tup
         logging.warning("XLA outputs differ from tf.function's; not using XLA")
         return plain, "tf.function"
   trial = max(1, min(3, FLAGS.iterations))
-  if median_seconds(xla, trial, 1) < median_seconds(plain, trial, 1):
+  xla_seconds, plain_seconds = interleaved_median_seconds([xla, plain], trial, 1)
+  if xla_seconds < plain_seconds:
     return xla, "tf.function+XLA"
   return plain, "tf.function"
 
@@ -222,7 +239,7 @@ def load_peer():
   except ImportError as e:
     logging.info("No Hugging Face PyTorch peer: %s", e)
     return None
-  torch.set_num_threads(os.cpu_count() or 1)
+  torch.set_num_threads(FLAGS.peer_threads)
   transformers.logging.set_verbosity_error()
   return torch, transformers
 
@@ -298,6 +315,7 @@ def main(argv):
             else modeling.BertConfig(**BERT_BASE))
   keras.mixed_precision.set_dtype_policy(FLAGS.dtype_policy)
   peer = load_peer()
+  load_before = os.getloadavg()
   tf_peak = tf_matmul_peak(FLAGS.peak_size)
   torch_peak = torch_matmul_peak(peer[0], FLAGS.peak_size) if peer else None
   logging.info("matmul peak: TensorFlow %.0f GFLOP/s%s", tf_peak,
@@ -309,7 +327,7 @@ def main(argv):
   for mode in FLAGS.modes:
     for seq_length, batch_size in shapes:
       predictions = max(1, round(FLAGS.max_predictions_per_seq * seq_length / 128))
-      features = random_batch(config, seq_length, batch_size, predictions)
+      features = random_batch(config, seq_length, batch_size, predictions, FLAGS.padded_rows)
       start = time.perf_counter()
       if mode == "inference":
         fn, how = choose_mode(lambda jit: ours.inference_fn(features, jit), check_outputs=True)
@@ -319,9 +337,9 @@ def main(argv):
         fn, how = choose_mode(lambda jit: ours.training_fn(features, jit), check_outputs=False)
         flops = training_flops(config, seq_length, predictions) * batch_size
         peer_fn = theirs.training_fn(features) if theirs else None
-      seconds = median_seconds(fn, FLAGS.iterations, FLAGS.warmup)
-      peer_seconds = (median_seconds(peer_fn, FLAGS.iterations, FLAGS.warmup) if peer_fn
-                      else None)
+      seconds, peer_seconds = (interleaved_median_seconds([fn, peer_fn] if peer_fn else [fn],
+                                                          FLAGS.iterations, FLAGS.warmup) +
+                               [None])[:2]
       rows.append((mode, seq_length, batch_size, how, batch_size / seconds, flops / seconds / 1e9,
                    batch_size / peer_seconds if peer_seconds else None))
       logging.info("[%d/%d] %s seq %d batch %d: %.2f seq/s (%s)%s, %.0f s", len(rows), total, mode,
@@ -330,16 +348,22 @@ def main(argv):
                    time.perf_counter() - start)
   # The best of a measurement before and after the models: other load on the machine only lowers it.
   tf_peak = max(tf_peak, tf_matmul_peak(FLAGS.peak_size))
-  print_table(rows, tf_peak, torch_peak, ours.optimizer_name, config)
+  print_table(rows, tf_peak, torch_peak, ours.optimizer_name, config,
+              (load_before[0], os.getloadavg()[0]))
 
 
 def print_table(rows: list, tf_peak: float, torch_peak: Optional[float], optimizer_name: str,
-                config: modeling.BertConfig) -> None:
-  print("\n- BERT (L=%d, H=%d, A=%d), %s, %d CPU threads; medians of %d calls. Training step: "
-        "forward, MLM+NSP loss, backward, %s. TensorFlow fp32 matmul peak %.0f GFLOP/s%s.\n" %
+                config: modeling.BertConfig, load_averages: tuple) -> None:
+  print("\n- BERT (L=%d, H=%d, A=%d), %s, %d CPU cores (TensorFlow's default threads, oneDNN %s; "
+        "PyTorch %d threads); %s rows; medians of %d interleaved calls. Training step: forward, "
+        "MLM+NSP loss, backward, %s. TensorFlow fp32 matmul peak %.0f GFLOP/s%s. Load average "
+        "%.1f before, %.1f after.\n" %
         (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
-         FLAGS.dtype_policy, os.cpu_count() or 1, FLAGS.iterations, optimizer_name, tf_peak,
-         "; PyTorch matmul peak %.0f GFLOP/s" % torch_peak if torch_peak else ""))
+         FLAGS.dtype_policy, os.cpu_count() or 1, "on" if onednn_enabled() else "off",
+         FLAGS.peer_threads, "padded" if FLAGS.padded_rows else "full", FLAGS.iterations,
+         optimizer_name, tf_peak,
+         "; PyTorch matmul peak %.0f GFLOP/s" % torch_peak if torch_peak else "",
+         *load_averages))
   print("| task | seq | batch | mode | seq/s | GFLOP/s | % of peak | HF PyTorch seq/s | ratio |")
   print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
   for mode, seq_length, batch_size, how, rate, gflops, peer_rate in rows:
