@@ -137,12 +137,16 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
       inputs = {}
       for input_name, spec in specs.items():
         if spec.dtype == tf.string:
-          inputs[input_name] = np.array([text.encode("utf-8") for text in texts], dtype=object)
+          value = np.array([text.encode("utf-8") for text in texts], dtype=object)
         elif input_name in ID_INPUTS:
           features = features or encoder(tf.constant(texts))
-          inputs[input_name] = features[input_name].numpy().astype(np.int32)
+          value = features[input_name].numpy().astype(np.int32)
         else:
           raise ValueError("No warmup value for input %r of signature %r" % (input_name, name))
+        # An input of higher rank (multiple choice: [batch, choices, ...]) gets each row twice.
+        while value.ndim < len(spec.shape):
+          value = np.stack([value, value], axis=1)
+        inputs[input_name] = value
       requests.append((name, inputs))
   return requests
 

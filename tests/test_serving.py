@@ -251,7 +251,7 @@ def warmup_requests(saved_model_dir):
     for name, tensor_proto in request.inputs.items():
       value = tf.make_ndarray(tensor_proto)
       if value.dtype == object:
-        inputs[name] = texts_input([v.decode("utf-8") for v in value.tolist()])
+        inputs[name] = texts_input(np.char.decode(value.astype(bytes), "utf-8").tolist())
       else:
         inputs[name] = {"dtype": value.dtype.name, "value": value.tolist()}
     requests.append({"signature": request.model_spec.signature_name, "inputs": inputs})

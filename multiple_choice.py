@@ -1,0 +1,368 @@
+"""Multiple choice (SWAG): pick the most plausible ending of a context among several.
+
+The paper's fourth kind of fine-tuning, which the original repository never shipped: each
+(context, ending) pair is encoded as `[CLS] context [SEP] ending [SEP]`, BERT's pooled output of
+every pair gets one score from a shared head (`cls/multiple_choice/output_weights` [1, H] and
+`output_bias` [1]), and a softmax over an example's scores picks the ending.
+
+Data files (`read_examples`, by extension):
+- `.csv`: SWAG's files (`video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0..3,label`,
+  with or without the leading unnamed index column of the released files; the test file has no
+  `label`). Columns are found by header name. As in the paper and Hugging Face's run_swag, the
+  context is `sent1` and each ending is `sent2 + " " + endingN` (the start phrase split in two).
+- `.jsonl`/`.json`: JSON Lines, one object a line: `{"context": str, "question": str (optional),
+  "endings": [str, ...] (any number), "label": index (optional)}`; each ending is then
+  `question + " " + ending` (as SWAG's `sent2`).
+
+Features reuse the classifier's pair records and cache (`classifier.cached_features_file`): one
+record per (context, ending) pair, an example's pairs consecutive, every example padded to the
+split's largest number of endings with padding pairs; `label_ids` is 1 for the right ending, 0 for
+the others (and for every ending of an unlabeled example), 2 for a padding pair. Reading groups the
+records back into [num_choices, seq] examples with a `choice_mask`. Padded choices get a -inf logit,
+so their probability is 0 and they never win.
+"""
+
+import dataclasses
+import json
+import os
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import classifier
+import distribution
+import export
+import fine_tuning
+import in_graph_tokenization
+import modeling
+import tfrecord_files
+import tokenization
+import training_loop
+
+BadInputError = classifier.BadInputError
+
+# The classifier-record labels of the pairs (see the module docstring); their index is label_ids.
+WRONG, RIGHT, PADDING = "wrong", "right", "padding"
+PAIR_LABELS = (WRONG, RIGHT, PADDING)
+SWAG_ENDINGS = ("ending0", "ending1", "ending2", "ending3")
+SWAG_REQUIRED = ("sent1", "sent2") + SWAG_ENDINGS
+HEAD_SCOPE = "cls/multiple_choice"
+CHOICE_MASK_KEY = "choice_mask"
+
+
+@dataclasses.dataclass
+class MultipleChoiceExample:
+  """A context, its candidate endings and the right ending's index (None when unlabeled).
+
+  `question` (SWAG's `sent2`) starts every ending: the second text of pair i is
+  `question + " " + endings[i]`.
+  """
+  guid: str
+  context: str
+  endings: list[str]
+  question: str = ""
+  label: Optional[int] = None
+
+  def second_texts(self) -> list[str]:
+    """The second text of each (context, ending) pair."""
+    return [(self.question + " " + ending) if self.question else ending for ending in self.endings]
+
+
+def read_examples(path: str, split: str = "data") -> list[MultipleChoiceExample]:
+  """Reads SWAG CSV (`.csv`) or JSON Lines (`.jsonl`, `.json`) examples; BadInputError naming the
+  file (and line) for a missing file, an unknown extension, a bad row or no examples."""
+  if not os.path.isfile(path):
+    raise BadInputError("%s: no such file (the %s file)" % (path, split))
+  extension = os.path.splitext(path)[1].lower()
+  if extension == ".csv":
+    examples = read_swag_csv(path, split)
+  elif extension in (".jsonl", ".json"):
+    examples = read_jsonl(path, split)
+  else:
+    raise BadInputError("%s: unknown format: use SWAG's .csv or JSON Lines (.jsonl)" % path)
+  if not examples:
+    raise BadInputError("%s: no examples in the %s file" % (path, split))
+  return examples
+
+
+def read_swag_csv(path: str, split: str = "data") -> list[MultipleChoiceExample]:
+  """SWAG's CSV files, columns found by header name; `label` optional (test file)."""
+  header = classifier.read_header(path, "csv")
+  missing = [name for name in SWAG_REQUIRED if name not in header]
+  if missing:
+    raise BadInputError("%s:1: no column %s in the header (SWAG's columns: video-id,fold-ind,"
+                        "startphrase,sent1,sent2,gold-source,ending0,...,ending3[,label])" %
+                        (path, ", ".join(missing)))
+  column = {name: header.index(name) for name in header}
+  label_column = column.get("label")
+  layout = classifier.SplitLayout(path, column["sent1"], column["sent2"], label_column,
+                                  file_format="csv")
+  examples = []
+  for line_number, row in classifier.read_rows(path, "csv", has_header=True):
+    try:
+      row.check_columns(layout)
+      label = None if label_column is None else _label_index(row.get(label_column).strip(), 4)
+    except BadInputError as e:
+      raise BadInputError("%s:%d: %s" % (path, line_number, e)) from None
+    examples.append(MultipleChoiceExample(
+        "%s-%d" % (split, len(examples)), row.get(column["sent1"]),
+        [row.get(column[name]) for name in SWAG_ENDINGS], row.get(column["sent2"]), label))
+  return examples
+
+
+def _label_index(label, num_endings: int) -> int:
+  """An ending index from a CSV cell or a JSON value; BadInputError if it is not one."""
+  if isinstance(label, bool) or not isinstance(label, (int, str)):
+    raise BadInputError("label %r is not an ending index" % (label,))
+  try:
+    index = int(label)
+  except ValueError:
+    raise BadInputError("label %r is not an ending index" % label) from None
+  if not 0 <= index < num_endings:
+    raise BadInputError("label %d is not an index of the %d endings" % (index, num_endings))
+  return index
+
+
+def read_jsonl(path: str, split: str = "data") -> list[MultipleChoiceExample]:
+  """JSON Lines objects `{"context", "question"?, "endings": [...], "label"?}`, blank lines
+  skipped."""
+  examples = []
+  with open(path, "rb") as f:
+    for line_number, line in enumerate(f, start=1):
+      if not line.strip():
+        continue
+      try:
+        examples.append(_jsonl_example(line, "%s-%d" % (split, len(examples))))
+      except BadInputError as e:
+        raise BadInputError("%s:%d: %s" % (path, line_number, e)) from None
+  return examples
+
+
+def _jsonl_example(line: bytes, guid: str) -> MultipleChoiceExample:
+  try:
+    record = json.loads(line.decode("utf-8-sig"))
+  except UnicodeDecodeError as e:
+    raise BadInputError("invalid UTF-8 byte 0x%02x at byte %d" % (line[e.start], e.start)) from None
+  except json.JSONDecodeError as e:
+    raise BadInputError("invalid JSON (%s)" % e) from None
+  if not isinstance(record, dict):
+    raise BadInputError("a JSON object is expected, got %s" % type(record).__name__)
+  context, question, endings = record.get("context"), record.get("question"), record.get("endings")
+  if not isinstance(context, str):
+    raise BadInputError("\"context\" must be a string")
+  if question is not None and not isinstance(question, str):
+    raise BadInputError("\"question\" must be a string")
+  if (not isinstance(endings, list) or not endings or
+      not all(isinstance(ending, str) for ending in endings)):
+    raise BadInputError("\"endings\" must be a non-empty list of strings")
+  label = record.get("label")
+  label = None if label is None else _label_index(label, len(endings))
+  return MultipleChoiceExample(guid, context, endings, question or "", label)
+
+
+# --------------------------------------------------------------------------------------------------
+# Features: classifier pair records, grouped back into examples.
+
+
+def pair_examples(examples: Sequence[MultipleChoiceExample],
+                  num_choices: int) -> list[classifier.InputExample]:
+  """The classifier pair examples of `examples`, each padded to num_choices pairs."""
+  pairs = []
+  for example in examples:
+    for index, text_b in enumerate(example.second_texts()):
+      label = RIGHT if index == example.label else WRONG
+      pairs.append(classifier.InputExample("%s-%d" % (example.guid, index), example.context,
+                                           text_b, label))
+    pairs.extend(classifier.InputExample("%s-pad" % example.guid, "", "", PADDING)
+                 for _ in range(num_choices - len(example.endings)))
+  return pairs
+
+
+def group_choices(records: tf.data.Dataset, num_choices: int) -> tf.data.Dataset:
+  """Unbatched pair records -> unbatched examples: ids [num_choices, seq], `choice_mask`
+  [num_choices] (1 for real endings), `label_ids` (the right ending; 0 when unlabeled)."""
+
+  def to_example(pairs):
+    label_ids = pairs["label_ids"]
+    return {"input_ids": pairs["input_ids"], "input_mask": pairs["input_mask"],
+            "segment_ids": pairs["segment_ids"],
+            CHOICE_MASK_KEY: tf.cast(label_ids != PAIR_LABELS.index(PADDING), tf.int32),
+            "label_ids": tf.argmax(tf.cast(label_ids == PAIR_LABELS.index(RIGHT), tf.int32),
+                                   output_type=tf.int32),
+            training_loop.REAL_EXAMPLE_KEY: pairs[training_loop.REAL_EXAMPLE_KEY][0]}
+
+  return records.batch(num_choices, drop_remainder=True).map(to_example)
+
+
+# --------------------------------------------------------------------------------------------------
+# Model, loss, outputs.
+
+
+class BertMultipleChoice(modeling.BertTaskModel):
+  """BERT with one shared scoring head on the pooled output of every (context, ending) pair.
+
+  Variables: `bert/...`, `cls/multiple_choice/output_weights` [1, H], `.../output_bias` [1].
+  Called on a feature dict of int32 [B, num_choices, seq] ids and `choice_mask` [B, num_choices],
+  it returns float32 logits [B, num_choices], -inf where `choice_mask` is 0.
+  """
+
+  def __init__(self, config: modeling.BertConfig, name: str = "bert_multiple_choice", **kwargs):
+    # Dropout 0.1 on the pooled output, as the original's classifier head.
+    super().__init__(config, 1, "pooled_output", 0.1, head_scope=HEAD_SCOPE, name=name, **kwargs)
+
+  def call(self, features, training=False):
+    shape = tf.shape(features["input_ids"])
+    pairs = {name: tf.reshape(features[name], [-1, shape[2]]) for name in export.ID_INPUTS}
+    scores = tf.reshape(self.logits(pairs, training=training), shape[:2])
+    return tf.where(features[CHOICE_MASK_KEY] > 0, scores, tf.cast(-np.inf, scores.dtype))
+
+
+def _finite(logits: tf.Tensor) -> tf.Tensor:
+  """-inf -> the smallest float: softmax gives padded choices exactly 0 and a row without real
+  choices (a padding row of an eval batch) stays finite."""
+  return tf.maximum(logits, logits.dtype.min)
+
+
+def probabilities(logits: tf.Tensor) -> tf.Tensor:
+  """Softmax over the choices; 0 on padded (-inf) choices."""
+  return tf.nn.softmax(_finite(logits), axis=-1)
+
+
+def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:
+  """Cross-entropy of the right ending against the softmax over the real choices."""
+  return tf.nn.sparse_softmax_cross_entropy_with_logits(labels=label_ids, logits=_finite(logits))
+
+
+def num_choices_of(examples: Sequence[MultipleChoiceExample]) -> int:
+  """The largest number of endings of the examples: every example is padded to it."""
+  return max(len(example.endings) for example in examples)
+
+
+class MultipleChoiceTask(fine_tuning.Task):
+  """SWAG-style multiple choice on files in data_dir (run_multiple_choice)."""
+
+  def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
+               data_dir: Optional[str], output_dir: str, max_seq_length: int,
+               train_file: str = "train.csv", dev_file: str = "val.csv",
+               test_file: str = "test.csv"):
+    classifier.check_max_seq_length(max_seq_length, is_pair=True)
+    self.bert_config = bert_config
+    self.tokenizer = tokenizer
+    self.data_dir = data_dir
+    self.output_dir = output_dir
+    self.max_seq_length = max_seq_length
+    self.files = {"train": train_file, "dev": dev_file, "test": test_file}
+
+  def build_model(self) -> BertMultipleChoice:
+    model = BertMultipleChoice(self.bert_config)
+    model.build()
+    return model
+
+  def loss(self, model, features, training):
+    """Mean cross-entropy over real examples, and accuracy."""
+    logits = model(features, training=training)
+    weights = features[training_loop.REAL_EXAMPLE_KEY]
+    loss = distribution.replica_weighted_mean(
+        per_example_loss(logits, features["label_ids"]), weights)
+    correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), features["label_ids"])
+    return loss, {"accuracy": distribution.replica_weighted_mean(correct, weights)}
+
+  def predict_outputs(self, model, features):
+    logits = model(features, training=False)
+    return {"probabilities": probabilities(logits),
+            "per_example_loss": per_example_loss(logits, features["label_ids"]),
+            "label_ids": features["label_ids"]}
+
+  def read_split(self, split: str) -> list[MultipleChoiceExample]:
+    """The examples of the train, dev or test file of data_dir."""
+    classifier.check_data_dir(self.data_dir)
+    return read_examples(os.path.join(self.data_dir, self.files[split]), split)
+
+  def _examples_dataset(self, record_name: str, examples: Sequence[MultipleChoiceExample]
+                        ) -> tuple[tf.data.Dataset, str]:
+    """Caches the examples' pair records in output_dir/<record_name>.tf_record; returns the
+    dataset of grouped examples and the file."""
+    num_choices = num_choices_of(examples)
+    path = os.path.join(self.output_dir, record_name + ".tf_record")
+    classifier.cached_features_file(pair_examples(examples, num_choices), PAIR_LABELS,
+                                    self.max_seq_length, self.tokenizer, path)
+    return group_choices(classifier.features_dataset(path, self.max_seq_length), num_choices), path
+
+  def train_data(self) -> fine_tuning.TrainData:
+    examples = self.read_split("train")
+    examples_dataset, path = self._examples_dataset("train", examples)
+    num_examples = len(examples)
+
+    def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
+      dataset = examples_dataset.repeat().shuffle(min(num_examples, 10000), seed=seed)
+      return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+    return fine_tuning.TrainData(dataset_fn, num_examples, [path])
+
+  def _predict_split(self, strategy, model, record_name: str,
+                     examples: Sequence[MultipleChoiceExample], batch_size: int) -> dict:
+    dataset, path = self._examples_dataset(record_name, examples)
+    with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
+      return training_loop.predict(strategy, model, self.predict_outputs, dataset, batch_size)
+
+  def evaluate(self, strategy, model, batch_size: int) -> dict:
+    """eval_accuracy (right ending ranked first) and eval_loss over the dev file."""
+    examples = self.read_split("dev")
+    unlabeled = [example.guid for example in examples if example.label is None]
+    if unlabeled:
+      raise BadInputError("%s: %d examples have no label (first: %s); --do_eval needs labels" % (
+          os.path.join(self.data_dir, self.files["dev"]), len(unlabeled), unlabeled[0]))
+    outputs = self._predict_split(strategy, model, "eval", examples, batch_size)
+    loss = float(np.mean(outputs["per_example_loss"]))
+    accuracy = float(np.mean(outputs["probabilities"].argmax(axis=1) == outputs["label_ids"]))
+    return {"eval_accuracy": accuracy, "eval_loss": loss, "loss": loss}
+
+  def predict(self, strategy, model, batch_size: int) -> str:
+    """Writes test_results.tsv: per test example, in input order, the probability of each of its
+    endings (tab-separated; as many values as the example has endings)."""
+    examples = self.read_split("test")
+    outputs = self._predict_split(strategy, model, "predict", examples, batch_size)
+    rows = [row[:len(example.endings)]
+            for row, example in zip(outputs["probabilities"], examples)]
+    classifier.write_test_results(os.path.join(self.output_dir, "test_results.tsv"), rows)
+    return "predicted %d examples" % len(rows)
+
+  def export(self, model, export_dir: str) -> str:
+    """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
+
+    `serving_default(context: [B] string, endings: [B, E] string)`: "" marks a missing ending (for
+    rows with fewer endings); each (context, ending) pair is tokenized in the graph as
+    do_predict's features. Put a question (SWAG's sent2) at the start of every ending, as
+    do_predict does. `token_ids(input_ids, input_mask, segment_ids: int32 [B, E, T])`: a choice
+    whose input_mask is all 0 is missing. Both return `probabilities` [B, E] (0 for missing
+    endings) and `label` [B] (the index of the most probable ending).
+    """
+    encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(
+        self.tokenizer, self.max_seq_length, dynamic_padding=True)
+
+    def outputs_fn(features):
+      choice_probabilities = probabilities(model(features, training=False))
+      return {"probabilities": choice_probabilities,
+              "label": tf.argmax(choice_probabilities, axis=-1, output_type=tf.int32)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="context"),
+                                  tf.TensorSpec([None, None], tf.string, name="endings")],
+                 autograph=False)
+    def serve_text(context, endings):
+      shape = tf.shape(endings)
+      ids = encoder(tf.repeat(context, shape[1]), tf.reshape(endings, [-1]))
+      features = {name: tf.reshape(tf.cast(ids[name], tf.int32), [shape[0], shape[1], -1])
+                  for name in export.ID_INPUTS}
+      features[CHOICE_MASK_KEY] = tf.cast(tf.not_equal(endings, ""), tf.int32)
+      return outputs_fn(features)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, None, None], tf.int32, name=name)
+                                  for name in export.ID_INPUTS], autograph=False)
+    def serve_token_ids(input_ids, input_mask, segment_ids):
+      features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+                  CHOICE_MASK_KEY: tf.cast(tf.reduce_any(input_mask != 0, axis=-1), tf.int32)}
+      return outputs_fn(features)
+
+    signatures = {export.SERVING_DEFAULT: serve_text, export.TOKEN_IDS_SIGNATURE: serve_token_ids}
+    return export.write_saved_model(export_dir, signatures, encoder)

@@ -1,0 +1,61 @@
+"""BERT fine-tuning for multiple choice (SWAG, or your own JSON Lines), as the paper describes it.
+
+The same flags, loop and outputs as run_classifier (`eval_results.txt` with `eval_accuracy`,
+`test_results.tsv` with one probability per ending) on SWAG's CSV files or JSON Lines files of
+`{"context", "question"?, "endings": [...], "label"?}`; `--export_dir` writes a SavedModel that
+serves raw text (a context and its endings). Example:
+
+  python run_multiple_choice.py --do_train --do_eval --data_dir=$SWAG_DIR \
+    --vocab_file=$BERT_BASE_DIR/vocab.txt --bert_config_file=$BERT_BASE_DIR/bert_config.json \
+    --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt --max_seq_length=128 --train_batch_size=16 \
+    --learning_rate=2e-5 --num_train_epochs=3.0 --output_dir=/tmp/swag_output \
+    --export_dir=/tmp/swag_export
+"""
+
+from absl import flags
+
+import classifier
+import cli
+import fine_tuning
+import multiple_choice
+import tfrecord_files
+
+FLAGS = flags.FLAGS
+
+
+def define_flags() -> None:
+  """run_classifier's shared flags, plus the data files."""
+  cli.define_fine_tuning_flags(max_seq_length=128)
+  cli.define_eval_flags()
+  cli.define_predict_flags()
+  cli.define_tokenizer_flags()
+  cli.define_export_flag("`serving_default` on raw text (`context` [batch], `endings` "
+                         "[batch, endings], \"\" for a missing ending) and `token_ids` on token "
+                         "ids [batch, endings, length]")
+  flags.DEFINE_string("data_dir", None, "Directory with the data files (SWAG's train.csv, val.csv, "
+                      "test.csv, or .jsonl files).")
+  flags.DEFINE_string("train_file", "train.csv",
+                      "Training file name in --data_dir: SWAG CSV (.csv) or JSON Lines (.jsonl).")
+  flags.DEFINE_string("dev_file", "val.csv", "Evaluation (--do_eval) file name in --data_dir.")
+  flags.DEFINE_string("test_file", "test.csv",
+                      "Prediction (--do_predict) file name in --data_dir; labels not needed.")
+
+
+def main(_):
+  strategy = cli.setup_strategy()
+  cli.require("output_dir")
+  cli.require_one_of("do_train", "do_eval", "do_predict", "export_dir")
+  tokenizer = cli.tokenizer()
+  bert_config = cli.bert_config()
+  task = multiple_choice.MultipleChoiceTask(
+      bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
+      train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file)
+  fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
+                  do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
+                  eval_batch_size=FLAGS.eval_batch_size,
+                  predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
+
+
+if __name__ == "__main__":
+  define_flags()
+  cli.run_script(main, input_errors=(classifier.BadInputError, tfrecord_files.CorruptRecordError))
