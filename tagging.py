@@ -28,6 +28,7 @@ import distribution
 import export
 import fine_tuning
 import in_graph_tokenization
+import length_buckets
 import modeling
 import tokenization
 import training_loop
@@ -534,7 +535,8 @@ class TaggingTask(fine_tuning.Task):
   def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
                data_dir: Optional[str], output_dir: str, max_seq_length: int,
                train_file: str = "train.txt", dev_file: str = "dev.txt",
-               test_file: str = "test.txt", tag_list: Optional[Sequence[str]] = None):
+               test_file: str = "test.txt", tag_list: Optional[Sequence[str]] = None,
+               bucket_by_length: bool = True):
     self.bert_config = bert_config
     self.tokenizer = tokenizer
     self.data_dir = data_dir
@@ -542,6 +544,7 @@ class TaggingTask(fine_tuning.Task):
     self.max_seq_length = max_seq_length
     self.file_names = {"train": train_file, "eval": dev_file, "test": test_file}
     self._tag_list = list(tag_list) if tag_list is not None else None
+    self.bucket_by_length = bucket_by_length  # length_buckets for train, eval and predict
 
   @property
   def tag_list(self) -> list[str]:
@@ -594,8 +597,8 @@ class TaggingTask(fine_tuning.Task):
     dataset = features_dataset(features)
 
     def dataset_fn(batch_size, seed):
-      return dataset.shuffle(len(features), seed=seed).repeat().batch(batch_size,
-                                                                        drop_remainder=True)
+      return length_buckets.batch(dataset.shuffle(len(features), seed=seed).repeat(), batch_size,
+                                  True, self.bucket_by_length)
 
     return fine_tuning.TrainData(dataset_fn, len(features))
 
@@ -608,7 +611,8 @@ class TaggingTask(fine_tuning.Task):
                  len(features))
     if features:
       outputs = training_loop.predict(strategy, model, self.predict_outputs,
-                                      features_dataset(features), batch_size)
+                                      features_dataset(features), batch_size,
+                                      self.bucket_by_length)
       ids = words_tag_ids(features, outputs["tag_ids"], sentences)
       predicted = [[self.tag_list[i] for i in sentence_ids] for sentence_ids in ids]
       loss = float(outputs["loss_sum"].sum() / max(outputs["loss_count"].sum(), 1.0))
