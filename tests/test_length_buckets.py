@@ -242,3 +242,36 @@ def test_squad_bucketed_logits_and_predictions(tokenizer, tmp_path):
   written = json.load(open(os.path.join(tasks[1].output_dir, "predictions.json")))
   assert written == predictions
   assert list(written) == ["q%d" % i for i in range(12)]  # input order
+
+
+def test_extract_features_bucketed_json_lines_equal_padded_in_input_order(tokenizer, tmp_path):
+  import extract_features  # pylint: disable=g-import-not-at-top
+  bert = modeling.BertModel(CONFIG, name="bert")
+  bert.build()
+  extractor = extract_features.FeatureExtractor(bert, [-1, 0])
+  lines = [" ".join(words) + (" ||| w1 w2" if len(words) % 3 == 0 else "")
+           for words in sentences(40, 9)]
+  records = {}
+  for bucket in (False, True):
+    batches = list(extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3,
+                                                 bucket_by_length=bucket))
+    widths = {batch.input_ids.shape[1] for batch in batches}
+    assert widths == ({16, 32, 64} if bucket else {MAX_SEQ_LENGTH})
+    output_file = str(tmp_path / ("bucketed.jsonl" if bucket else "padded.jsonl"))
+    assert extract_features.extract(extractor, batches, output_file, "jsonl") == len(lines)
+    with open(output_file) as reader:
+      records[bucket] = [json.loads(line) for line in reader]
+  assert [r["linex_index"] for r in records[True]] == list(range(len(lines)))
+  for padded, bucketed in zip(records[False], records[True]):
+    assert [f["token"] for f in bucketed["features"]] == [f["token"] for f in padded["features"]]
+    for a, b in zip(padded["features"], bucketed["features"]):
+      for layer_a, layer_b in zip(a["layers"], b["layers"]):
+        np.testing.assert_allclose(layer_b["values"], layer_a["values"], atol=1e-5)
+  output_dir = str(tmp_path / "npz")
+  extract_features.extract(extractor, extract_features.read_batches(
+      lines, tokenizer, MAX_SEQ_LENGTH, 3, bucket_by_length=True), output_dir, "npz")
+  rows = []
+  for name in sorted(os.listdir(output_dir)):
+    with np.load(os.path.join(output_dir, name)) as arrays:
+      rows.extend(arrays["linex_index"].tolist())
+  assert sorted(rows) == list(range(len(lines)))
