@@ -437,13 +437,16 @@ def main(_):
     def train_eval(row):
       return row.get("train_s", 0) + row.get("eval_s", 0)
 
+    def difference(row):
+      return "%+.1f" % (bucketed["metric"] - row["metric"]) if bucketed and row else "-"
+
     print("  %s: train+eval bucketed vs hf %s, vs padded %s; predict bucketed vs hf %s, vs padded "
-          "%s; metric bucketed - hf %s" % (
+          "%s; metric bucketed - hf %s, bucketed - padded %s" % (
               name, ratio(train_eval(hf), train_eval(bucketed)),
               ratio(train_eval(padded), train_eval(bucketed)),
               ratio(hf.get("predict_s"), bucketed.get("predict_s")),
               ratio(padded.get("predict_s"), bucketed.get("predict_s")),
-              "%+.1f" % (bucketed["metric"] - hf["metric"]) if bucketed and hf else "-"))
+              difference(hf), difference(padded)))
 
 
 if __name__ == "__main__":
