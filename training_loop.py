@@ -569,9 +569,10 @@ def evaluate(strategy: tf.distribute.Strategy,
   batches = _padded_batches(dataset, batch_size, drop_remainder, bucket_by_length)
   if max_steps:
     batches = batches.take(max_steps)
+  distributed = _distribute(strategy, batches)
 
-  # One graph for every length bucket (the shapes generalize after the second one).
-  @tf.function(reduce_retracing=True)
+  # Traced once for the element spec (length buckets leave the sequence dimension unknown).
+  @tf.function(input_signature=[distributed.element_spec])
   def step(inputs):
     features, _ = inputs
     shares = strategy.run(lambda f: dict(metric_fn(model, f)), args=(features,))
@@ -580,7 +581,7 @@ def evaluate(strategy: tf.distribute.Strategy,
             for name, (numerator, denominator) in shares.items()}
 
   totals, num_batches = {}, 0
-  for inputs in _distribute(strategy, batches):
+  for inputs in distributed:
     for name, (numerator, denominator) in step(inputs).items():
       previous = totals.get(name, (0.0, 0.0))
       totals[name] = (previous[0] + float(numerator), previous[1] + float(denominator))
@@ -621,9 +622,10 @@ def predict(strategy: tf.distribute.Strategy,
   Returns:
     {name: np.ndarray with one row per input example}, without padding rows, on every worker.
   """
-  batches = _padded_batches(dataset, batch_size, False, bucket_by_length)
+  distributed = _distribute(strategy, _padded_batches(dataset, batch_size, False,
+                                                      bucket_by_length))
 
-  @tf.function(reduce_retracing=True)
+  @tf.function(input_signature=[distributed.element_spec])
   def step(inputs):
     features, index = inputs
     outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), **{_INDEX_KEY: i}),
@@ -631,7 +633,7 @@ def predict(strategy: tf.distribute.Strategy,
     return {name: strategy.gather(value, axis=0) for name, value in outputs.items()}
 
   collected = {}
-  for inputs in _distribute(strategy, batches):
+  for inputs in distributed:
     for name, value in step(inputs).items():
       collected.setdefault(name, []).append(value.numpy())
   if not collected:
