@@ -155,9 +155,9 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
           "reproduces the original's fixed-length batches. Off with --use_tpu (static shapes).")
 
 
-def bucket_by_length() -> bool:
+def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:
   """`--bucket_by_length`, off on TPUs (they need every batch of one static shape)."""
-  return FLAGS.bucket_by_length and not FLAGS.use_tpu
+  return flag_values.bucket_by_length and not flag_values.use_tpu
 
 
 def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:

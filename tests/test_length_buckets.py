@@ -7,6 +7,7 @@ import json
 import os
 import random
 
+from absl import flags
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -86,6 +87,16 @@ def test_flag_off_gives_the_original_fixed_shapes():
   on = next(iter(length_buckets.batch(dataset, 4, True, bucket_by_length=True)))
   assert off["input_mask"].shape == (4, 64)
   assert on["input_mask"].shape == (4, 16)
+
+
+@pytest.mark.parametrize("argv, expected", [([], True), (["--bucket_by_length=false"], False),
+                                            (["--use_tpu"], False)])
+def test_flag_defaults_to_true_and_is_off_on_tpus(argv, expected):
+  import cli  # pylint: disable=g-import-not-at-top
+  flag_values = flags.FlagValues()
+  cli.define_fine_tuning_flags(flag_values=flag_values)
+  flag_values(["run_classifier.py"] + argv)
+  assert cli.bucket_by_length(flag_values) is expected
 
 
 # ------------------------------------------------------------------------------------------------
