@@ -264,7 +264,9 @@ class HuggingFace:
              "token_type_ids": arrays["segment_ids"][rows, :width]}
     for name, source in label_names:
       value = arrays[source][rows]
-      batch[name] = np.where(value < 0, -100, value[:, :width]) if value.ndim == 2 else value
+      if value.ndim == 2:  # per position: -100 is what Hugging Face's losses ignore
+        value = np.where(value[:, :width] < 0, -100, value[:, :width])
+      batch[name] = value
     return {name: self.torch.as_tensor(np.asarray(value, np.int64))
             for name, value in batch.items()}
 
