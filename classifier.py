@@ -30,6 +30,7 @@ import export
 import feature_cache
 import fine_tuning
 import in_graph_tokenization
+import length_buckets
 import modeling
 import progress_log
 import tfrecord_files
@@ -750,17 +751,19 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
 
 
 def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
-                     is_regression: bool = False):
+                     is_regression: bool = False, bucket_by_length: bool = False):
   """Returns `training_loop.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
 
   The examples repeat and are shuffled with a buffer of up to 10,000 examples (the original's 100
-  leaves a file sorted by label nearly sorted).
+  leaves a file sorted by label nearly sorted); with `bucket_by_length` the shuffled stream is
+  then batched by length bucket (`length_buckets`).
   """
 
   def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
     dataset = features_dataset(input_file, seq_length, is_regression).repeat()
     dataset = dataset.shuffle(min(max(num_examples, 1), 10000), seed=seed)
-    return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+    return length_buckets.batch(dataset, batch_size, True, bucket_by_length).prefetch(
+        tf.data.AUTOTUNE)
 
   return dataset_fn
 
@@ -810,6 +813,7 @@ class ClassifierTask(fine_tuning.Task):
   data_dir: Optional[str]
   output_dir: str
   max_seq_length: int
+  bucket_by_length: bool = True  # length_buckets for train, eval and predict
 
   def build_model(self) -> BertClassifier:
     model = BertClassifier(self.bert_config, self.processor.num_outputs)
@@ -848,7 +852,8 @@ class ClassifierTask(fine_tuning.Task):
     examples = self.processor.get_train_examples(self.data_dir)
     path = self._features_file("train", examples)
     return fine_tuning.TrainData(
-        train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression),
+        train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression,
+                         self.bucket_by_length),
         len(examples), [path])
 
   def _predict_split(self, strategy, model, split: str, examples: Sequence,
@@ -857,7 +862,8 @@ class ClassifierTask(fine_tuning.Task):
     with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
       return training_loop.predict(
           strategy, model, self.predict_outputs,
-          features_dataset(path, self.max_seq_length, self.processor.is_regression), batch_size)
+          features_dataset(path, self.max_seq_length, self.processor.is_regression), batch_size,
+          self.bucket_by_length)
 
   def evaluate(self, strategy, model, batch_size: int) -> dict:
     """Loss and the task's metrics on the dev set, as eval_results.txt holds them."""

@@ -143,6 +143,21 @@ def define_fine_tuning_flags(max_seq_length: int = 128,
   _define(flag_values, "float", "warmup_proportion", 0.1,
           "Proportion of training to perform linear learning rate warmup for, e.g. 0.1 = 10% of "
           "training.")
+  define_bucketing_flag(flag_values)
+
+
+def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `bucket_by_length` (default true): batches of similar length, padded to buckets."""
+  _define(flag_values, "bool", "bucket_by_length", True,
+          "Batch examples of similar length together and pad each batch only to the smallest of "
+          "16, 32, 64, ... max_seq_length that holds it, instead of to --max_seq_length (same "
+          "results, less work on short texts; training still sees a shuffled stream). false "
+          "reproduces the original's fixed-length batches. Off with --use_tpu (static shapes).")
+
+
+def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:
+  """`--bucket_by_length`, off on TPUs (they need every batch of one static shape)."""
+  return flag_values.bucket_by_length and not flag_values.use_tpu
 
 
 def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:

@@ -19,6 +19,7 @@ Input is read, run and written batch by batch, so memory does not grow with the 
 """
 
 import io
+import itertools
 import json
 import os
 import queue
@@ -35,6 +36,7 @@ import atomic_files
 import cli
 import export
 import in_graph_tokenization
+import length_buckets
 import modeling
 import progress_log
 import tokenization
@@ -63,6 +65,7 @@ def define_flags() -> None:
                     "npz: one uncompressed NumPy .npz file per batch in the --output_file "
                     "directory.")
   cli.define_tpu_flags()
+  cli.define_bucketing_flag()
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "Accepted so the original's command lines keep working. It chose a one-hot matmul "
                     "for the embedding lookup on TPUs; here the lookup is a gather on every device, "
@@ -112,17 +115,21 @@ def parse_layer_indexes(layers: str, num_hidden_layers: int) -> list[int]:
   return indexes
 
 
-class Batch:
-  """A batch of examples: tokens, and int32 arrays padded to the longest example of the batch."""
+# With length bucketing, lines are grouped by length within windows of this many batches.
+BUCKETING_WINDOW_BATCHES = 16
 
-  def __init__(self, first_index: int, tokens: list[list[str]], segment_ids: list[list[int]],
-               tokenizer: tokenization.FullTokenizer):
-    self.first_index = first_index
+
+class Batch:
+  """A batch of examples: their line numbers (`linex_index`), tokens, and int32 arrays padded
+  to `width`."""
+
+  def __init__(self, indexes: list[int], tokens: list[list[str]], segment_ids: list[list[int]],
+               tokenizer: tokenization.FullTokenizer, width: int):
+    self.indexes = indexes
     self.tokens = tokens
-    length = max(len(t) for t in tokens)
-    self.input_ids = np.zeros((len(tokens), length), np.int32)
-    self.input_mask = np.zeros((len(tokens), length), np.int32)
-    self.segment_ids = np.zeros((len(tokens), length), np.int32)
+    self.input_ids = np.zeros((len(tokens), width), np.int32)
+    self.input_mask = np.zeros((len(tokens), width), np.int32)
+    self.segment_ids = np.zeros((len(tokens), width), np.int32)
     for row, (row_tokens, row_segments) in enumerate(zip(tokens, segment_ids)):
       self.input_ids[row, :len(row_tokens)] = tokenizer.convert_tokens_to_ids(row_tokens)
       self.input_mask[row, :len(row_tokens)] = 1
@@ -130,20 +137,30 @@ class Batch:
 
 
 def read_batches(lines: Iterable[str], tokenizer: tokenization.FullTokenizer, max_seq_length: int,
-                 batch_size: int) -> Iterator[Batch]:
-  """Tokenizes input lines and groups them into batches, lazily."""
-  tokens, segments = [], []
-  first_index = 0
-  for line in lines:
-    row_tokens, row_segments = example_tokens(tokenizer, *parse_line(line), max_seq_length)
-    tokens.append(row_tokens)
-    segments.append(row_segments)
-    if len(tokens) == batch_size:
-      yield Batch(first_index, tokens, segments, tokenizer)
-      first_index += len(tokens)
-      tokens, segments = [], []
-  if tokens:
-    yield Batch(first_index, tokens, segments, tokenizer)
+                 batch_size: int, bucket_by_length: bool = False) -> Iterator[Batch]:
+  """Tokenizes input lines and groups them into batches, lazily.
+
+  Without `bucket_by_length`, batches of consecutive lines padded to max_seq_length (the
+  original's). With it, the lines of each window of `BUCKETING_WINDOW_BATCHES` batches are
+  sorted by length, cut into batches and each padded to the smallest length bucket
+  (`length_buckets`) holding its longest line; `Batch.indexes` tells where each row belongs.
+  """
+  window_size = batch_size * (BUCKETING_WINDOW_BATCHES if bucket_by_length else 1)
+  buckets = length_buckets.padded_length_buckets(max_seq_length)
+  window = []  # (line number, tokens, segment ids)
+  for index, line in enumerate(itertools.chain(lines, [None])):
+    if line is not None:
+      window.append((index, *example_tokens(tokenizer, *parse_line(line), max_seq_length)))
+    if len(window) < window_size and line is not None:
+      continue
+    if bucket_by_length:
+      window.sort(key=lambda row: len(row[1]))
+    for start in range(0, len(window), batch_size):
+      indexes, tokens, segments = zip(*window[start:start + batch_size])
+      longest = max(len(row_tokens) for row_tokens in tokens)
+      width = (min(b for b in buckets if b >= longest) if bucket_by_length else max_seq_length)
+      yield Batch(list(indexes), list(tokens), list(segments), tokenizer, width)
+    window = []
 
 
 class FeatureExtractor(tf.Module):
@@ -246,7 +263,7 @@ def json_lines(batch: Batch, layer_indexes: Sequence[int], values: np.ndarray,
                pooling: str) -> Iterator[str]:
   """The JSON line of each example of a batch (`values` as `FeatureExtractor` returns them)."""
   for row, tokens in enumerate(batch.tokens):
-    output = {"linex_index": batch.first_index + row}
+    output = {"linex_index": batch.indexes[row]}
     if pooling == "none":
       output["features"] = [
           {"token": token, "layers": _layer_entries(layer_indexes, values[row, :, position])}
@@ -260,13 +277,14 @@ def write_npz_batch(directory: str, batch_number: int, batch: Batch,
                     layer_indexes: Sequence[int], values: np.ndarray) -> str:
   """Writes one batch as `features-<batch_number>.npz` and returns its path.
 
-  Arrays: `linex_index` int64 [n]; `layer_indexes` int32 [L]; `input_ids`, `input_mask` int32
-  [n, T] (T = longest example of the batch; tokens are `input_ids[i, :input_mask[i].sum()]`);
+  Arrays: `linex_index` int64 [n] (the input line of each row); `layer_indexes` int32 [L];
+  `input_ids`, `input_mask` int32 [n, T] (T = the batch's padded length; tokens are
+  `input_ids[i, :input_mask[i].sum()]`);
   `layers` float32 [n, L, T, H] per token, or `pooled` float32 [n, L, H] with pooling.
   """
   path = os.path.join(directory, NPZ_PATTERN % batch_number)
   key = "layers" if values.ndim == 4 else "pooled"
-  linex_index = np.arange(batch.first_index, batch.first_index + len(batch.tokens), dtype=np.int64)
+  linex_index = np.array(batch.indexes, np.int64)
   buffer = io.BytesIO()  # np.savez seeks, which GFile (e.g. on GCS) cannot.
   np.savez(buffer, linex_index=linex_index, layer_indexes=np.array(layer_indexes, np.int32),
            input_ids=batch.input_ids, input_mask=batch.input_mask, **{key: values})
@@ -350,17 +368,22 @@ def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: 
 
 def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: Optional[Any],
                 npz_directory: str, total_lines: Optional[int]) -> tuple[int, float]:
-  """Writes JSON lines to `writer`, or .npz files to `npz_directory` when it is None."""
+  """Writes JSON lines to `writer` in input order, or .npz files to `npz_directory` when it is
+  None."""
   progress = progress_log.Progress("Extracting features", total_lines, "examples")
   done = 0
+  waiting = {}  # JSON lines of rows that come before rows not yet extracted, by linex_index
   for batch_number, batch in enumerate(prefetch(batches)):
     values = extractor(batch.input_ids, batch.input_mask, batch.segment_ids).numpy()
     if writer is None:
       write_npz_batch(npz_directory, batch_number, batch, extractor.layer_indexes, values)
+      done += len(batch.tokens)
     else:
-      for line in json_lines(batch, extractor.layer_indexes, values, extractor.pooling):
-        writer.write(line)
-    done += len(batch.tokens)
+      waiting.update(zip(batch.indexes, json_lines(batch, extractor.layer_indexes, values,
+                                                   extractor.pooling)))
+      while done in waiting:
+        writer.write(waiting.pop(done))
+        done += 1
     progress.update(done)
   return done, progress.elapsed()
 
@@ -388,7 +411,7 @@ def main(_):
                      (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
   extractor = FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
   batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
-                         FLAGS.batch_size)
+                         FLAGS.batch_size, cli.bucket_by_length())
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
   if FLAGS.export_dir:
     export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length)

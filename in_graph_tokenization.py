@@ -38,6 +38,7 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 import tokenization
+from length_buckets import padded_length_buckets
 
 _NUM_CODE_POINTS = 0x110000
 # Bits of the per-code-point class table.
@@ -417,16 +418,6 @@ def _ragged_prefix(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTens
   """The first `lengths[i]` values of every row i."""
   positions = tf.ragged.range(ragged.row_lengths())
   return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
-
-
-def padded_length_buckets(max_seq_length: int) -> list[int]:
-  """The lengths dynamic padding rounds up to: 16, 32, 64, ... below max_seq_length, then it."""
-  buckets = []
-  length = 16
-  while length < max_seq_length:
-    buckets.append(length)
-    length *= 2
-  return buckets + [max_seq_length]
 
 
 def padded_length(row_lengths: tf.Tensor, max_seq_length: int) -> tf.Tensor:

@@ -58,7 +58,8 @@ def main(_):
   classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
   processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
   task = classifier.ClassifierTask(bert_config, processor, tokenizer, FLAGS.data_dir,
-                                   FLAGS.output_dir, FLAGS.max_seq_length)
+                                   FLAGS.output_dir, FLAGS.max_seq_length,
+                                   bucket_by_length=cli.bucket_by_length())
   fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
                   do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
                   eval_batch_size=FLAGS.eval_batch_size,

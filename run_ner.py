@@ -39,7 +39,7 @@ def main(_):
   tokenizer = cli.tokenizer()
   task = tagging.TaggingTask(cli.bert_config(), tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
-                             FLAGS.test_file)
+                             FLAGS.test_file, bucket_by_length=cli.bucket_by_length())
   fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
                   do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
                   eval_batch_size=FLAGS.eval_batch_size,

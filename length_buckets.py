@@ -1,0 +1,73 @@
+# coding=utf-8
+"""Length bucketing: batches of examples of similar length, padded only to a few lengths.
+
+The original padded every example to `max_seq_length`; real task text is much shorter, so most of
+what every layer computed was padding. Feature files keep that fixed-length layout (old caches stay
+valid); the input pipeline trims each example here to the smallest *bucket length* that holds its
+tokens (`padded_length_buckets`: 16, 32, 64, ... capped at max_seq_length, the lengths the
+exports' dynamic padding uses) and batches examples of the same bucket together. A batch then
+costs what its tokens cost, and a graph (or an XLA compilation) exists for at most a handful of
+shapes.
+
+Values at the real positions do not depend on padding (attention is masked), and positions below
+the bucket length are computed exactly as with full padding, so results equal the padded path's
+to float rounding. A feature is per position when its first dimension equals `input_mask`'s
+(`input_ids`, `segment_ids`, NER `label_ids`, ...); other features (labels, ids) pass unchanged.
+"""
+
+import tensorflow as tf
+
+# The feature whose last non-zero position gives an example's length.
+MASK_KEY = "input_mask"
+
+
+def padded_length_buckets(max_seq_length: int) -> list[int]:
+  """The lengths examples are padded to: 16, 32, 64, ... below max_seq_length, then it."""
+  buckets = []
+  length = 16
+  while length < max_seq_length:
+    buckets.append(length)
+    length *= 2
+  return buckets + [max_seq_length]
+
+
+def trim_to_bucket(features: dict) -> dict:
+  """Cuts the per-position features of one (unbatched) example to its bucket length."""
+  max_seq_length = features[MASK_KEY].shape[0]
+  if max_seq_length is None:
+    raise ValueError("length bucketing needs %s of a fixed length" % MASK_KEY)
+  mask = features[MASK_KEY]
+  # One past the last real position (a mask that is not a prefix of ones still keeps every token).
+  length = tf.reduce_max(tf.where(mask != 0, tf.range(1, max_seq_length + 1), 0))
+  buckets = tf.constant(padded_length_buckets(max_seq_length), tf.int32)
+  bucket_length = buckets[tf.searchsorted(buckets, [length], side="left")[0]]
+  return {name: value[:bucket_length] if value.shape.rank and value.shape[0] == max_seq_length
+          else value for name, value in features.items()}
+
+
+def batch_by_length(dataset: tf.data.Dataset, batch_size: int,
+                    drop_remainder: bool) -> tf.data.Dataset:
+  """Batches an unbatched dataset of feature dicts, each batch from one length bucket.
+
+  Examples go, in the order they come, to their bucket's open batch; a batch is emitted when it
+  has `batch_size` examples. At the end of a finite dataset the open partial batches follow
+  (unless `drop_remainder`). A shuffled stream therefore stays shuffled:
+  this only groups neighbours of similar length. Per-position features of a batch are
+  [batch, bucket length]; the dataset's element spec leaves that dimension unknown.
+  """
+
+  def bucket_key(features):
+    return tf.cast(tf.shape(features[MASK_KEY])[0], tf.int64)
+
+  return dataset.map(trim_to_bucket, num_parallel_calls=tf.data.AUTOTUNE).group_by_window(
+      key_func=bucket_key,
+      reduce_func=lambda _, window: window.batch(batch_size, drop_remainder=drop_remainder),
+      window_size=batch_size)
+
+
+def batch(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool,
+          bucket_by_length: bool) -> tf.data.Dataset:
+  """`batch_by_length` when `bucket_by_length`, else the original's fixed-length batches."""
+  if bucket_by_length:
+    return batch_by_length(dataset, batch_size, drop_remainder)
+  return dataset.batch(batch_size, drop_remainder=drop_remainder)
