@@ -10,7 +10,7 @@ and strategies come from training.py; run_pretraining.py maps the original's fla
 import dataclasses
 import os
 import re
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from absl import logging
 import keras
@@ -232,12 +232,14 @@ def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optio
 def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
                  input_files: list, config: training.TrainConfig, max_seq_length: int,
                  max_predictions_per_seq: int, skip_corrupt_records: bool = False,
-                 masking: Optional["DynamicMasking"] = None) -> training.TrainResult:
+                 masking: Optional["DynamicMasking"] = None,
+                 model_fn: Optional[Callable[[], keras.Model]] = None) -> training.TrainResult:
   """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`.
 
   A corrupt record is a `tfrecord_files.CorruptRecordError` naming its file, unless
   `skip_corrupt_records`: then each file is read only up to its first corrupt record. With
-  `masking`, every batch read gets new masks (seeded by the pipeline seed).
+  `masking`, every batch read gets new masks (seeded by the pipeline seed). `model_fn` builds the
+  model (default `build_model(bert_config)`), e.g. one with a frozen encoder.
   """
   _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if masking is not None:
@@ -250,8 +252,8 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
     return batches if masking is None else masking.apply(batches, seed)
 
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
-    result = training.train(strategy, lambda: build_model(bert_config), loss_fn, dataset_fn,
-                            config)
+    result = training.train(strategy, model_fn or (lambda: build_model(bert_config)), loss_fn,
+                            dataset_fn, config)
   if skipped:
     logging.info("%s", skipped)  # Again at the end, where a user looks.
   return result

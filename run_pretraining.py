@@ -9,6 +9,7 @@
 Running the same command again after a crash continues from the last checkpoint in --output_dir.
 """
 
+from absl import app
 from absl import flags
 from absl import logging
 

@@ -289,6 +289,7 @@ def test_cli_dynamic_masking_trains_on_the_records_with_new_masks(tmp_path):
                                  capture_output=True, text=True, timeout=120)
   assert missing_vocab.returncode != 0
   assert "--dynamic_masking needs --vocab_file" in missing_vocab.stderr
+  assert "Traceback" not in missing_vocab.stderr  # A usage error, not a crash quoting the line.
   run = subprocess.run(_cli(tmp_path, "--do_train", "--do_eval", "--num_train_steps=20",
                             "--dynamic_masking", "--vocab_file=%s" % (tmp_path / "vocab.txt"),
                             "--masked_lm_prob=0.3"),
