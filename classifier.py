@@ -23,15 +23,18 @@ import time
 from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
-import keras
 import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import distribution
 import export
+import fine_tuning
 import in_graph_tokenization
 import modeling
-import training as training_lib
+import tfrecord_files
+import tokenization
+import training_loop
 
 # The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
 LABEL_LIST_FILE = "label_list.txt"
@@ -626,7 +629,7 @@ def convert_single_example(ex_index: int, example, label_list: Sequence[str], ma
   """Tokenizes one example into `[CLS] a [SEP] (b [SEP])` features, truncating longest-first.
 
   Empty texts are fine (they contribute no tokens). Batches are padded for devices by
-  `training.evaluate`/`training.predict`, so no padding examples are written.
+  `training_loop.evaluate`/`training_loop.predict`, so no padding examples are written.
   """
   input_ids, input_mask, segment_ids = tokenizer.encode(example.text_a, example.text_b,
                                                         max_seq_length)
@@ -770,7 +773,7 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
 
 def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
                      is_regression: bool = False):
-  """Returns `training.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
+  """Returns `training_loop.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
 
   The examples repeat and are shuffled with a buffer of up to 10,000 examples (the original's 100
   leaves a file sorted by label nearly sorted).
@@ -788,50 +791,17 @@ def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
 # Model, loss, predictions.
 
 
-class BertClassifier(keras.Model):
+class BertClassifier(modeling.BertTaskModel):
   """BERT with the original's classification head: dropout + dense on the pooled output.
 
-  The head's variables keep the original's names, `output_weights` [num_outputs, hidden_size]
-  (note: transposed relative to a Keras Dense kernel) and `output_bias` [num_outputs], so by
-  DESIGN.md's rule its checkpoints hold `bert/...`, `output_weights` and `output_bias` exactly as
-  the original's. Called on a feature dict, it returns float32 logits [batch, num_outputs].
+  Its checkpoints hold `bert/...`, `output_weights` and `output_bias` exactly as the original's.
+  Called on a feature dict, it returns float32 logits [batch, num_outputs].
   """
 
   def __init__(self, config: modeling.BertConfig, num_outputs: int,
                name: str = "bert_classifier", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.config = config
-    self.num_outputs = num_outputs
-    self.bert = modeling.BertModel(config, name="bert")
     # The original hard-codes keep_prob=0.9 here, whatever the config's dropout.
-    self.dropout = keras.layers.Dropout(0.1)
-
-  def build(self, input_shape=None):
-    """Creates every variable (BERT's and the head's)."""
-    self.bert.build()
-    self.output_weights = self.add_weight(
-        name="output_weights", shape=(self.num_outputs, self.config.hidden_size),
-        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
-    self.output_bias = self.add_weight(name="output_bias", shape=(self.num_outputs,),
-                                       initializer="zeros")
-    self.built = True
-
-  def call(self, features, training=False):
-    pooled = self.bert(features, training=training)["pooled_output"]
-    pooled = self.dropout(pooled, training=training)
-    logits = tf.matmul(pooled, tf.cast(self.output_weights, pooled.dtype), transpose_b=True)
-    return tf.cast(logits + tf.cast(self.output_bias, pooled.dtype), tf.float32)
-
-
-def model_fn_builder(config: modeling.BertConfig, num_outputs: int):
-  """Returns `model_fn()` building a `BertClassifier` with all its variables (for training.py)."""
-
-  def model_fn() -> BertClassifier:
-    model = BertClassifier(config, num_outputs)
-    model.build()
-    return model
-
-  return model_fn
+    super().__init__(config, num_outputs, "pooled_output", 0.1, name=name, **kwargs)
 
 
 def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor, is_regression: bool) -> tf.Tensor:
@@ -843,89 +813,115 @@ def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor, is_regression: boo
   return -tf.reduce_sum(one_hot * log_probs, axis=-1)
 
 
-def loss_fn_builder(is_regression: bool):
-  """Returns `training.train`'s loss function: mean loss, plus accuracy when classifying."""
+def write_test_results(path: str, probabilities: np.ndarray) -> None:
+  """Writes test_results.tsv as the original: a tab-separated line of probabilities per example.
+  Only the chief writes."""
+  if not distribution.is_chief():
+    return
+  atomic_files.write_text(path, "".join("\t".join(repr(float(p)) for p in row) + "\n"
+                                   for row in probabilities))
+  logging.info("Wrote %d predictions to %s", len(probabilities), path)
 
-  def loss_fn(model, features, training):
+
+class ClassifierTask(fine_tuning.Task):
+  """Sentence (pair) classification or regression on a processor's data (run_classifier)."""
+
+  def __init__(self, bert_config: modeling.BertConfig, processor: DataProcessor,
+               tokenizer: tokenization.FullTokenizer, data_dir: Optional[str], output_dir: str,
+               max_seq_length: int):
+    self.bert_config = bert_config
+    self.processor = processor
+    self.tokenizer = tokenizer
+    self.data_dir = data_dir
+    self.output_dir = output_dir
+    self.max_seq_length = max_seq_length
+
+  def build_model(self) -> BertClassifier:
+    model = BertClassifier(self.bert_config, self.processor.num_outputs)
+    model.build()
+    return model
+
+  def loss(self, model, features, training):
+    """Mean loss over real examples, plus accuracy when classifying."""
+    is_regression = self.processor.is_regression
     logits = model(features, training=training)
-    weights = features["is_real_example"]
-    loss = training_lib.replica_weighted_mean(
+    weights = features[training_loop.REAL_EXAMPLE_KEY]
+    loss = distribution.replica_weighted_mean(
         per_example_loss(logits, features["label_ids"], is_regression), weights)
     metrics = {}
     if not is_regression:
       correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), features["label_ids"])
-      metrics["accuracy"] = training_lib.replica_weighted_mean(correct, weights)
+      metrics["accuracy"] = distribution.replica_weighted_mean(correct, weights)
     return loss, metrics
 
-  return loss_fn
-
-
-def predict_fn_builder(is_regression: bool):
-  """Returns `training.predict`'s function: logits, probabilities, per-example loss and labels."""
-
-  def predict_fn(model, features):
+  def predict_outputs(self, model, features):
+    """Logits, probabilities (the score for regression), per-example loss and labels."""
+    is_regression = self.processor.is_regression
     logits = model(features, training=False)
     return {"logits": logits,
             "probabilities": logits if is_regression else tf.nn.softmax(logits, axis=-1),
             "per_example_loss": per_example_loss(logits, features["label_ids"], is_regression),
             "label_ids": features["label_ids"]}
 
-  return predict_fn
+  def _features_file(self, split: str, examples: Sequence) -> str:
+    path = os.path.join(self.output_dir, split + ".tf_record")
+    cached_features_file(examples, self.processor.get_labels(), self.max_seq_length,
+                         self.tokenizer, path, self.processor.is_regression)
+    return path
 
+  def train_data(self) -> fine_tuning.TrainData:
+    examples = self.processor.get_train_examples(self.data_dir)
+    path = self._features_file("train", examples)
+    return fine_tuning.TrainData(
+        train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression),
+        len(examples), [path])
 
-def evaluate(strategy, model, processor: DataProcessor, input_file: str, seq_length: int,
-             batch_size: int, global_step: int) -> dict:
-  """Evaluates on a features file: loss and the task's metrics, as eval_results.txt holds them."""
-  outputs = training_lib.predict(strategy, model, predict_fn_builder(processor.is_regression),
-                                 features_dataset(input_file, seq_length, processor.is_regression),
-                                 batch_size)
-  loss = float(np.mean(outputs["per_example_loss"]))
-  results = compute_metrics(processor, outputs["label_ids"], outputs["logits"])
-  results.update(eval_loss=loss, loss=loss, global_step=global_step)
-  return results
+  def _predict_split(self, strategy, model, split: str, examples: Sequence,
+                     batch_size: int) -> dict:
+    path = self._features_file(split, examples)
+    with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
+      return training_loop.predict(
+          strategy, model, self.predict_outputs,
+          features_dataset(path, self.max_seq_length, self.processor.is_regression), batch_size)
 
+  def evaluate(self, strategy, model, batch_size: int) -> dict:
+    """Loss and the task's metrics on the dev set, as eval_results.txt holds them."""
+    outputs = self._predict_split(strategy, model, "eval",
+                                  self.processor.get_dev_examples(self.data_dir), batch_size)
+    loss = float(np.mean(outputs["per_example_loss"]))
+    results = compute_metrics(self.processor, outputs["label_ids"], outputs["logits"])
+    results.update(eval_loss=loss, loss=loss)
+    return results
 
-def predict(strategy, model, is_regression: bool, input_file: str, seq_length: int,
-            batch_size: int) -> np.ndarray:
-  """Class probabilities (or the predicted score) per example of a features file, in order."""
-  outputs = training_lib.predict(strategy, model, predict_fn_builder(is_regression),
-                                 features_dataset(input_file, seq_length, is_regression),
-                                 batch_size)
-  return outputs["probabilities"]
+  def predict(self, strategy, model, batch_size: int) -> str:
+    """Writes test_results.tsv: class probabilities (or the score) per test example, in order."""
+    outputs = self._predict_split(strategy, model, "predict",
+                                  self.processor.get_test_examples(self.data_dir), batch_size)
+    write_test_results(os.path.join(self.output_dir, "test_results.tsv"),
+                       outputs["probabilities"])
+    return "predicted %d examples" % len(outputs["probabilities"])
 
+  def export(self, model, export_dir: str, dynamic_padding: bool = True) -> str:
+    """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
 
-def write_test_results(path: str, probabilities: np.ndarray) -> None:
-  """Writes test_results.tsv as the original: a tab-separated line of probabilities per example."""
-  atomic_files.write_text(path, "".join("\t".join(repr(float(p)) for p in row) + "\n"
-                                   for row in probabilities))
-  logging.info("Wrote %d predictions to %s", len(probabilities), path)
+    `serving_default` takes raw strings `text_a` (and `text_b` for pair tasks), tokenized in the
+    graph exactly as FullTokenizer does; `token_ids` takes the ids. Both return `logits` and, for
+    classification, `probabilities` and `label` (class names); for regression `score`.
+    With `dynamic_padding` (the default) the text signature pads each request only to a length
+    bucket (`BertInputEncoder`); without it, to max_seq_length (fixed shapes, several times
+    slower for short texts).
+    """
+    encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(
+        self.tokenizer, self.max_seq_length, dynamic_padding=dynamic_padding)
+    class_names = (None if self.processor.is_regression else
+                   tf.constant(self.processor.get_labels()))
 
+    def outputs_fn(features):
+      logits = model(features, training=False)
+      if class_names is None:
+        return {"logits": logits, "score": logits[:, 0]}
+      return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+              "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
 
-def export_saved_model(model: BertClassifier, processor: DataProcessor, export_dir: str,
-                       vocab_file: Optional[str], do_lower_case: bool,
-                       spm_model_file: Optional[str], max_seq_length: int,
-                       dynamic_padding: bool = True) -> str:
-  """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
-
-  `serving_default` takes raw strings `text_a` (and `text_b` for pair tasks), tokenized in the graph
-  exactly as FullTokenizer does; `token_ids` takes the ids. Both return `logits` and, for
-  classification, `probabilities` and `label` (class names); for regression `score`.
-  With `dynamic_padding` (the default) the text signature pads each request only to a length
-  bucket (`BertInputEncoder`); without it, to max_seq_length (fixed shapes, several times slower
-  for short texts).
-  """
-  encoder = in_graph_tokenization.BertInputEncoder(
-      vocab_file=None if spm_model_file else vocab_file, do_lower_case=do_lower_case,
-      spm_model_file=spm_model_file, max_seq_length=max_seq_length,
-      dynamic_padding=dynamic_padding)
-  class_names = None if processor.is_regression else tf.constant(processor.get_labels())
-
-  def outputs_fn(features):
-    logits = model(features, training=False)
-    if class_names is None:
-      return {"logits": logits, "score": logits[:, 0]}
-    return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
-            "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
-
-  text_inputs = ("text_a", "text_b") if processor.is_pair else ("text_a",)
-  return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs)
+    text_inputs = ("text_a", "text_b") if self.processor.is_pair else ("text_a",)
+    return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs)

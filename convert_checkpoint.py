@@ -43,6 +43,7 @@ import safetensors.numpy
 import tensorflow as tf
 
 import atomic_files
+import checkpoints
 import modeling
 
 FLAGS = flags.FLAGS
@@ -215,7 +216,7 @@ def expected_shapes(config: modeling.BertConfig) -> Dict[str, Tuple[int, ...]]:
   """Google name -> shape of every variable of a `BertPretrainingModel` built from `config`."""
   model = modeling.BertPretrainingModel(config)
   model.build()
-  return {name: tuple(v.shape) for name, v in modeling.checkpoint_variables(model).items()}
+  return {name: tuple(v.shape) for name, v in checkpoints.checkpoint_variables(model).items()}
 
 
 def _describe(names, limit: int = 8) -> str:
@@ -393,7 +394,7 @@ def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
   tf.io.gfile.makedirs(output_dir)
   prefix = os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME)
   with atomic_files.atomic_output(prefix) as temporary_prefix:  # Renames .data, then .index.
-    modeling.write_checkpoint(tensors, temporary_prefix)
+    checkpoints.write_checkpoint(tensors, temporary_prefix)
   atomic_files.write_text(os.path.join(output_dir, GOOGLE_CONFIG_NAME), config.to_json_string())
   _copy_vocab(os.path.dirname(config_path), output_dir)
   _log_summary(tensors, source, prefix, absent, start)
@@ -410,13 +411,13 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
     The safetensors file written.
   """
   start = time.time()
-  prefix = modeling.resolve_checkpoint_path(init_checkpoint)
+  prefix = checkpoints.resolve_checkpoint_path(init_checkpoint)
   checkpoint_dir = os.path.dirname(prefix)
   bert_config_file = bert_config_file or os.path.join(checkpoint_dir, GOOGLE_CONFIG_NAME)
   config = modeling.BertConfig.from_json_file(bert_config_file)
   reader = tf.train.load_checkpoint(prefix)
   tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
-             if not modeling.is_training_state_name(name)}
+             if not checkpoints.is_training_state_name(name)}
   absent = check_tensors(tensors, config, {name: name for name in tensors}, prefix)
   with_heads = not any(name.startswith("cls/") for name in absent)
   tf.io.gfile.makedirs(output_dir)

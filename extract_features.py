@@ -27,18 +27,17 @@ import threading
 import time
 from typing import Any, Iterable, Iterator, Optional, Sequence
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import cli
 import export
 import in_graph_tokenization
 import modeling
 import tokenization
-import training
 
 FLAGS = flags.FLAGS
 _PAIR_RE = re.compile(r"^(.*) \|\|\| (.*)$")
@@ -57,30 +56,21 @@ def define_flags() -> None:
                       "--output_format=npz).")
   flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes to output "
                       "(-1 is the last layer).")
-  flags.DEFINE_string("bert_config_file", None, "The config json file corresponding to the "
-                      "pre-trained BERT model. This specifies the model architecture.")
-  flags.DEFINE_integer("max_seq_length", 128, "The maximum total input sequence length after "
-                       "WordPiece tokenization. Longer sequences are truncated.")
-  flags.DEFINE_string("init_checkpoint", None,
-                      "Initial checkpoint (usually from a pre-trained BERT model).")
-  flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-  flags.DEFINE_bool("do_lower_case", True, "Whether to lower case the input text. Should be True "
-                    "for uncased models and False for cased models.")
+  cli.define_model_flags(max_seq_length=128)
+  cli.define_tokenizer_flags()
   flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
   flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npz"], "jsonl: the original's JSON Lines. "
                     "npz: one uncompressed NumPy .npz file per batch in the --output_file "
                     "directory.")
-  training.define_tpu_flags()
+  cli.define_tpu_flags()
   flags.DEFINE_bool("use_one_hot_embeddings", False,
                     "Accepted so the original's command lines keep working. It chose a one-hot matmul "
                     "for the embedding lookup on TPUs; here the lookup is a gather on every device, "
                     "which gives the same values.")
   flags.DEFINE_enum("pooling", "none", ["none", "cls", "mean"], "none: one vector per token (the "
                     "original). cls: the [CLS] vector. mean: the mean over real tokens.")
-  flags.DEFINE_string("export_dir", None, "If set, also export the encoder for TF Serving as "
-                      "export_dir/<version>/: raw `text` (and `text_b`) in, `sequence_output` (the "
-                      "--layers concatenated), `pooled_output` (per --pooling) and `input_mask` "
-                      "out.")
+  cli.define_export_flag("raw `text` (and `text_b`) in, `sequence_output` (the --layers "
+                         "concatenated), `pooled_output` (per --pooling) and `input_mask` out")
 
 
 def parse_line(line: str) -> tuple[str, Optional[str]]:
@@ -210,8 +200,8 @@ class FeatureExtractor(tf.Module):
 TEXT_PAIR_SIGNATURE = "text_pair"
 
 
-def export_encoder(export_dir: str, extractor: FeatureExtractor, vocab_file: str,
-                   do_lower_case: bool, max_seq_length: int) -> str:
+def export_encoder(export_dir: str, extractor: FeatureExtractor,
+                   tokenizer: tokenization.FullTokenizer, max_seq_length: int) -> str:
   """Writes the feature extractor as a SavedModel under `export_dir/<version>/`; returns its path.
 
   Signatures (all with `FeatureExtractor.serving_outputs`' outputs): `serving_default` on `text`,
@@ -220,9 +210,7 @@ def export_encoder(export_dir: str, extractor: FeatureExtractor, vocab_file: str
   tokenized in the graph as FullTokenizer does, truncated as `example_tokens`, and padded to a
   length bucket (`BertInputEncoder(dynamic_padding=True)`).
   """
-  encoder = in_graph_tokenization.BertInputEncoder(vocab_file, do_lower_case,
-                                                   max_seq_length=max_seq_length,
-                                                   dynamic_padding=True)
+  encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(tokenizer, max_seq_length)
 
   def encode_pair(text, text_b):
     """Pairs where text_b has tokens, single texts elsewhere, padded to one width."""
@@ -389,21 +377,20 @@ def _log_progress(done: int, total: Optional[int], elapsed: float) -> None:
 
 
 def main(_):
-  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  bert_config.check_max_seq_length(FLAGS.max_seq_length)
+  cli.require("input_file", "init_checkpoint", "output_file")
+  bert_config = cli.bert_config()
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  tokenizer = tokenization.FullTokenizer(vocab_file=FLAGS.vocab_file,
-                                         do_lower_case=FLAGS.do_lower_case)
+  tokenizer = cli.tokenizer()
   if FLAGS.use_tpu:
-    raise ValueError("extract_features.py runs on the local CPU or GPU; --use_tpu is not supported")
+    raise cli.FlagError("extract_features.py runs on the local CPU or GPU; --use_tpu is not "
+                        "supported")
   total = count_lines(FLAGS.input_file)
   if not total:
-    raise app.UsageError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
+    raise cli.FlagError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
   try:
     atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
   except ValueError as error:
-    raise app.UsageError(str(error)) from error
+    raise cli.FlagError(str(error)) from error
   bert = modeling.BertModel(bert_config, name="bert")
   bert.build()
   report = modeling.init_from_checkpoint(bert, FLAGS.init_checkpoint)
@@ -415,12 +402,9 @@ def main(_):
                          FLAGS.batch_size)
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
   if FLAGS.export_dir:
-    export_encoder(FLAGS.export_dir, extractor, FLAGS.vocab_file, FLAGS.do_lower_case,
-                   FLAGS.max_seq_length)
+    export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length)
 
 
 if __name__ == "__main__":
   define_flags()
-  for name in ("input_file", "vocab_file", "bert_config_file", "init_checkpoint", "output_file"):
-    flags.mark_flag_as_required(name)
-  app.run(main)
+  cli.run_script(main)

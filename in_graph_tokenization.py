@@ -454,6 +454,14 @@ class BertInputEncoder(tf.Module):
     special_token_ids: dict token -> id of those present.
   """
 
+  @classmethod
+  def for_tokenizer(cls, tokenizer: "tokenization.FullTokenizer", max_seq_length: int,
+                    dynamic_padding: bool = True) -> "BertInputEncoder":
+    """The encoder of a FullTokenizer's files (its SentencePiece model, else its vocab)."""
+    return cls(vocab_file=None if tokenizer.spm_model_file else tokenizer.vocab_file,
+               do_lower_case=tokenizer.do_lower_case, spm_model_file=tokenizer.spm_model_file,
+               max_seq_length=max_seq_length, dynamic_padding=dynamic_padding)
+
   def __init__(self, vocab_file: Optional[str] = None, do_lower_case: bool = True,
                spm_model_file: Optional[str] = None, max_seq_length: int = 128,
                dynamic_padding: bool = False, name: Optional[str] = None):

@@ -12,22 +12,20 @@ Also provided, with the original's names for users porting code: `gelu`, `get_ac
 `get_shape_list`, `create_attention_mask_from_input_mask` and `attention_layer`.
 """
 
+import contextlib
 import copy
-import dataclasses
 import json
 import math
-import os
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
-from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
 
-# Checkpoint entries that belong to training state rather than to the model: the training loop
-# stores Adam slots as `<variable>/adam_m`, `<variable>/adam_v` and the step as `global_step`.
-_TRAINING_STATE_SUFFIXES = ("/adam_m", "/adam_v")
-_TRAINING_STATE_NAMES = ("global_step",)
+import checkpoints
+
+# The original's modeling.py was where checkpoints were loaded; they now live in checkpoints.py.
+init_from_checkpoint = checkpoints.init_from_checkpoint
 
 # Additive attention bias for masked positions, as in the original.
 _MASK_ADDER = -10000.0
@@ -574,6 +572,9 @@ class BertModel(keras.Model):
   The variables are built by `model.build()` or by the first call.
   """
 
+  # Tells checkpoints.py that this model keeps its own name (`bert/...`) in checkpoint names.
+  is_bert_encoder = True
+
   def __init__(self, config: BertConfig, name: str = "bert", **kwargs):
     super().__init__(name=name, **kwargs)
     self.config = copy.deepcopy(config)
@@ -626,6 +627,65 @@ class BertModel(keras.Model):
 # ----------------------------------------------------------------------------------------------
 # Pretraining heads.
 # ----------------------------------------------------------------------------------------------
+
+
+class BertTaskModel(keras.Model):
+  """BERT plus one linear output layer: the model of every fine-tuning task.
+
+  `logits = dropout(bert output) @ output_weights^T + output_bias`, float32, where the BERT output
+  is `pooled_output` ([B, H] -> logits [B, N]: classification, multiple choice) or
+  `sequence_output` ([B, T, H] -> [B, T, N]: tagging, SQuAD spans). The two variables keep the
+  original's names and layout: `output_weights` [N, H] (transposed relative to a Keras Dense
+  kernel) and `output_bias` [N], at the top of the checkpoint (the original run_classifier's
+  `output_weights`) or under `head_scope` (run_squad's `cls/squad/output_weights`).
+
+  Call with a feature dict (`input_ids`, `input_mask`, `segment_ids`); subclasses turn the logits
+  into the task's outputs.
+  """
+
+  def __init__(self, config: BertConfig, num_outputs: int, bert_output: str,
+               dropout_rate: float, head_scope: str = "", name: str = "bert_task", **kwargs):
+    super().__init__(name=name, **kwargs)
+    self.config = config
+    self.num_outputs = num_outputs
+    self.bert_output = bert_output
+    self.head_scope = head_scope
+    self.bert = BertModel(config, name="bert")
+    self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate else None
+    # Keras names a variable after the layer that creates it: the model itself for top-level
+    # names, else a plain layer named after the scope's last part.
+    self.scoped_head = (keras.layers.Layer(name=head_scope.rsplit("/", 1)[-1]) if head_scope
+                        else None)
+
+  def build(self, input_shape=None):
+    """Creates every variable (their shapes do not depend on the input)."""
+    self.bert.build()
+    with contextlib.ExitStack() as scopes:
+      for part in self.head_scope.split("/")[:-1]:
+        scopes.enter_context(keras.name_scope(part))
+      owner = self.scoped_head or self
+      # The original's heads start from stddev 0.02 whatever the config's initializer_range.
+      self.output_weights = owner.add_weight(
+          name="output_weights", shape=(self.num_outputs, self.config.hidden_size),
+          initializer=keras.initializers.TruncatedNormal(stddev=0.02))
+      self.output_bias = owner.add_weight(name="output_bias", shape=(self.num_outputs,),
+                                          initializer="zeros")
+    self.built = True
+
+  def logits(self, features, training=False) -> tf.Tensor:
+    """float32 logits [B, N] or [B, T, N]."""
+    hidden = self.bert(features, training=training)[self.bert_output]
+    if self.dropout is not None:
+      hidden = self.dropout(hidden, training=training)
+    weights = tf.cast(self.output_weights, hidden.dtype)  # bfloat16/float16 under mixed precision
+    if hidden.shape.rank == 2:
+      logits = tf.matmul(hidden, weights, transpose_b=True)
+    else:
+      logits = tf.einsum("bth,nh->btn", hidden, weights)
+    return tf.cast(logits + tf.cast(self.output_bias, hidden.dtype), tf.float32)
+
+  def call(self, features, training=False):
+    return self.logits(features, training=training)
 
 
 class MaskedLMHead(keras.layers.Layer):
@@ -729,166 +789,3 @@ class BertPretrainingModel(keras.Model):
   @classmethod
   def from_config(cls, config):
     return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert_pretraining"))
-
-
-# ----------------------------------------------------------------------------------------------
-# Google-format (TF1 name-based) checkpoints.
-# ----------------------------------------------------------------------------------------------
-
-
-def checkpoint_variables(model: keras.Model) -> dict:
-  """Maps Google checkpoint names to the model's variables.
-
-  The rule (DESIGN.md): a `BertModel` keeps its own name (`bert/encoder/...`); any other model
-  drops its own name, so a task model holding `bert` and `cls` layers gives `bert/...`, `cls/...`.
-  Paths are taken relative to where the model sits, so a `BertModel` nested in a task model
-  (`task.bert`) maps to the same names as a bare one.
-
-  Raises:
-    ValueError: if the model has no variables yet or two variables map to one name.
-  """
-  if not model.weights or model.path is None:
-    raise ValueError("model %s has no variables yet: call model.build() or call it once first" %
-                     model.name)
-  scope = model.path.rsplit("/", 1)[0] if "/" in model.path else ""
-  if not isinstance(model, BertModel):
-    scope = model.path
-  names = {}
-  for variable in model.weights:
-    if scope and not variable.path.startswith(scope + "/"):
-      raise ValueError("variable %s of model %s lies outside its scope %s" %
-                       (variable.path, model.name, scope))
-    name = variable.path[len(scope) + 1:] if scope else variable.path
-    if name in names and names[name] is not variable:
-      raise ValueError("two variables of model %s map to checkpoint name %s" % (model.name, name))
-    names[name] = variable
-  return names
-
-
-def write_checkpoint(tensors: Mapping[str, Any], prefix: str) -> str:
-  """Writes a TF V2 name-based checkpoint (`<prefix>.index`, `<prefix>.data-00000-of-00001`).
-
-  This is the format of Google's released checkpoints: `tf.train.load_checkpoint(prefix)` reads it.
-  Any names and dtypes (float32 weights, optimizer slots, int64 `global_step`) may be stored.
-
-  Args:
-    tensors: name -> array-like, tf.Tensor or variable.
-    prefix: checkpoint path prefix, e.g. `out/model.ckpt-1000`; its directory is created.
-
-  Returns:
-    The prefix.
-  """
-  if not tensors:
-    raise ValueError("write_checkpoint(%s): nothing to write" % prefix)
-  directory = os.path.dirname(prefix)
-  if directory:
-    tf.io.gfile.makedirs(directory)
-  names = sorted(tensors)
-  values = []
-  for name in names:
-    value = tensors[name]
-    if isinstance(value, keras.Variable):
-      value = value.value
-    values.append(tf.convert_to_tensor(value))
-  try:
-    with tf.device("/cpu:0"):
-      tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
-                        tensors=values)
-  except BaseException:
-    # SaveV2 writes `<file>.tempstate<n>` and renames each file when it is complete: after a
-    # failure (e.g. a full disk) the prefix may hold temporaries or a data file without its index.
-    for path in tf.io.gfile.glob(prefix + ".*"):
-      tf.io.gfile.remove(path)
-    raise
-  return prefix
-
-
-def save_checkpoint(model: keras.Model, prefix: str) -> str:
-  """Writes the model's variables under their Google names (see `checkpoint_variables`)."""
-  return write_checkpoint(checkpoint_variables(model), prefix)
-
-
-def resolve_checkpoint_path(checkpoint_path: str) -> str:
-  """Returns the checkpoint prefix for a prefix, or for a directory (its `checkpoint` file's
-  latest entry, else its only `*.index` file). Raises ValueError when there is none."""
-  if tf.io.gfile.isdir(checkpoint_path):
-    latest = tf.train.latest_checkpoint(checkpoint_path)
-    if latest:
-      return latest
-    indexes = tf.io.gfile.glob(os.path.join(checkpoint_path, "*.index"))
-    if len(indexes) == 1:
-      return indexes[0][:-len(".index")]
-    raise ValueError("directory %s has no `checkpoint` file and %d *.index files: pass the "
-                     "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
-                     (checkpoint_path, len(indexes), checkpoint_path))
-  if not tf.io.gfile.exists(checkpoint_path + ".index"):
-    raise ValueError("no checkpoint at %s (expected %s.index)" % (checkpoint_path, checkpoint_path))
-  return checkpoint_path
-
-
-def is_training_state_name(name: str) -> bool:
-  """True for checkpoint entries that are optimizer or loop state, not model variables."""
-  return name in _TRAINING_STATE_NAMES or name.endswith(_TRAINING_STATE_SUFFIXES)
-
-
-def _names_summary(what: str, names: Sequence[str], shown: int = 5) -> str:
-  """`what % len(names)` and the first few names, or "" when there are none."""
-  if not names:
-    return ""
-  return (what % len(names)) + ": " + ", ".join(names[:shown]) + (
-      ", ..." if len(names) > shown else "")
-
-
-@dataclasses.dataclass
-class CheckpointLoadReport:
-  """What `init_from_checkpoint` did."""
-  checkpoint: str
-  loaded: list
-  unused: list  # checkpoint variables no model variable took (training state excluded)
-  missing: list  # model variables the checkpoint lacks (left at their initial values)
-
-
-def init_from_checkpoint(model: keras.Model, checkpoint_path: str) -> CheckpointLoadReport:
-  """Assigns every model variable found in a Google-format checkpoint, by name.
-
-  Args:
-    model: a built model (see `checkpoint_variables` for the naming rule).
-    checkpoint_path: a prefix such as `.../bert_model.ckpt`, or a directory.
-
-  Returns:
-    A report of loaded, unused (checkpoint names no variable took; optimizer slots and
-    `global_step` are not counted) and missing (variables left at their initial values) names.
-
-  Raises:
-    ValueError: on a shape mismatch (naming the variable and both shapes), before any assignment.
-  """
-  prefix = resolve_checkpoint_path(checkpoint_path)
-  reader = tf.train.load_checkpoint(prefix)
-  checkpoint_shapes = reader.get_variable_to_shape_map()
-  variables = checkpoint_variables(model)
-  matched = sorted(name for name in variables if name in checkpoint_shapes)
-  for name in matched:
-    model_shape = tuple(variables[name].shape)
-    checkpoint_shape = tuple(checkpoint_shapes[name])
-    if model_shape != checkpoint_shape:
-      raise ValueError("checkpoint %s: variable %s has shape %s in the checkpoint but %s in the "
-                       "model" % (prefix, name, list(checkpoint_shape), list(model_shape)))
-  for name in matched:
-    variable = variables[name]
-    variable.assign(reader.get_tensor(name).astype(variable.dtype))
-  report = CheckpointLoadReport(
-      checkpoint=prefix,
-      loaded=matched,
-      unused=sorted(name for name in checkpoint_shapes
-                    if name not in variables and not is_training_state_name(name)),
-      missing=sorted(name for name in variables if name not in checkpoint_shapes))
-  log = logging.warning if report.unused or report.missing else logging.info
-  log("Loaded %d of the model's %d variables from %s%s%s", len(report.loaded), len(variables),
-      prefix, _names_summary("; %d model variables not in the checkpoint (left at their initial "
-                             "values)", report.missing),
-      _names_summary("; %d checkpoint variables unused", report.unused))
-  for name in report.unused:
-    logging.info("  unused checkpoint variable: %s", name)
-  for name in report.missing:
-    logging.info("  not in checkpoint, left at initial value: %s", name)
-  return report

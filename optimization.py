@@ -22,21 +22,23 @@ Gradients are clipped by their global norm (1.0) before the update, as the origi
 learning rate follows `WarmupLinearDecay`. `create_optimizer` assembles all of this the way the
 original's `create_optimizer` did, and wraps it in a loss-scaling optimizer for float16 training.
 
-Optimizer slots can be saved under the original's checkpoint names (`<variable>/adam_m`,
-`<variable>/adam_v`) with `named_slot_variables`; all three optimizers keep their first and second
-moments under these names, so a training checkpoint of any of them resumes and initializes alike.
+Optimizer slots are saved under the original's checkpoint names (`<variable>/adam_m`,
+`<variable>/adam_v`; `checkpoints.named_slot_variables`): all three optimizers keep their first and
+second moments under these names, so a training checkpoint of any of them resumes and initializes
+alike.
 """
 
 import re
-from typing import Mapping, Optional, Sequence
+from typing import Optional, Sequence
 
 from absl import logging
 import keras
 import tensorflow as tf
 
+import checkpoints
+
 # Substrings of a variable's Google name that exempt it from weight decay (as the original).
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-SLOT_NAMES = ("adam_m", "adam_v")
 # `--optimizer` values: the original's optimizer (the default), AdamW, LAMB.
 OPTIMIZERS = ("bert_adam", "adamw", "lamb")
 # Peak learning rate above which `bert_adam` warns that results may collapse: the original's
@@ -82,18 +84,6 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
             "num_warmup_steps": self.num_warmup_steps, "start_step": self.start_step}
 
 
-def google_name(variable) -> str:
-  """The name weight-decay exclusions are matched against: the Keras path minus its first part.
-
-  Paths are `<model name>/<google name>` for task models (see DESIGN.md), and the first part of a
-  bare `BertModel`'s path is `bert`, which no exclusion pattern matches; dropping it keeps a model
-  named e.g. `bias_probe` from exempting all of its variables.
-  """
-  path = getattr(variable, "path", None) or variable.name
-  path = re.sub(r":\d+$", "", path)
-  return path.split("/", 1)[1] if "/" in path else path
-
-
 @keras.saving.register_keras_serializable(package="bert")
 class AdamWeightDecay(keras.optimizers.Optimizer):
   """Adam with decoupled weight decay and no bias correction, as the original BERT's optimizer.
@@ -134,14 +124,16 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     if self.built:
       return
     super().build(var_list)
-    self._adam_m = [self.add_variable_from_reference(v, name="adam_m") for v in var_list]
-    self._adam_v = [self.add_variable_from_reference(v, name="adam_v") for v in var_list]
+    m_name, v_name = checkpoints.SLOT_NAMES
+    self._adam_m = [self.add_variable_from_reference(v, name=m_name) for v in var_list]
+    self._adam_v = [self.add_variable_from_reference(v, name=v_name) for v in var_list]
     # Decided here from the Keras variables' paths: update_step sees per-device tf.Variables.
     self._excluded = [self.is_excluded(v) for v in var_list]
 
   def is_excluded(self, variable) -> bool:
-    """Whether an exclusion pattern (e.g. `LayerNorm`, `bias`) is in the variable's Google name."""
-    name = google_name(variable)
+    """Whether an exclusion pattern (e.g. `LayerNorm`, `bias`) is in the variable's name below its
+    model (`checkpoints.path_below_model`: a task model's variables' Google names)."""
+    name = checkpoints.path_below_model(variable)
     return any(re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
 
   def uses_weight_decay(self, variable) -> bool:
@@ -151,7 +143,7 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
   def slot_variables(self, variable) -> dict:
     """Returns `{"adam_m": m, "adam_v": v}` for a model variable the optimizer was built with."""
     index = self._get_variable_index(variable)
-    return {"adam_m": self._adam_m[index], "adam_v": self._adam_v[index]}
+    return dict(zip(checkpoints.SLOT_NAMES, (self._adam_m[index], self._adam_v[index])))
 
   def _backend_update_step(self, grads, trainable_variables, learning_rate):
     """Sums gradients across replicas, clips the sum by global norm, then updates each variable.
@@ -322,36 +314,3 @@ def create_optimizer(init_lr: float,
   if dtype == "float16":
     return keras.optimizers.LossScaleOptimizer(optimizer)
   return optimizer
-
-
-def _adam_weight_decay(optimizer: keras.optimizers.Optimizer) -> AdamWeightDecay:
-  """Returns `optimizer` itself, or the optimizer inside a LossScaleOptimizer (any of the three
-  optimizers here: AdamW and Lamb are AdamWeightDecay subclasses with the same slots)."""
-  inner = getattr(optimizer, "inner_optimizer", optimizer)
-  if not isinstance(inner, AdamWeightDecay):
-    raise TypeError("expected AdamWeightDecay, AdamW or Lamb (optionally loss-scaled), got %s" %
-                    type(inner).__name__)
-  return inner
-
-
-def named_slot_variables(optimizer: keras.optimizers.Optimizer,
-                         named_variables: Mapping[str, keras.Variable]) -> dict:
-  """Maps `<google name>/adam_m` and `<google name>/adam_v` to the optimizer's slot variables.
-
-  Args:
-    optimizer: from `create_optimizer` (a LossScaleOptimizer is unwrapped).
-    named_variables: Google name -> model variable, e.g. `modeling.checkpoint_variables(model)`.
-      Only trainable variables have slots. An optimizer that is not built yet is built on them,
-      so slots exist (zero) before a checkpoint is restored into them.
-
-  Returns:
-    A dict to merge with the model's variables for `modeling.write_checkpoint` (after converting
-    to arrays) or to assign from a checkpoint when resuming, as the original's Estimator did.
-  """
-  adam = _adam_weight_decay(optimizer)
-  trainable = {name: v for name, v in named_variables.items() if v.trainable}
-  if not adam.built:
-    adam.build(list(trainable.values()))
-  return {"%s/%s" % (name, slot): slot_variable
-          for name, variable in trainable.items()
-          for slot, slot_variable in adam.slot_variables(variable).items()}

@@ -4,7 +4,7 @@
 The records are those create_pretraining_data.py writes (feature names in DESIGN.md). The loss is
 the original's: masked-LM cross-entropy weighted by `masked_lm_weights` and normalized by the sum
 of the weights (+1e-5), plus the mean next-sentence cross-entropy. The training loop, checkpoints
-and strategies come from training.py; run_pretraining.py maps the original's flags onto this.
+and strategies come from training_loop.py and distribution.py; run_pretraining.py maps the original's flags onto this.
 """
 
 import dataclasses
@@ -16,11 +16,13 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+import checkpoints
+import distribution
 import modeling
 import pretraining_data
 import tfrecord_files
 import tokenization
-import training
+import training_loop
 
 # Training shuffle buffer after interleaving files (records; the original used 100).
 SHUFFLE_BUFFER_SIZE = 1000
@@ -138,7 +140,7 @@ def train_dataset(input_files: list, batch_size: int, seed: int, max_seq_length:
 
 def eval_dataset(input_files: list, max_seq_length: int, max_predictions_per_seq: int,
                  record_limits: Optional[list] = None) -> tf.data.Dataset:
-  """Unbatched records of the files in their given order (for `training.evaluate`)."""
+  """Unbatched records of the files in their given order (for `training_loop.evaluate`)."""
   files = _files_dataset(input_files, record_limits)
   records = files.flat_map(_with_filename).batch(EVAL_DECODE_BATCH)
   return records.map(lambda names, serialized: decode_records(
@@ -173,33 +175,33 @@ def _per_example_terms(model: keras.Model, features: Mapping[str, tf.Tensor],
 
 def _batch_losses(terms: dict, example_weights: Optional[tf.Tensor] = None) -> tuple:
   """This replica's shares of the global batch's masked-LM and next-sentence losses."""
-  masked_lm_loss = training.replica_weighted_mean(terms["mlm_loss"], terms["mlm_weights"],
+  masked_lm_loss = distribution.replica_weighted_mean(terms["mlm_loss"], terms["mlm_weights"],
                                                   epsilon=1e-5)
-  next_sentence_loss = training.replica_weighted_mean(terms["nsp_loss"], example_weights)
+  next_sentence_loss = distribution.replica_weighted_mean(terms["nsp_loss"], example_weights)
   return masked_lm_loss, next_sentence_loss
 
 
-def loss_fn(model: keras.Model, features: Mapping[str, tf.Tensor], training_: bool) -> tuple:
+def loss_fn(model: keras.Model, features: Mapping[str, tf.Tensor], training: bool) -> tuple:
   """The original's total loss (masked LM + next sentence) and its parts, as replica shares."""
-  terms = _per_example_terms(model, features, training_)
+  terms = _per_example_terms(model, features, training)
   masked_lm_loss, next_sentence_loss = _batch_losses(terms)
   return masked_lm_loss + next_sentence_loss, {
       "masked_lm_loss": masked_lm_loss,
       "next_sentence_loss": next_sentence_loss,
-      "masked_lm_accuracy": training.replica_weighted_mean(terms["mlm_correct"],
+      "masked_lm_accuracy": distribution.replica_weighted_mean(terms["mlm_correct"],
                                                            terms["mlm_weights"]),
-      "next_sentence_accuracy": training.replica_weighted_mean(terms["nsp_correct"]),
+      "next_sentence_accuracy": distribution.replica_weighted_mean(terms["nsp_correct"]),
   }
 
 
 def metric_fn(model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
-  """The original's eval metrics as (numerator, denominator) sums for `training.evaluate`.
+  """The original's eval metrics as (numerator, denominator) sums for `training_loop.evaluate`.
 
   masked_lm_* are weighted by `masked_lm_weights` over all predictions, next_sentence_* averaged
   over examples, and `loss` is the mean over batches of each batch's total loss (the Estimator's).
   """
   terms = _per_example_terms(model, features, False)
-  real = tf.cast(features[training.REAL_EXAMPLE_KEY], tf.float32)
+  real = tf.cast(features[training_loop.REAL_EXAMPLE_KEY], tf.float32)
   weights = terms["mlm_weights"] * real[:, tf.newaxis]
 
   def weighted_sum(values, value_weights):
@@ -207,7 +209,7 @@ def metric_fn(model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
 
   masked_lm_loss, next_sentence_loss = _batch_losses(dict(terms, mlm_weights=weights), real)
   return {
-      "loss": (masked_lm_loss + next_sentence_loss, training.replica_batch_share()),
+      "loss": (masked_lm_loss + next_sentence_loss, distribution.replica_batch_share()),
       "masked_lm_accuracy": weighted_sum(terms["mlm_correct"], weights),
       "masked_lm_loss": weighted_sum(terms["mlm_loss"], weights),
       "next_sentence_accuracy": weighted_sum(terms["nsp_correct"], real),
@@ -230,10 +232,11 @@ def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optio
 
 
 def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
-                 input_files: list, config: training.TrainConfig, max_seq_length: int,
+                 input_files: list, config: training_loop.TrainConfig, max_seq_length: int,
                  max_predictions_per_seq: int, skip_corrupt_records: bool = False,
                  masking: Optional["DynamicMasking"] = None,
-                 model_fn: Optional[Callable[[], keras.Model]] = None) -> training.TrainResult:
+                 model_fn: Optional[Callable[[], keras.Model]] = None
+                 ) -> training_loop.TrainResult:
   """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`.
 
   A corrupt record is a `tfrecord_files.CorruptRecordError` naming its file, unless
@@ -252,15 +255,15 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
     return batches if masking is None else masking.apply(batches, seed)
 
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
-    result = training.train(strategy, model_fn or (lambda: build_model(bert_config)), loss_fn,
-                            dataset_fn, config)
+    result = training_loop.train(strategy, model_fn or (lambda: build_model(bert_config)),
+                                 loss_fn, dataset_fn, config)
   if skipped:
     logging.info("%s", skipped)  # Again at the end, where a user looks.
   return result
 
 
-def phase2_config(config: training.TrainConfig, phase2_steps: int, learning_rate: float,
-                  num_warmup_steps: int, train_batch_size: int) -> training.TrainConfig:
+def phase2_config(config: training_loop.TrainConfig, phase2_steps: int, learning_rate: float,
+                  num_warmup_steps: int, train_batch_size: int) -> training_loop.TrainConfig:
   """The training config of phase 2 in the same job (the paper's recipe: most steps at length
   128, then a few at 512).
 
@@ -289,20 +292,19 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
   Corrupt records: as `run_training`."""
   check_input_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if model is None:
-    model, global_step, _ = training.restore_model(
+    model, global_step, _ = checkpoints.restore_model(
         strategy, lambda: build_model(bert_config), output_dir, init_checkpoint,
         allow_partial_init_checkpoint)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
-    results = training.evaluate(
+    results = training_loop.evaluate(
         strategy, model, metric_fn,
         eval_dataset(input_files, max_seq_length, max_predictions_per_seq, record_limits),
         eval_batch_size, max_steps=max_eval_steps, drop_remainder=True)
   if skipped:
     logging.info("%s", skipped)
   results["global_step"] = int(global_step or 0)
-  if training.is_chief(strategy):
-    training.write_eval_results(os.path.join(output_dir, "eval_results.txt"), results)
+  training_loop.write_eval_results(os.path.join(output_dir, "eval_results.txt"), results)
   return results
 
 

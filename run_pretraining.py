@@ -11,23 +11,24 @@ With --phase2_input_file the job continues at another length after --num_train_s
 """
 
 import dataclasses
+from typing import Optional
 
-from absl import app
 from absl import flags
 from absl import logging
 
+import cli
 import modeling
 import pretraining
 import tfrecord_files
-import training
+import training_loop
 
 FLAGS = flags.FLAGS
 
 
 def define_flags() -> None:
   """The original run_pretraining.py's flags and defaults, plus the shared runtime flags."""
-  training.define_common_flags(max_seq_length=128)
-  training.define_eval_flags()
+  cli.define_common_flags(max_seq_length=128)
+  cli.define_eval_flags()
   flags.DEFINE_string("input_file", None,
                       "Input TF example files (can be a glob or comma separated).")
   flags.DEFINE_integer("max_predictions_per_seq", 20,
@@ -58,7 +59,8 @@ def define_flags() -> None:
                       "for --phase2_steps steps on these records (glob or comma separated) at "
                       "--phase2_max_seq_length, keeping the model, optimizer state and "
                       "global_step. Rerunning the command resumes in whichever phase it stopped.")
-  flags.DEFINE_integer("phase2_max_seq_length", 512, "Phase 2's max_seq_length. Must match its data.")
+  flags.DEFINE_integer("phase2_max_seq_length", 512,
+                       "Phase 2's max_seq_length. Must match its data.")
   flags.DEFINE_integer("phase2_max_predictions_per_seq", 80,
                        "Phase 2's max_predictions_per_seq. Must match its data.")
   flags.DEFINE_integer("phase2_steps", 0,
@@ -71,29 +73,28 @@ def define_flags() -> None:
                        "Phase 2's warmup steps (default: 10%% of --phase2_steps).")
   flags.DEFINE_integer("phase2_train_batch_size", None,
                        "Phase 2's global batch size (default: --train_batch_size).")
-  flags.adopt_module_key_flags(training)  # --help lists the shared flags too.
 
 
-def _phase2_input_files(bert_config: modeling.BertConfig):
+def _phase2_input_files(bert_config: modeling.BertConfig) -> Optional[list]:
   """Phase 2's input files, checked before phase 1 starts (so a typo does not surface after
   phase 1's days of training), or None without --phase2_input_file."""
   if not FLAGS.phase2_input_file:
     if FLAGS.phase2_steps:
-      raise app.UsageError("--phase2_steps needs --phase2_input_file (phase 2's records)")
+      raise cli.FlagError("--phase2_steps needs --phase2_input_file (phase 2's records)")
     return None
   try:
     input_files = pretraining.expand_input_files(FLAGS.phase2_input_file)
     pretraining.check_input_lengths(bert_config, input_files, FLAGS.phase2_max_seq_length,
                                     FLAGS.phase2_max_predictions_per_seq)
-  except ValueError as error:
+  except ValueError as error:  # Its messages name phase 1's flags.
     message = str(error).replace("--input_file", "--phase2_input_file")
     for name in ("max_seq_length", "max_predictions_per_seq"):
       message = message.replace("--%s=" % name, "--phase2_%s=" % name)
-    raise app.UsageError(message) from None
+    raise cli.FlagError(message) from None
   return input_files
 
 
-def _phase2_config(phase1: training.TrainConfig) -> training.TrainConfig:
+def _phase2_config(phase1: training_loop.TrainConfig) -> training_loop.TrainConfig:
   """Phase 2's training config from the --phase2_* flags (defaults from phase 1's)."""
   steps = FLAGS.phase2_steps
   warmup = (FLAGS.phase2_num_warmup_steps if FLAGS.phase2_num_warmup_steps is not None
@@ -103,7 +104,7 @@ def _phase2_config(phase1: training.TrainConfig) -> training.TrainConfig:
         phase1, steps, FLAGS.phase2_learning_rate or FLAGS.learning_rate, warmup,
         FLAGS.phase2_train_batch_size or FLAGS.train_batch_size)
   except ValueError as error:
-    raise app.UsageError(str(error)) from None
+    raise cli.FlagError(str(error)) from None
 
 
 def _dynamic_masking():
@@ -111,14 +112,14 @@ def _dynamic_masking():
   if not FLAGS.dynamic_masking:
     return None
   if not FLAGS.vocab_file:
-    raise app.UsageError("--dynamic_masking needs --vocab_file (the vocab the records were made "
+    raise cli.FlagError("--dynamic_masking needs --vocab_file (the vocab the records were made "
                          "with)")
   try:
     masking = pretraining.DynamicMasking.from_vocab_file(
         FLAGS.vocab_file, FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
         FLAGS.do_whole_word_mask)
   except ValueError as error:
-    raise app.UsageError(str(error)) from error
+    raise cli.FlagError(str(error)) from error
   logging.info("Dynamic masking: masked_lm_prob=%g, max_predictions_per_seq=%d, whole words: %s",
                masking.masked_lm_prob, masking.max_predictions_per_seq, masking.do_whole_word_mask)
   return masking
@@ -126,17 +127,14 @@ def _dynamic_masking():
 
 def main(_):
   logging.set_verbosity(logging.INFO)
-  if not FLAGS.do_train and not FLAGS.do_eval:
-    raise ValueError("At least one of `do_train` or `do_eval` must be True.")
-  for name in ("bert_config_file", "output_dir"):
-    if not FLAGS[name].value:
-      raise ValueError("--%s is required" % name)
-  strategy = training.setup_from_flags()
-  bert_config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  strategy = cli.setup_strategy()
+  cli.require_one_of("do_train", "do_eval")
+  cli.require("output_dir")
+  bert_config = cli.bert_config()
   input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:
-    config = training.TrainConfig.from_flags(FLAGS.num_train_steps, FLAGS.num_warmup_steps)
+    config = cli.train_config()
     phase2_files = _phase2_input_files(bert_config)
     config2 = _phase2_config(config) if phase2_files else None
     masking = _dynamic_masking()
@@ -167,4 +165,4 @@ def main(_):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
-  training.run_script(main, input_errors=(tfrecord_files.CorruptRecordError,))
+  cli.run_script(main, input_errors=(tfrecord_files.CorruptRecordError,))

@@ -16,7 +16,7 @@ import os
 import re
 import string
 import time
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator, Optional, Sequence
 
 from absl import logging
 import keras
@@ -25,12 +25,13 @@ import tensorflow as tf
 import tensorflow_text as tf_text
 
 import atomic_files
+import distribution
 import export
+import fine_tuning
 import in_graph_tokenization
 import modeling
-import tfrecord_files
 import tokenization
-import training
+import training_loop
 
 # The first feature id, as in the original, so feature ids never collide with small integers.
 FIRST_UNIQUE_ID = 1000000000
@@ -462,7 +463,7 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
   """Int32 feature dicts (int64 `unique_ids`) from a TFRecord file.
 
   Training data repeats forever, is shuffled (buffer 100, like the original) and comes in full
-  batches of `batch_size`; prediction data is read once, in order, unbatched (`training.predict`
+  batches of `batch_size`; prediction data is read once, in order, unbatched (`training_loop.predict`
   batches it).
   """
   spec = feature_spec(seq_length, is_training)
@@ -743,7 +744,10 @@ def compute_predictions(examples: Sequence[SquadExample], features: Sequence[Inp
 
 def write_predictions(output_dir: str, predictions: dict[str, str], nbest: dict[str, list[dict]],
                       null_odds: dict[str, float] | None = None) -> None:
-  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json to output_dir."""
+  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json to output_dir.
+  Only the chief writes."""
+  if not distribution.is_chief():
+    return
   files = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
   if null_odds is not None:
     files.append(("null_odds.json", null_odds))
@@ -892,52 +896,21 @@ def evaluate_v2(dataset: list[dict], predictions: dict[str, str],
 # Model: BERT plus the original's `cls/squad` span head.
 
 
-class SquadHead(keras.layers.Layer):
-  """Start and end logits: `sequence_output @ output_weights^T + output_bias`, as the original.
-
-  Variables `output_weights` [2, hidden] (row 0 start, row 1 end) and `output_bias` [2].
-  """
-
-  def __init__(self, hidden_size: int, initializer_range: float, **kwargs):
-    super().__init__(**kwargs)
-    self.hidden_size = hidden_size
-    self.initializer_range = initializer_range
-
-  def build(self, input_shape=None):
-    self.output_weights = self.add_weight(
-        name="output_weights", shape=(2, self.hidden_size),
-        initializer=keras.initializers.TruncatedNormal(stddev=self.initializer_range))
-    self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros")
-
-  def call(self, sequence_output):
-    weights = tf.cast(self.output_weights, sequence_output.dtype)
-    logits = tf.einsum("bth,nh->btn", sequence_output, weights)
-    logits = tf.cast(logits, tf.float32) + self.output_bias
-    return logits[:, :, 0], logits[:, :, 1]
-
-
-class SquadModel(keras.Model):
-  """BERT with the span head; variables `bert/...`, `cls/squad/output_{weights,bias}`.
+class SquadModel(modeling.BertTaskModel):
+  """BERT with the span head; variables `bert/...`, `cls/squad/output_{weights,bias}` (row 0 of
+  the weights scores starts, row 1 ends), as the original's.
 
   Call with a feature dict (`input_ids`, `input_mask`, `segment_ids`, int32 [B, T]); returns
   {"start_logits", "end_logits"} float32 [B, T].
   """
 
   def __init__(self, config: modeling.BertConfig, name: str = "squad_model", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.config = config
-    self.bert = modeling.BertModel(config, name="bert")
-    self.squad_head = SquadHead(config.hidden_size, config.initializer_range, name="squad")
-
-  def build(self, input_shape=None):
-    self.bert.build()
-    with keras.name_scope("cls"):
-      self.squad_head.build()
+    super().__init__(config, 2, "sequence_output", 0.0, head_scope="cls/squad", name=name,
+                     **kwargs)
 
   def call(self, features, training=False):
-    sequence_output = self.bert(features, training=training)["sequence_output"]
-    start_logits, end_logits = self.squad_head(sequence_output)
-    return {"start_logits": start_logits, "end_logits": end_logits}
+    logits = self.logits(features, training=training)
+    return {"start_logits": logits[:, :, 0], "end_logits": logits[:, :, 1]}
 
 
 def build_model(config: modeling.BertConfig) -> SquadModel:
@@ -947,17 +920,17 @@ def build_model(config: modeling.BertConfig) -> SquadModel:
   return model
 
 
-def squad_loss(model: keras.Model, features: dict, training_mode: bool) -> tuple:
+def squad_loss(model: keras.Model, features: dict, training: bool) -> tuple:
   """The original's loss: mean over examples of (start cross-entropy + end cross-entropy) / 2.
 
-  Returns this replica's share of the global-batch loss (see `training.replica_weighted_mean`).
+  Returns this replica's share of the global-batch loss (`distribution.replica_weighted_mean`).
   """
-  outputs = model(features, training=training_mode)
+  outputs = model(features, training=training)
   start_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
       labels=features["start_positions"], logits=outputs["start_logits"])
   end_loss = tf.nn.sparse_softmax_cross_entropy_with_logits(
       labels=features["end_positions"], logits=outputs["end_logits"])
-  return training.replica_weighted_mean((start_loss + end_loss) / 2.0), {}
+  return distribution.replica_weighted_mean((start_loss + end_loss) / 2.0), {}
 
 
 def predict_logits(model: keras.Model, features: dict) -> dict:
@@ -1184,52 +1157,6 @@ class SquadServingModule(tf.Module):
     }
 
 
-def export_model(model: keras.Model, tokenizer: Any, export_dir: str, max_seq_length: int,
-                 max_query_length: int, n_best_size: int, max_answer_length: int,
-                 version_2_with_negative: bool = False,
-                 null_score_diff_threshold: float = 0.0) -> str:
-  """Writes the SavedModel (`serving_default` on question/context, `token_ids` on ids) and
-  returns its versioned directory."""
-  module = SquadServingModule(model, tokenizer, max_seq_length, max_query_length, n_best_size,
-                              max_answer_length, version_2_with_negative,
-                              null_score_diff_threshold)
-  signatures = {export.SERVING_DEFAULT: module.serve,
-                export.TOKEN_IDS_SIGNATURE: export.ids_signature(module.logits)}
-  return export.write_saved_model(export_dir, signatures, module.encoder)
-
-
-# ---------------------------------------------------------------------------------------------
-# The run_squad steps.
-
-
-def train(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig, tokenizer: Any,
-          options: SquadOptions, train_file: str, config: training.TrainConfig,
-          num_train_epochs: float, warmup_proportion: float) -> training.TrainResult:
-  """Caches the training features, then fine-tunes (or resumes) with the shared training loop.
-
-  `config`'s step counts are replaced by the schedule computed from the number of examples (not
-  windows) and the epochs, as in the original.
-  """
-  os.makedirs(config.output_dir, exist_ok=True)
-  record_path, num_examples, num_features = cached_train_features(
-      train_file, config.output_dir, tokenizer, options)
-  if num_examples == 0:
-    raise ValueError("%s: no usable training examples" % train_file)
-  num_train_steps, num_warmup_steps = training.fine_tuning_steps(
-      num_examples, config.train_batch_size, num_train_epochs, warmup_proportion)
-  config = dataclasses.replace(config, num_train_steps=num_train_steps,
-                               num_warmup_steps=num_warmup_steps)
-  logging.info("***** Training: %d examples, %d features, batch %d, %d steps *****", num_examples,
-               num_features, config.train_batch_size, num_train_steps)
-
-  def dataset_fn(batch_size, seed):
-    return input_dataset(record_path, options.max_seq_length, True, batch_size, seed)
-
-  with tfrecord_files.naming_corrupt_records([record_path], tfrecord_files.REBUILD_CACHE_HINT):
-    return training.train(strategy, lambda: build_model(bert_config), squad_loss, dataset_fn,
-                          config)
-
-
 def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:
   """Whether a predict file can be scored: every question lists answers (v1.1: some non-empty)."""
   questions = list(_questions(data))
@@ -1238,54 +1165,106 @@ def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:
   return version_2_with_negative or any(qa["answers"] for qa in questions)
 
 
-def predict(strategy: tf.distribute.Strategy, model: keras.Model, tokenizer: Any,
-            options: SquadOptions, predict_file: str, output_dir: str,
-            predict_batch_size: int) -> tuple[dict[str, str], dict[str, float] | None]:
-  """Predicts every question of a SQuAD file, writes the prediction files and, when the file has
-  answers, the official metrics to `output_dir/eval_results.txt`.
+# ---------------------------------------------------------------------------------------------
+# The run_squad task.
 
-  Returns (predictions, metrics or None); only the chief writes files and computes metrics.
-  """
-  data = load_squad_json(predict_file)
-  examples, stats = examples_from_data(data, False, options.version_2_with_negative, predict_file)
-  if stats.skipped_empty_context:
-    logging.warning("%d questions with an empty context get no prediction",
-                    stats.skipped_empty_context)
-  features = list(convert_examples_to_features(examples, tokenizer, options.max_seq_length,
-                                               options.doc_stride, options.max_query_length,
-                                               is_training=False))
-  os.makedirs(output_dir, exist_ok=True)
-  record_path = os.path.join(output_dir, "eval.tf_record")
-  write_features_tfrecord(features, record_path, is_training=False)
-  logging.info("***** Predicting: %d examples, %d features, batch %d *****", len(examples),
-               len(features), predict_batch_size)
-  start_time = time.time()
-  outputs = training.predict(strategy, model, predict_logits,
-                             input_dataset(record_path, options.max_seq_length, False),
-                             predict_batch_size)
-  seconds = time.time() - start_time
-  logging.info("Predicted %d examples (%d features) in %.1fs: %.1f examples/s, %.1f features/s",
-               len(examples), len(features), seconds, len(examples) / max(seconds, 1e-9),
-               len(features) / max(seconds, 1e-9))
-  results = [RawResult(int(uid), start.tolist(), end.tolist()) for uid, start, end in zip(
-      outputs.get("unique_ids", []), outputs.get("start_logits", []),
-      outputs.get("end_logits", []))]
-  predictions, nbest, null_odds = compute_predictions(
-      examples, features, results, options.n_best_size, options.max_answer_length,
-      tokenizer.do_lower_case, options.version_2_with_negative,
-      options.null_score_diff_threshold, options.verbose_logging)
-  if not training.is_chief(strategy):
-    return predictions, None
-  write_predictions(output_dir, predictions, nbest,
-                    null_odds if options.version_2_with_negative else None)
-  if not has_gold_answers(data, options.version_2_with_negative):
-    logging.info("%s has no answers: no evaluation", predict_file)
-    return predictions, None
-  if options.version_2_with_negative:
-    # The null odds at the same threshold as the predictions: the scores of the predictions as
-    # written (the official script with --na-prob-file and --na-prob-thresh=threshold).
-    metrics = evaluate_v2(data, predictions, null_odds, options.null_score_diff_threshold)
-  else:
-    metrics = evaluate_v1(data, predictions)
-  training.write_eval_results(os.path.join(output_dir, "eval_results.txt"), metrics)
-  return predictions, metrics
+
+class SquadTask(fine_tuning.Task):
+  """SQuAD v1.1/v2.0 span prediction (run_squad): train on `train_file`, predict `predict_file`
+  (and score it when it has answers). The schedule counts examples (questions), not windows, as
+  the original did."""
+
+  def __init__(self, bert_config: modeling.BertConfig, tokenizer: Any, options: SquadOptions,
+               output_dir: str, train_file: Optional[str] = None,
+               predict_file: Optional[str] = None):
+    self.bert_config = bert_config
+    self.tokenizer = tokenizer
+    self.options = options
+    self.output_dir = output_dir
+    self.train_file = train_file
+    self.predict_file = predict_file
+
+  def build_model(self) -> SquadModel:
+    return build_model(self.bert_config)
+
+  def loss(self, model, features, training):
+    return squad_loss(model, features, training)
+
+  def predict_outputs(self, model, features):
+    return predict_logits(model, features)
+
+  def train_data(self) -> fine_tuning.TrainData:
+    record_path, num_examples, num_features = cached_train_features(
+        self.train_file, self.output_dir, self.tokenizer, self.options)
+    if num_examples == 0:
+      raise ValueError("%s: no usable training examples" % self.train_file)
+    logging.info("%s: %d examples, %d features", self.train_file, num_examples, num_features)
+
+    def dataset_fn(batch_size, seed):
+      return input_dataset(record_path, self.options.max_seq_length, True, batch_size, seed)
+
+    return fine_tuning.TrainData(dataset_fn, num_examples, [record_path])
+
+  def predict(self, strategy, model, batch_size: int) -> str:
+    """Predicts every question of the predict file, writes the prediction files and, when the
+    file has answers, the official metrics to `output_dir/eval_results.txt`."""
+    predictions, metrics = self.predictions(strategy, model, batch_size)
+    return "predicted %d questions%s" % (len(predictions), "; " + ", ".join(
+        "%s %.2f" % item for item in sorted(metrics.items())) if metrics else "")
+
+  def predictions(self, strategy, model, batch_size: int) -> tuple:
+    """`predict`'s work: returns (predictions, the official metrics or None)."""
+    options = self.options
+    data = load_squad_json(self.predict_file)
+    examples, stats = examples_from_data(data, False, options.version_2_with_negative,
+                                         self.predict_file)
+    if stats.skipped_empty_context:
+      logging.warning("%d questions with an empty context get no prediction",
+                      stats.skipped_empty_context)
+    features = list(convert_examples_to_features(examples, self.tokenizer,
+                                                 options.max_seq_length, options.doc_stride,
+                                                 options.max_query_length, is_training=False))
+    record_path = os.path.join(self.output_dir, "eval.tf_record")
+    write_features_tfrecord(features, record_path, is_training=False)
+    logging.info("***** Predicting: %d examples, %d features, batch %d *****", len(examples),
+                 len(features), batch_size)
+    start_time = time.time()
+    outputs = training_loop.predict(strategy, model, self.predict_outputs,
+                                    input_dataset(record_path, options.max_seq_length, False),
+                                    batch_size)
+    seconds = time.time() - start_time
+    logging.info("Predicted %d examples (%d features) in %.1fs: %.1f examples/s, %.1f features/s",
+                 len(examples), len(features), seconds, len(examples) / max(seconds, 1e-9),
+                 len(features) / max(seconds, 1e-9))
+    results = [RawResult(int(uid), start.tolist(), end.tolist()) for uid, start, end in zip(
+        outputs.get("unique_ids", []), outputs.get("start_logits", []),
+        outputs.get("end_logits", []))]
+    predictions, nbest, null_odds = compute_predictions(
+        examples, features, results, options.n_best_size, options.max_answer_length,
+        self.tokenizer.do_lower_case, options.version_2_with_negative,
+        options.null_score_diff_threshold, options.verbose_logging)
+    write_predictions(self.output_dir, predictions, nbest,
+                      null_odds if options.version_2_with_negative else None)
+    if not has_gold_answers(data, options.version_2_with_negative):
+      logging.info("%s has no answers: no evaluation", self.predict_file)
+      return predictions, None
+    if options.version_2_with_negative:
+      # The null odds at the same threshold as the predictions: the scores of the predictions
+      # as written (the official script with --na-prob-file and --na-prob-thresh=threshold).
+      metrics = evaluate_v2(data, predictions, null_odds, options.null_score_diff_threshold)
+    else:
+      metrics = evaluate_v1(data, predictions)
+    training_loop.write_eval_results(os.path.join(self.output_dir, "eval_results.txt"), metrics)
+    return predictions, metrics
+
+  def export(self, model, export_dir: str) -> str:
+    """Writes the SavedModel (`serving_default` on question/context, `token_ids` on ids) and
+    returns its versioned directory."""
+    options = self.options
+    module = SquadServingModule(model, self.tokenizer, options.max_seq_length,
+                                options.max_query_length, options.n_best_size,
+                                options.max_answer_length, options.version_2_with_negative,
+                                options.null_score_diff_threshold)
+    signatures = {export.SERVING_DEFAULT: module.serve,
+                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(module.logits)}
+    return export.write_saved_model(export_dir, signatures, module.encoder)

@@ -18,16 +18,19 @@ import os
 import re
 from typing import Iterable, Optional, Sequence
 
+from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import distribution
 import export
+import fine_tuning
 import in_graph_tokenization
 import modeling
 import tokenization
-import training
+import training_loop
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE_TAG = "O"
@@ -100,7 +103,8 @@ def tag_list_from_sentences(sentences: Iterable[TaggedSentence]) -> list[str]:
 def write_tag_list(tag_list: Sequence[str], directory: str) -> str:
   """Writes the tag list (one tag per line, id = line number) beside a model; returns its path."""
   path = os.path.join(directory, TAG_LIST_FILE)
-  atomic_files.write_text(path, "".join(tag + "\n" for tag in tag_list))
+  if distribution.is_chief():
+    atomic_files.write_text(path, "".join(tag + "\n" for tag in tag_list))
   return path
 
 
@@ -411,56 +415,28 @@ def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
     gold = sentence.tags or [OUTSIDE_TAG] * len(sentence.words)
     lines.extend("%s %s %s\n" % row for row in zip(sentence.words, gold, tags))
     lines.append("\n")
-  atomic_files.write_text(path, "".join(lines))
+  if distribution.is_chief():
+    atomic_files.write_text(path, "".join(lines))
 
 
 # ---------------------------------------------------------------------------------------------
 # Model: BERT's sequence output -> one softmax over tags per token.
 # ---------------------------------------------------------------------------------------------
 
-class BertTagger(keras.Model):
+class BertTagger(modeling.BertTaskModel):
   """BERT with a token-level softmax layer, in the original run_classifier's style.
 
   Variables (checkpoint names, DESIGN.md's rule): `bert/...`, `output_weights` [num_tags, hidden]
-  (truncated normal, stddev 0.02) and `output_bias` [num_tags] (zeros). Dropout
-  (`hidden_dropout_prob`) is applied to the sequence output in training, as the classifier does to
-  the pooled output. Call with a feature dict (`input_ids`, `input_mask`, `segment_ids`); returns
-  float32 logits [batch, seq_length, num_tags].
+  and `output_bias` [num_tags]. Dropout (`hidden_dropout_prob`) is applied to the sequence output
+  in training, as the classifier does to the pooled output. Call with a feature dict
+  (`input_ids`, `input_mask`, `segment_ids`); returns float32 logits [batch, seq_length, num_tags].
+  Tagging never reads the pooled output: the loop leaves its variables (no gradient) unchanged.
   """
 
   def __init__(self, config: modeling.BertConfig, num_tags: int, name: str = "bert_tagger",
                **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.config = config
-    self.num_tags = num_tags
-    self.bert = modeling.BertModel(config, name="bert")
-    # Tagging never reads the pooled output: its variables get no gradient, so (as the original
-    # optimizer skipped variables without gradients) they are kept unchanged and get no Adam slots.
-    self.bert.pooler.trainable = False
-    self.dropout = keras.layers.Dropout(config.hidden_dropout_prob)
-
-  def build(self, input_shape=None):
-    """Creates every variable (their shapes do not depend on the input)."""
-    self.bert.build()
-    self.output_weights = self.add_weight(
-        name="output_weights", shape=(self.num_tags, self.config.hidden_size),
-        initializer=keras.initializers.TruncatedNormal(stddev=0.02))
-    self.output_bias = self.add_weight(name="output_bias", shape=(self.num_tags,),
-                                       initializer="zeros")
-
-  def call(self, features, training=False):
-    sequence_output = self.bert(features, training=training)["sequence_output"]
-    sequence_output = self.dropout(sequence_output, training=training)
-    dtype = sequence_output.dtype  # bfloat16/float16 under mixed precision
-    logits = tf.einsum("bth,nh->btn", sequence_output, tf.cast(self.output_weights, dtype))
-    return tf.cast(logits + tf.cast(self.output_bias, dtype), tf.float32)
-
-
-def build_tagger(config: modeling.BertConfig, num_tags: int) -> BertTagger:
-  """A `BertTagger` with its variables created (what `training.train`'s model_fn must return)."""
-  model = BertTagger(config, num_tags)
-  model.build()
-  return model
+    super().__init__(config, num_tags, "sequence_output", config.hidden_dropout_prob, name=name,
+                     **kwargs)
 
 
 def _token_losses(logits: tf.Tensor, label_ids: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -471,27 +447,9 @@ def _token_losses(logits: tf.Tensor, label_ids: tf.Tensor) -> tuple[tf.Tensor, t
   return losses, weights
 
 
-def loss_fn(model: keras.Model, features, is_training: bool):
-  """`training.LossFn`: mean cross-entropy over first sub-tokens, plus their tag accuracy."""
-  logits = model(features, training=is_training)
-  losses, weights = _token_losses(logits, features["label_ids"])
-  correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
-                             tf.cast(features["label_ids"], tf.int32)), tf.float32)
-  return (training.replica_weighted_mean(losses, weights),
-          {"word_accuracy": training.replica_weighted_mean(correct, weights)})
-
-
-def metric_fn(model: keras.Model, features):
-  """`training.MetricFn`: the loss over first sub-tokens of real examples."""
-  logits = model(features, training=False)
-  losses, weights = _token_losses(logits, features["label_ids"])
-  weights *= tf.cast(features[training.REAL_EXAMPLE_KEY], tf.float32)[:, tf.newaxis]
-  return {"eval_loss": (tf.reduce_sum(losses * weights), tf.reduce_sum(weights))}
-
-
-def predict_fn(model: keras.Model, features):
-  """`training.PredictFn`: the most likely tag id at every position."""
-  return {"tag_ids": tf.argmax(model(features, training=False), -1, output_type=tf.int32)}
+def predict_tag_ids(model: keras.Model, features) -> tf.Tensor:
+  """The most likely tag id at every position [batch, seq_length]."""
+  return tf.argmax(model(features, training=False), -1, output_type=tf.int32)
 
 
 def features_dataset(features: Sequence[TaggingFeature]) -> tf.data.Dataset:
@@ -530,7 +488,7 @@ class TaggerServing(tf.Module):
     window_pieces = tf.RaggedTensor.from_value_rowids(
         word_pieces, tf.cast(window_ids, tf.int64), nrows=tf.cast(num_windows, tf.int64))
     features = self.encoder.pack(window_pieces.merge_dims(1, 2))
-    position_tag_ids = predict_fn(self.model, features)["tag_ids"]
+    position_tag_ids = predict_tag_ids(self.model, features)
     # A word's first piece sits after [CLS] and the pieces of the window's earlier words.
     first_positions = window_ends - counts + 1
     word_tag_ids = tf.gather_nd(position_tag_ids, tf.stack([window_ids, first_positions], 1))
@@ -566,32 +524,127 @@ class TaggerServing(tf.Module):
     return windows, ends
 
 
-def export_tagger(export_dir: str, model: BertTagger, tag_list: Sequence[str], vocab_file: str,
-                  do_lower_case: bool, max_seq_length: int,
-                  spm_model_file: Optional[str] = None) -> str:
-  """Writes a versioned SavedModel under `export_dir` and returns its path.
+class TaggingTask(fine_tuning.Task):
+  """Token tagging (NER) on CoNLL files (run_ner): train, dev and test files in `data_dir`.
 
-  Signatures: `serving_default` takes `text` ([batch] strings) and returns `TaggerServing`'s
-  outputs; `token_ids` takes `input_ids`, `input_mask`, `segment_ids` and returns `tag_ids`
-  [batch, seq_length] (read them at each word's first sub-token).
+  The tag list is learned from the training file and saved as `output_dir/tag_list.txt`; a run
+  without --do_train reads it from there (or takes `tag_list`).
   """
-  encoder = in_graph_tokenization.BertInputEncoder(
-      vocab_file=vocab_file, do_lower_case=do_lower_case, spm_model_file=spm_model_file,
-      max_seq_length=max_seq_length, dynamic_padding=True)
-  module = TaggerServing(model, encoder, tag_list)
-  text_fn = tf.function(module.tag_text, autograph=False,
-                        input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-  signatures = {export.SERVING_DEFAULT: text_fn,
-                export.TOKEN_IDS_SIGNATURE: export.ids_signature(lambda f: predict_fn(model, f))}
-  return export.write_saved_model(export_dir, signatures, encoder)
 
+  def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
+               data_dir: Optional[str], output_dir: str, max_seq_length: int,
+               train_file: str = "train.txt", dev_file: str = "dev.txt",
+               test_file: str = "test.txt", tag_list: Optional[Sequence[str]] = None):
+    self.bert_config = bert_config
+    self.tokenizer = tokenizer
+    self.data_dir = data_dir
+    self.output_dir = output_dir
+    self.max_seq_length = max_seq_length
+    self.file_names = {"train": train_file, "eval": dev_file, "test": test_file}
+    self._tag_list = list(tag_list) if tag_list is not None else None
 
-def predict_sentence_tags(strategy: tf.distribute.Strategy, model: keras.Model,
-                          sentences: Sequence[TaggedSentence], features: Sequence[TaggingFeature],
-                          tag_list: Sequence[str], batch_size: int) -> list[list[str]]:
-  """Tags every word of `sentences` (whose features are `features`) with `training.predict`."""
-  if not features:
-    return [[] for _ in sentences]
-  outputs = training.predict(strategy, model, predict_fn, features_dataset(features), batch_size)
-  ids = words_tag_ids(features, outputs["tag_ids"], sentences)
-  return [[tag_list[i] for i in sentence_ids] for sentence_ids in ids]
+  @property
+  def tag_list(self) -> list[str]:
+    if self._tag_list is None:
+      self._tag_list = read_tag_list(self.output_dir)
+    return self._tag_list
+
+  def _read(self, split: str) -> list[TaggedSentence]:
+    if not self.data_dir:
+      raise ValueError("--data_dir is required for --do_train, --do_eval and --do_predict")
+    path = os.path.join(self.data_dir, self.file_names[split])
+    if not os.path.exists(path):
+      raise FileNotFoundError("%s not found (--data_dir=%s, file name flag %r)" %
+                              (path, self.data_dir, self.file_names[split]))
+    return read_conll(path)
+
+  def _features(self, sentences: Sequence[TaggedSentence]) -> list[TaggingFeature]:
+    return convert_sentences_to_features(sentences, self.tag_list, self.max_seq_length,
+                                         self.tokenizer)
+
+  def build_model(self) -> BertTagger:
+    model = BertTagger(self.bert_config, len(self.tag_list))
+    model.build()
+    return model
+
+  def loss(self, model, features, training):
+    """Mean cross-entropy over first sub-tokens, plus their tag accuracy."""
+    logits = model(features, training=training)
+    losses, weights = _token_losses(logits, features["label_ids"])
+    correct = tf.cast(tf.equal(tf.argmax(logits, -1, output_type=tf.int32),
+                               tf.cast(features["label_ids"], tf.int32)), tf.float32)
+    return (distribution.replica_weighted_mean(losses, weights),
+            {"word_accuracy": distribution.replica_weighted_mean(correct, weights)})
+
+  def predict_outputs(self, model, features):
+    """Tag ids at every position, and the summed loss and count of first sub-tokens."""
+    logits = model(features, training=False)
+    losses, weights = _token_losses(logits, features["label_ids"])
+    return {"tag_ids": tf.argmax(logits, -1, output_type=tf.int32),
+            "loss_sum": tf.reduce_sum(losses * weights, axis=-1),
+            "loss_count": tf.reduce_sum(weights, axis=-1)}
+
+  def train_data(self) -> fine_tuning.TrainData:
+    sentences = self._read("train")
+    self._tag_list = tag_list_from_sentences(sentences)
+    write_tag_list(self._tag_list, self.output_dir)
+    features = self._features(sentences)
+    logging.info("Training on %d sentences (%d windows), %d tags", len(sentences), len(features),
+                 len(self._tag_list))
+    dataset = features_dataset(features)
+
+    def dataset_fn(batch_size, seed):
+      return dataset.shuffle(len(features), seed=seed).repeat().batch(batch_size,
+                                                                        drop_remainder=True)
+
+    return fine_tuning.TrainData(dataset_fn, len(features))
+
+  def _tag_file(self, strategy, model, split: str, batch_size: int) -> tuple:
+    """Predicts one CoNLL file; writes `<split>_predictions.txt` and `<split>_conlleval.txt`.
+    Returns (the conlleval evaluation, the mean loss over first sub-tokens)."""
+    sentences = self._read(split)
+    features = self._features(sentences)
+    logging.info("%s: %d sentences, %d windows", self.file_names[split], len(sentences),
+                 len(features))
+    if features:
+      outputs = training_loop.predict(strategy, model, self.predict_outputs,
+                                      features_dataset(features), batch_size)
+      ids = words_tag_ids(features, outputs["tag_ids"], sentences)
+      predicted = [[self.tag_list[i] for i in sentence_ids] for sentence_ids in ids]
+      loss = float(outputs["loss_sum"].sum() / max(outputs["loss_count"].sum(), 1.0))
+    else:
+      predicted, loss = [[] for _ in sentences], float("nan")
+    write_conll_predictions(os.path.join(self.output_dir, split + "_predictions.txt"),
+                            sentences, predicted)
+    evaluation = conll_evaluate([s.tags for s in sentences], predicted)
+    report = format_conlleval_report(evaluation)
+    if distribution.is_chief():
+      atomic_files.write_text(os.path.join(self.output_dir, split + "_conlleval.txt"), report)
+    logging.info("%s (conlleval):\n%s", self.file_names[split], report)
+    return evaluation, loss
+
+  def evaluate(self, strategy, model, batch_size: int) -> dict:
+    """conlleval's precision/recall/F1 (overall and per type) and the loss, on the dev file."""
+    evaluation, loss = self._tag_file(strategy, model, "eval", batch_size)
+    return dict(evaluation_to_dict(evaluation), eval_loss=loss)
+
+  def predict(self, strategy, model, batch_size: int) -> str:
+    self._tag_file(strategy, model, "test", batch_size)
+    return "tagged %s" % self.file_names["test"]
+
+  def export(self, model, export_dir: str) -> str:
+    """Writes a versioned SavedModel under `export_dir` and returns its path.
+
+    Signatures: `serving_default` takes `text` ([batch] strings) and returns `TaggerServing`'s
+    outputs; `token_ids` takes `input_ids`, `input_mask`, `segment_ids` and returns `tag_ids`
+    [batch, seq_length] (read them at each word's first sub-token).
+    """
+    encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(self.tokenizer,
+                                                                   self.max_seq_length)
+    module = TaggerServing(model, encoder, self.tag_list)
+    text_fn = tf.function(module.tag_text, autograph=False,
+                          input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    signatures = {export.SERVING_DEFAULT: text_fn,
+                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(
+                      lambda features: {"tag_ids": predict_tag_ids(model, features)})}
+    return export.write_saved_model(export_dir, signatures, encoder)

@@ -1,6 +1,6 @@
 """Pretraining speed (examples/s) and a proof that pretraining from scratch learns.
 
-Speed: the training loop of run_pretraining (training.train with pretraining.loss_fn, the
+Speed: the training loop of run_pretraining (training_loop.train with pretraining.loss_fn, the
 original's AdamWeightDecay, `--steps` steps per graph call) on in-memory batches of the pretraining
 features, for BERT-Base and a tiny config at `--seq_length`/`--batch_size`, with and without XLA;
 next to Hugging Face's PyTorch `BertForPreTraining` (AdamW, the same shapes, MLM labels only at the
@@ -39,9 +39,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
-import training  # pylint: disable=g-import-not-at-top
+import training_loop  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("configs", ["base", "tiny"], "Model configs to time (base, tiny).")
@@ -103,13 +104,13 @@ def time_ours(config: modeling.BertConfig, use_xla: bool) -> float:
   output_dir = tempfile.mkdtemp(prefix="bench_pretraining_")
   total = FLAGS.steps * (FLAGS.loops + 1)
   try:
-    result = training.train(
+    result = training_loop.train(
         tf.distribute.get_strategy(),
         lambda: pretraining.build_model(config),
         pretraining.loss_fn,
         lambda batch_size, seed: tf.data.Dataset.from_tensor_slices(data).repeat().batch(
             batch_size, drop_remainder=True).prefetch(2),
-        training.TrainConfig(output_dir=output_dir, num_train_steps=total, num_warmup_steps=1,
+        training_loop.TrainConfig(output_dir=output_dir, num_train_steps=total, num_warmup_steps=1,
                              learning_rate=1e-4, train_batch_size=FLAGS.batch_size,
                              save_checkpoints_steps=total, iterations_per_loop=FLAGS.steps,
                              use_xla=use_xla))
@@ -267,7 +268,7 @@ def proof_table() -> list:
     for line in f:
       key, value = line.strip().split(" = ")
       results[key] = float(value)
-  heldout = _heldout_statistics(config, training.latest_checkpoint(output_dir),
+  heldout = _heldout_statistics(config, checkpoints.latest_checkpoint(output_dir),
                                 records["heldout"])
   print(json.dumps(dict(results, minutes=minutes, **heldout)))
   return [

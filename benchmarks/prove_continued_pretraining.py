@@ -41,9 +41,10 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
+import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
-import training  # pylint: disable=g-import-not-at-top
+import training_loop  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("hf_model_path", None,
@@ -145,7 +146,7 @@ def train_head_only(model_dir: str, records: str, output_dir: str) -> None:
     model.bert.trainable = False
     return model
 
-  config = training.TrainConfig(
+  config = training_loop.TrainConfig(
       output_dir=output_dir, num_train_steps=FLAGS.steps, num_warmup_steps=FLAGS.warmup_steps,
       learning_rate=FLAGS.learning_rate, optimizer=FLAGS.optimizer,
       train_batch_size=FLAGS.batch_size,
@@ -197,7 +198,7 @@ def main(_):
     else:
       raise app.UsageError("--runs: unknown run %r" % run)
     for step in range(FLAGS.eval_every, FLAGS.steps + 1, FLAGS.eval_every):
-      rows.append((run, step, evaluate(model_dir, training.checkpoint_prefix(output_dir, step),
+      rows.append((run, step, evaluate(model_dir, checkpoints.checkpoint_prefix(output_dir, step),
                                        records["heldout"], "%s-%d" % (run, step))))
   print("Held-out records: %d (%d masked tokens); always predicting the most frequent masked "
         "token: %.4f" % heldout_summary(records["heldout"]))

@@ -7,6 +7,7 @@ import os
 import numpy as np
 import pytest
 
+import checkpoints
 import classifier
 from conftest import shared_path
 
@@ -419,8 +420,9 @@ def test_classifier_head_has_the_original_checkpoint_names(tmp_path):
   import modeling  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
   config = modeling.BertConfig.from_dict(TINY_CONFIG)
-  model = classifier.model_fn_builder(config, 3)()
-  prefix = modeling.save_checkpoint(model, str(tmp_path / "model.ckpt"))
+  model = classifier.BertClassifier(config, 3)
+  model.build()
+  prefix = checkpoints.save_checkpoint(model, str(tmp_path / "model.ckpt"))
   shapes = dict(tf.train.list_variables(prefix))
   assert shapes["output_weights"] == [3, 16]
   assert shapes["output_bias"] == [3]

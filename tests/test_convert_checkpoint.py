@@ -8,6 +8,7 @@ import pytest
 import safetensors.numpy
 import tensorflow as tf
 
+import checkpoints
 import convert_checkpoint
 import modeling
 
@@ -186,7 +187,7 @@ def test_google_to_safetensors_to_google_round_trip_is_identical(tmp_path):
   weights = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
   training_state = dict(weights, global_step=np.int64(7))
   training_state["bert/pooler/dense/kernel/adam_m"] = weights["bert/pooler/dense/kernel"]
-  modeling.write_checkpoint(training_state, str(tmp_path / "train" / "model.ckpt-7"))
+  checkpoints.write_checkpoint(training_state, str(tmp_path / "train" / "model.ckpt-7"))
   convert_checkpoint.convert_google_to_hf(
       str(tmp_path / "train"), str(tmp_path / "hf2"),
       bert_config_file=str(tmp_path / "google" / "bert_config.json"))

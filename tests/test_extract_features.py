@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import write_model_files
+import checkpoints
 import extract_features
 import modeling
 import tokenization
@@ -27,7 +28,7 @@ def model_dir(tmp_path_factory):
   write_model_files(directory, config, _VOCAB)
   bert = modeling.BertModel(config, name="bert")
   bert.build()
-  modeling.save_checkpoint(bert, os.path.join(directory, "bert_model.ckpt"))
+  checkpoints.save_checkpoint(bert, os.path.join(directory, "bert_model.ckpt"))
   with open(os.path.join(directory, "input.txt"), "w") as writer:
     writer.write("\n".join(_LINES) + "\n")
   return directory

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, shared_path, small_tmpfs, write_model_files
 import atomic_files
+import checkpoints
 import classifier
 import convert_checkpoint
 import create_vocab
@@ -30,7 +31,7 @@ import squad
 import tagging
 import tfrecord_files
 import tokenization
-import training
+import training_loop
 from test_run_pretraining import CONFIG, MAX_PREDICTIONS, SEQ_LENGTH, write_records
 
 _VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a",
@@ -96,7 +97,7 @@ def test_extract_features_killed_leaves_nothing_and_rerun_completes(tmp_path):
   config_file, vocab_file = write_model_files(str(tmp_path), _TINY_BERT, _VOCAB)
   bert = modeling.BertModel(_TINY_BERT, name="bert")
   bert.build()
-  checkpoint = modeling.save_checkpoint(bert, str(tmp_path / "bert_model.ckpt"))
+  checkpoint = checkpoints.save_checkpoint(bert, str(tmp_path / "bert_model.ckpt"))
   lines = ["the cat sat on the mat . ||| a dog"] * 800
   (tmp_path / "input.txt").write_text("\n".join(lines) + "\n")
   output = tmp_path / "out" / "features.jsonl"
@@ -134,7 +135,7 @@ def test_atomic_output_renames_files_prefixes_and_directories(tmp_path):
 
   prefix = tmp_path / "model.ckpt"
   with atomic_files.atomic_output(str(prefix)) as temporary:
-    modeling.write_checkpoint({"w": np.arange(3.0)}, temporary)
+    checkpoints.write_checkpoint({"w": np.arange(3.0)}, temporary)
   assert sorted(os.listdir(tmp_path)) == ["model.ckpt.data-00000-of-00001", "model.ckpt.index"]
   assert tf.train.load_checkpoint(str(prefix)).get_tensor("w").tolist() == [0.0, 1.0, 2.0]
 
@@ -184,7 +185,7 @@ def test_writers_leave_no_partial_file(tmp_path):
           p, _failing(np.full((10, 2), 0.5), 5)),
       "test_predictions.txt": lambda p: tagging.write_conll_predictions(
           p, [tagging.TaggedSentence(["a"], ["O"], "s")] * 10, _failing([["O"]] * 10, 5)),
-      "eval_results.txt": lambda p: training.write_eval_results(
+      "eval_results.txt": lambda p: training_loop.write_eval_results(
           p, {"a": 1, "b": _Unprintable()}),
   }
   for name, write in writes.items():
@@ -207,7 +208,7 @@ def test_converted_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
   source = tmp_path / "google"
   source.mkdir()
   write_model_files(str(source), _TINY_BERT, _VOCAB)
-  modeling.save_checkpoint(bert, str(source / "bert_model.ckpt"))
+  checkpoints.save_checkpoint(bert, str(source / "bert_model.ckpt"))
   real_save = convert_checkpoint.safetensors.numpy.save_file
 
   def save_half_then_fail(tensors, path, metadata=None):
@@ -416,7 +417,7 @@ def test_corrupt_record_names_the_file_and_can_be_skipped(tmp_path):
 
   bert_config = modeling.BertConfig.from_dict(CONFIG)
   strategy = tf.distribute.get_strategy()
-  config = training.TrainConfig(output_dir=str(tmp_path / "out"), num_train_steps=2,
+  config = training_loop.TrainConfig(output_dir=str(tmp_path / "out"), num_train_steps=2,
                                 num_warmup_steps=1, train_batch_size=8, save_checkpoints_steps=2,
                                 iterations_per_loop=2)
   result = pretraining.run_training(strategy, bert_config, [intact, corrupt], config, SEQ_LENGTH,

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import modeling
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -113,7 +114,7 @@ def np_bert(w, config, ids, mask, types, positions):
 
 def weights_by_name(model):
   return {name: variable.numpy().astype(np.float64)
-          for name, variable in modeling.checkpoint_variables(model).items()}
+          for name, variable in checkpoints.checkpoint_variables(model).items()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -223,7 +224,7 @@ def test_pretraining_model_without_positions_scores_every_token():
 def test_mixed_precision_keeps_float32_variables_and_close_outputs(tmp_path):
   config = tiny_config()
   reference = randomize(modeling.BertPretrainingModel(config), seed=8)
-  prefix = modeling.save_checkpoint(reference, str(tmp_path / "model.ckpt"))
+  prefix = checkpoints.save_checkpoint(reference, str(tmp_path / "model.ckpt"))
   ids, mask, types = example_inputs(seed=9)
   want = reference(ids, mask, types)
   keras.mixed_precision.set_dtype_policy("mixed_float16")
@@ -391,7 +392,7 @@ def test_bad_config_file_names_the_file(tmp_path):
 def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
   config = tiny_config()
   source = randomize(modeling.BertPretrainingModel(config), seed=15)
-  prefix = modeling.save_checkpoint(source, str(tmp_path / "model.ckpt-7"))
+  prefix = checkpoints.save_checkpoint(source, str(tmp_path / "model.ckpt-7"))
   # Readable by TF's own reader under Google's names.
   reader = tf.train.load_checkpoint(prefix)
   key = source.bert.encoder.transformer_layers[1].attention.self_attention.key
@@ -419,13 +420,13 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
 def test_training_state_is_stored_and_not_reported_as_unused(tmp_path):
   config = tiny_config()
   model = randomize(modeling.BertModel(config), seed=17)
-  variables = modeling.checkpoint_variables(model)
+  variables = checkpoints.checkpoint_variables(model)
   tensors = {name: v for name, v in variables.items() if name != "bert/pooler/dense/bias"}
   tensors["bert/pooler/dense/kernel/adam_m"] = np.ones((32, 32), np.float32)
   tensors["bert/pooler/dense/kernel/adam_v"] = np.ones((32, 32), np.float32)
   tensors["global_step"] = np.int64(123)
   tensors["some/other/variable"] = np.zeros([3], np.float16)
-  prefix = modeling.write_checkpoint(tensors, str(tmp_path / "sub" / "model.ckpt-123"))
+  prefix = checkpoints.write_checkpoint(tensors, str(tmp_path / "sub" / "model.ckpt-123"))
   reader = tf.train.load_checkpoint(prefix)
   assert reader.get_variable_to_dtype_map()["global_step"] == tf.int64
   assert reader.get_tensor("global_step") == 123
@@ -442,9 +443,9 @@ def _built(model):
 
 def test_shape_mismatch_names_the_variable_and_both_shapes(tmp_path):
   model = randomize(modeling.BertModel(tiny_config()), seed=18)
-  tensors = dict(modeling.checkpoint_variables(model))
+  tensors = dict(checkpoints.checkpoint_variables(model))
   tensors["bert/pooler/dense/kernel"] = np.zeros((32, 16), np.float32)
-  prefix = modeling.write_checkpoint(tensors, str(tmp_path / "bad.ckpt"))
+  prefix = checkpoints.write_checkpoint(tensors, str(tmp_path / "bad.ckpt"))
   before = model.embeddings.word_embeddings.numpy()
   target = _built(modeling.BertModel(tiny_config()))
   target.embeddings.word_embeddings.assign(before + 1)
@@ -465,7 +466,7 @@ def test_google_chinese_checkpoint_layout_loads_completely(chinese_bert_dir, tmp
   google = tf.train.list_variables(os.path.join(chinese_bert_dir, "bert_model.ckpt"))
   rng = np.random.default_rng(19)
   tensors = {name: rng.random(shape, np.float32) for name, shape in google}
-  prefix = modeling.write_checkpoint(tensors, str(tmp_path / "bert_model.ckpt"))
+  prefix = checkpoints.write_checkpoint(tensors, str(tmp_path / "bert_model.ckpt"))
   config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
   model = _built(modeling.BertPretrainingModel(config))
   report = modeling.init_from_checkpoint(model, str(tmp_path))
@@ -473,5 +474,5 @@ def test_google_chinese_checkpoint_layout_loads_completely(chinese_bert_dir, tmp
   assert len(report.loaded) == len(google) == 206
   for name in ("bert/embeddings/word_embeddings", "cls/seq_relationship/output_weights",
                "bert/encoder/layer_11/output/LayerNorm/gamma"):
-    np.testing.assert_array_equal(modeling.checkpoint_variables(model)[name].numpy(),
+    np.testing.assert_array_equal(checkpoints.checkpoint_variables(model)[name].numpy(),
                                   tensors[name])

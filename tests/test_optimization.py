@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import optimization
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -119,7 +120,7 @@ def test_bad_schedule_arguments_name_the_argument():
 
 def test_weight_decay_exclusions_by_google_name():
   model = _build_model()
-  names = {v.path: optimization.google_name(v) for v in model.trainable_variables}
+  names = {v.path: checkpoints.path_below_model(v) for v in model.trainable_variables}
   assert names["bias_probe/dense/kernel"] == "dense/kernel"
   before = {v.path: v.numpy().copy() for v in model.trainable_variables}
   optimizer = optimization.create_optimizer(0.1, num_train_steps=10, num_warmup_steps=0,
@@ -157,10 +158,10 @@ def test_steps_match_numpy(optimizer_name, gradient_scale):
     optimizer.apply([tf.constant(g) for g in grads], variables)
 
   assert int(optimizer.iterations) == 4
-  slots = optimization.named_slot_variables(
-      optimizer, {optimization.google_name(v): v for v in variables})
+  slots = checkpoints.named_slot_variables(
+      optimizer, {checkpoints.path_below_model(v): v for v in variables})
   for variable, want, want_m, want_v in zip(variables, expected, expected_m, expected_v):
-    name = optimization.google_name(variable)
+    name = checkpoints.path_below_model(variable)
     np.testing.assert_allclose(variable.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(slots[name + "/adam_m"].numpy(), want_m, rtol=1e-5, atol=1e-9)
     np.testing.assert_allclose(slots[name + "/adam_v"].numpy(), want_v, rtol=1e-5, atol=1e-12)
@@ -243,7 +244,7 @@ def test_float16_is_loss_scaled_and_matches_float32(optimizer_name):
   scaled.apply([tf.constant(g * loss_scale) for g in grads], scaled_model.trainable_variables)
   for want, got in zip(reference_model.trainable_variables, scaled_model.trainable_variables):
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-6)
-  slots = optimization.named_slot_variables(scaled, {"dense/kernel": scaled_model.dense.kernel})
+  slots = checkpoints.named_slot_variables(scaled, {"dense/kernel": scaled_model.dense.kernel})
   assert sorted(slots) == ["dense/kernel/adam_m", "dense/kernel/adam_v"]
 
 

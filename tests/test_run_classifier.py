@@ -9,12 +9,13 @@ import pytest
 import tensorflow as tf
 
 from conftest import write_model_files
+import checkpoints
 import classifier
 import modeling
 import run_classifier
-import training
 
 FLAGS = flags.FLAGS
+run_classifier.define_flags()
 
 WORDS = "the a cat dog sat ran big small red blue happy sad day night".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "good", "bad", ",", "."] + WORDS
@@ -220,10 +221,10 @@ def test_eval_on_unreadable_checkpoints_is_an_error_not_a_random_model(generic_t
   with open(os.path.join(output_dir, "checkpoint"), "w") as f:
     f.write('model_checkpoint_path: "model.ckpt-20"\nall_model_checkpoint_paths: "model.ckpt-10"\n'
             'all_model_checkpoint_paths: "model.ckpt-20"\n')
-  modeling.write_checkpoint({"bert/embeddings/word_embeddings": np.ones([len(VOCAB), 32])},
+  checkpoints.write_checkpoint({"bert/embeddings/word_embeddings": np.ones([len(VOCAB), 32])},
                             os.path.join(output_dir, "model.ckpt-10"))
   os.truncate(os.path.join(output_dir, "model.ckpt-10.data-00000-of-00001"), 10)
-  with pytest.raises(training.TrainingError,
+  with pytest.raises(checkpoints.TrainingError,
                      match=r"no readable checkpoint in .*: "
                      r"model\.ckpt-20 \(its files are missing\); "
                      r"model\.ckpt-10 \(cannot be read \(.*\)\)"):

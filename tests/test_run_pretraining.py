@@ -19,9 +19,10 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
+import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
-import training  # pylint: disable=g-import-not-at-top
+import training_loop  # pylint: disable=g-import-not-at-top
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SEQ_LENGTH = 16
@@ -159,7 +160,7 @@ def test_learns_a_trivial_corpus_and_eval_results_match_numpy(tmp_path):
   output_dir = str(tmp_path / "out")
   before = pretraining.run_evaluation(strategy, bert_config, [eval_file], output_dir, None, 32, 3,
                                       SEQ_LENGTH, MAX_PREDICTIONS)
-  config = training.TrainConfig(output_dir=output_dir, num_train_steps=300, num_warmup_steps=20,
+  config = training_loop.TrainConfig(output_dir=output_dir, num_train_steps=300, num_warmup_steps=20,
                                 learning_rate=3e-3, train_batch_size=32,
                                 save_checkpoints_steps=300, iterations_per_loop=100)
   result = pretraining.run_training(strategy, bert_config, [train_file], config, SEQ_LENGTH,
@@ -211,16 +212,16 @@ def test_cli_resumes_after_sigkill_and_stops_at_num_train_steps(tmp_path):
     time.sleep(0.02)
   process.send_signal(signal.SIGKILL)
   process.wait()
-  killed_at = training.checkpoint_step(training.latest_checkpoint(str(output_dir)))
+  killed_at = checkpoints.checkpoint_step(checkpoints.latest_checkpoint(str(output_dir)))
   assert 10 <= killed_at < 400, "the first run was not killed mid-run"
 
   rerun = subprocess.run(_cli(tmp_path, "--do_train", "--do_eval"), capture_output=True,
                          text=True, timeout=180)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert "Resuming from %s" % (output_dir / "model.ckpt-") in rerun.stderr
-  latest = training.latest_checkpoint(str(output_dir))
+  latest = checkpoints.latest_checkpoint(str(output_dir))
   assert latest == str(output_dir / "model.ckpt-400")
-  assert training.checkpoint_step(latest) == 400
+  assert checkpoints.checkpoint_step(latest) == 400
   state = tf.train.get_checkpoint_state(str(output_dir))
   assert len(state.all_model_checkpoint_paths) == 3
   for prefix in state.all_model_checkpoint_paths:
@@ -262,7 +263,7 @@ def test_cli_lamb_trains_and_saves_adam_slots(tmp_path):
   reader = tf.train.load_checkpoint(str(output_dir / "model.ckpt-20"))
   shapes = reader.get_variable_to_shape_map()
   model = pretraining.build_model(modeling.BertConfig.from_dict(CONFIG))
-  for name, variable in modeling.checkpoint_variables(model).items():
+  for name, variable in checkpoints.checkpoint_variables(model).items():
     if variable.trainable:
       assert shapes[name + "/adam_m"] == shapes[name + "/adam_v"] == list(variable.shape), name
   assert np.any(reader.get_tensor("bert/encoder/layer_1/output/dense/kernel/adam_v") != 0)
@@ -308,9 +309,9 @@ PHASE2_CONFIG = dict(CONFIG, max_position_embeddings=PHASE2_LENGTH)
 
 
 def _phase1_config(output_dir):
-  return training.TrainConfig(output_dir=str(output_dir), num_train_steps=20, num_warmup_steps=5,
-                              learning_rate=1e-3, train_batch_size=8, save_checkpoints_steps=10,
-                              iterations_per_loop=10, keep_checkpoint_max=10)
+  return training_loop.TrainConfig(
+      output_dir=str(output_dir), num_train_steps=20, num_warmup_steps=5, learning_rate=1e-3,
+      train_batch_size=8, save_checkpoints_steps=10, iterations_per_loop=10, keep_checkpoint_max=10)
 
 
 def _two_phases(output_dir, phase1_file, phase2_file):
@@ -348,7 +349,7 @@ def test_phase2_continues_step_and_optimizer_state_at_its_length_and_resumes_in_
   one_job = tmp_path / "one_job"
   result = _two_phases(one_job, phase1_file, phase2_file)
   assert result.global_step == 40
-  assert training.latest_checkpoint(str(one_job)) == str(one_job / "model.ckpt-40")
+  assert checkpoints.latest_checkpoint(str(one_job)) == str(one_job / "model.ckpt-40")
   at = {step: _checkpoint_tensors(one_job / ("model.ckpt-%d" % step)) for step in (20, 30, 40)}
   assert [int(at[step]["global_step"]) for step in (20, 30, 40)] == [20, 30, 40]
   # Phase 2's batches are 32 long: its records' 30 tokens give positions 16-29 gradients, which
@@ -402,7 +403,7 @@ def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_pa
   assert run.returncode == 0, run.stderr[-3000:]
   assert "Phase 2: steps 10 to 20 at max_seq_length 32, batch 8, learning rate 0.0005" in (
       run.stderr)
-  assert training.latest_checkpoint(str(tmp_path / "out")) == str(tmp_path / "out" /
+  assert checkpoints.latest_checkpoint(str(tmp_path / "out")) == str(tmp_path / "out" /
                                                                   "model.ckpt-20")
   # --do_eval reads --input_file at --max_seq_length with the final model.
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20

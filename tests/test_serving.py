@@ -32,14 +32,15 @@ import tensorflow as tf
 from conftest import REPO_ROOT
 from conftest import shared_path
 import classifier
+import distribution
+import export
 import extract_features
 import in_graph_tokenization
-import export
 import modeling
 import squad
 import tagging
 import tokenization
-import training
+import training_loop
 from test_tokenization import train_sentencepiece
 
 CLIENT = os.path.join(REPO_ROOT, "tests", "cpp_serving_client.py")
@@ -81,9 +82,8 @@ def classifier_export(root, tokenizer, texts, pair):
   model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)),
                                     len(processor.get_labels()))
   model.build()
-  path = classifier.export_saved_model(model, processor, root, tokenizer.vocab_file,
-                                       tokenizer.do_lower_case, tokenizer.spm_model_file,
-                                       MAX_SEQ_LENGTH)
+  task = classifier.ClassifierTask(model.config, processor, tokenizer, None, root, MAX_SEQ_LENGTH)
+  path = task.export(model, root)
   texts_b = texts[::-1] if pair else None
   features = padded_ids(tokenizer, texts, texts_b)
   probabilities = tf.nn.softmax(model(features)).numpy()
@@ -99,16 +99,19 @@ def classifier_export(root, tokenizer, texts, pair):
 def tagger_export(root, tokenizer, texts):
   """An NER export; expected tags are run_ner's prediction path (windows, first sub-tokens)."""
   tag_list = ["O", "B-LOC", "B-PER", "I-PER"]
-  model = tagging.build_tagger(tiny_config(len(tokenizer.vocab)), len(tag_list))
-  path = tagging.export_tagger(root, model, tag_list, tokenizer.vocab_file,
-                               tokenizer.do_lower_case, MAX_SEQ_LENGTH, tokenizer.spm_model_file)
+  task = tagging.TaggingTask(tiny_config(len(tokenizer.vocab)), tokenizer, None, root,
+                             MAX_SEQ_LENGTH, tag_list=tag_list)
+  model = task.build_model()
+  path = task.export(model, root)
   sentences = [tagging.TaggedSentence(text.split(), None) for text in texts]
   features = tagging.convert_sentences_to_features(sentences, tag_list, MAX_SEQ_LENGTH, tokenizer)
-  tags = tagging.predict_sentence_tags(training.make_strategy("one_device"), model, sentences,
-                                       features, tag_list, 4)
+  outputs = training_loop.predict(distribution.make_strategy("one_device"), model,
+                                  task.predict_outputs, tagging.features_dataset(features), 4)
+  tags = [[tag_list[i] for i in ids]
+          for ids in tagging.words_tag_ids(features, outputs["tag_ids"], sentences)]
   longest = max(len(row) for row in tags)
   window = tagging.features_to_arrays(features[:2])
-  position_tag_ids = tagging.predict_fn(model, window)["tag_ids"].numpy()
+  position_tag_ids = tagging.predict_tag_ids(model, window).numpy()
   return path, [
       ("serving_default", {"text": texts_input(texts)},
        {"tags": [row + [""] * (longest - len(row)) for row in tags]}),
@@ -117,9 +120,11 @@ def tagger_export(root, tokenizer, texts):
 
 def squad_export(root, tokenizer, questions, contexts):
   """A SQuAD export; expected answers are do_predict's post-processing of the model's logits."""
-  model = squad.build_model(tiny_config(len(tokenizer.vocab)))
-  path = squad.export_model(model, tokenizer, root, MAX_SEQ_LENGTH, max_query_length=12,
-                            n_best_size=20, max_answer_length=10)
+  options = squad.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, max_query_length=12,
+                               n_best_size=20, max_answer_length=10)
+  task = squad.SquadTask(tiny_config(len(tokenizer.vocab)), tokenizer, options, root)
+  model = task.build_model()
+  path = task.export(model, root)
   data = [{"title": "t", "paragraphs": [
       {"context": context, "qas": [{"id": str(i), "question": question, "answers": []}]}
       for i, (question, context) in enumerate(zip(questions, contexts))]}]

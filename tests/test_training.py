@@ -25,9 +25,12 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
 from conftest import small_tmpfs  # pylint: disable=g-import-not-at-top
+import checkpoints  # pylint: disable=g-import-not-at-top
+import cli  # pylint: disable=g-import-not-at-top
+import distribution  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import optimization  # pylint: disable=g-import-not-at-top
-import training  # pylint: disable=g-import-not-at-top
+import training_loop  # pylint: disable=g-import-not-at-top
 
 VOCAB_SIZE = 40
 SEQ_LENGTH = 8
@@ -60,18 +63,18 @@ def model_fn():
   return model
 
 
-def per_example_loss(model, features, training_):
-  log_probs = tf.nn.log_softmax(model(features, training=training_), axis=-1)
+def per_example_loss(model, features, training):
+  log_probs = tf.nn.log_softmax(model(features, training=training), axis=-1)
   return -tf.gather(log_probs, features["label"], batch_dims=1) * features["scale"]
 
 
-def loss_fn(model, features, training_):
-  loss = training.replica_weighted_mean(per_example_loss(model, features, training_))
-  return loss, {"scaled_mean": training.replica_weighted_mean(features["scale"])}
+def loss_fn(model, features, training):
+  loss = distribution.replica_weighted_mean(per_example_loss(model, features, training))
+  return loss, {"scaled_mean": distribution.replica_weighted_mean(features["scale"])}
 
 
 def metric_fn(model, features):
-  real = tf.cast(features[training.REAL_EXAMPLE_KEY], tf.float32)
+  real = tf.cast(features[training_loop.REAL_EXAMPLE_KEY], tf.float32)
   predictions = tf.argmax(model(features), -1, output_type=tf.int32)
   correct = tf.cast(tf.equal(predictions, features["label"]), tf.float32)
   return {"accuracy": (tf.reduce_sum(correct * real), tf.reduce_sum(real)),
@@ -108,17 +111,17 @@ def train_config(output_dir, **overrides):
                 train_batch_size=8, save_checkpoints_steps=2, iterations_per_loop=2,
                 keep_checkpoint_max=2)
   values.update(overrides)
-  return training.TrainConfig(**values)
+  return training_loop.TrainConfig(**values)
 
 
 def train_and_predict(strategy, output_dir):
   """The scenario every strategy runs: 6 steps on 64 examples, then eval and predict 13."""
-  result = training.train(strategy, model_fn, loss_fn, dataset_fn_of(examples(64)),
+  result = training_loop.train(strategy, model_fn, loss_fn, dataset_fn_of(examples(64)),
                           train_config(output_dir))
   dataset = tf.data.Dataset.from_tensor_slices(examples(13, seed=3))
-  predictions = training.predict(strategy, result.model, predict_fn, dataset, batch_size=4)
-  evaluation = training.evaluate(strategy, result.model, metric_fn, dataset, batch_size=4)
-  weights = modeling.checkpoint_variables(result.model)["output_weights"].numpy()
+  predictions = training_loop.predict(strategy, result.model, predict_fn, dataset, batch_size=4)
+  evaluation = training_loop.evaluate(strategy, result.model, metric_fn, dataset, batch_size=4)
+  weights = checkpoints.checkpoint_variables(result.model)["output_weights"].numpy()
   return result, {
       "replicas": strategy.num_replicas_in_sync, "metrics": result.metrics,
       "output_weights": weights.tolist(), "logits": predictions["logits"].tolist(),
@@ -149,10 +152,10 @@ def test_checkpoints_hold_google_names_slots_and_step(reference):
       "model.ckpt-4", "model.ckpt-6"]
   values = checkpoint_values(result.checkpoint)
   assert int(values["global_step"]) == 6
-  model_names = set(modeling.checkpoint_variables(result.model))
+  model_names = set(checkpoints.checkpoint_variables(result.model))
   assert "bert/encoder/layer_0/attention/self/query/kernel" in model_names
   assert "output_weights" in model_names
-  for name, variable in modeling.checkpoint_variables(result.model).items():
+  for name, variable in checkpoints.checkpoint_variables(result.model).items():
     np.testing.assert_array_equal(values[name], variable.numpy())
     assert values[name + "/adam_m"].shape == tuple(variable.shape)
     assert np.any(values[name + "/adam_v"] != 0)
@@ -168,8 +171,8 @@ def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_pa
   # A run that crashed after step 4: only model.ckpt-4 and a state file naming it.
   for path in tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-4.*")):
     tf.io.gfile.copy(path, str(tmp_path / os.path.basename(path)))
-  training._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-4")])
-  resumed = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+  checkpoints._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-4")])
+  resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                            dataset_fn_of(examples(64)), train_config(str(tmp_path)))
   assert resumed.global_step == 6
   expected = checkpoint_values(straight.checkpoint)
@@ -178,7 +181,7 @@ def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_pa
   for name, value in expected.items():
     np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
   # Already finished: a rerun trains nothing and keeps the step.
-  again = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+  again = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                          dataset_fn_of(examples(64)), train_config(str(tmp_path)))
   assert again.global_step == 6 and again.examples_per_second == 0.0
 
@@ -187,11 +190,11 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
   """LAMB (and AdamW, which shares its slots: see test_run_classifier) in the Google format."""
   optimizer_name = "lamb"
   straight_dir, resumed_dir = str(tmp_path / "straight"), str(tmp_path / "resumed")
-  straight = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+  straight = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                             dataset_fn_of(examples(64)),
                             train_config(straight_dir, optimizer=optimizer_name))
   # The config's optimizer was used: the weights differ from the original optimizer's.
-  assert not np.allclose(modeling.checkpoint_variables(straight.model)["output_weights"].numpy(),
+  assert not np.allclose(checkpoints.checkpoint_variables(straight.model)["output_weights"].numpy(),
                          reference[2]["output_weights"], rtol=1e-3)
   expected = checkpoint_values(straight.checkpoint)
   assert set(expected) == set(checkpoint_values(reference[1].checkpoint))  # the same names
@@ -200,9 +203,9 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
   # A fresh optimizer of the same kind restores its moments from the adam_m/adam_v entries.
   model = model_fn()
   optimizer = optimization.create_optimizer(1e-2, 6, 1, optimizer_name=optimizer_name)
-  training.restore_variables(training.training_state_variables(model, optimizer),
+  checkpoints.restore_variables(checkpoints.training_state_variables(model, optimizer),
                              straight.checkpoint)
-  slots = optimization.named_slot_variables(optimizer, modeling.checkpoint_variables(model))
+  slots = checkpoints.named_slot_variables(optimizer, checkpoints.checkpoint_variables(model))
   assert len(slots) == 2 * len(model.trainable_variables)
   for name, slot in slots.items():
     np.testing.assert_array_equal(slot.numpy(), expected[name], err_msg=name)
@@ -212,8 +215,8 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
   tf.io.gfile.makedirs(resumed_dir)
   for path in tf.io.gfile.glob(os.path.join(straight_dir, "model.ckpt-4.*")):
     tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
-  training._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
-  resumed = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+  checkpoints._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
+  resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                            dataset_fn_of(examples(64)),
                            train_config(resumed_dir, optimizer=optimizer_name))
   actual = checkpoint_values(resumed.checkpoint)
@@ -224,10 +227,10 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
 
 def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
   data = examples(48, bad_after=40)  # Batches 1-5 are finite, batch 6 is not.
-  with pytest.raises(training.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
-    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(data),
+  with pytest.raises(checkpoints.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
+    training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(data),
                    train_config(str(tmp_path), num_train_steps=8, keep_checkpoint_max=5))
-  assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-4")
+  assert checkpoints.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-4")
   assert not tf.io.gfile.glob(str(tmp_path / "model.ckpt-6.*"))
   assert np.all(np.isfinite(checkpoint_values(str(tmp_path / "model.ckpt-4"))["output_bias"]))
 
@@ -247,15 +250,15 @@ def test_variables_without_gradient_are_left_alone(tmp_path):
     model = TinyTokenClassifier()
     model.build()
     initial.update({name: variable.numpy() for name, variable in
-                    modeling.checkpoint_variables(model).items()})
+                    checkpoints.checkpoint_variables(model).items()})
     return model
 
   with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    result = training.train(tf.distribute.get_strategy(), token_model_fn, loss_fn,
+    result = training_loop.train(tf.distribute.get_strategy(), token_model_fn, loss_fn,
                             dataset_fn_of(examples(64)), train_config(str(tmp_path)))
   assert not [w for w in caught if "Gradients do not exist" in str(w.message)]
-  trained = modeling.checkpoint_variables(result.model)
+  trained = checkpoints.checkpoint_variables(result.model)
   # As the original's optimizer skips a None gradient: no update and no weight decay.
   np.testing.assert_array_equal(trained["bert/pooler/dense/kernel"].numpy(),
                                 initial["bert/pooler/dense/kernel"])
@@ -267,14 +270,14 @@ def test_loop_length_follows_loops_checkpoints_and_progress_time(tmp_path):
   config = train_config(str(tmp_path), num_train_steps=2500, iterations_per_loop=1000,
                         save_checkpoints_steps=700, progress_seconds=60.0)
   # Unknown speed: a short first call. Fast steps: to the next checkpoint or loop end.
-  assert training._loop_steps(strategy, config, 0, None) == 10
-  assert training._loop_steps(strategy, config, 10, 0.001) == 690
-  assert training._loop_steps(strategy, config, 700, 0.001) == 300
-  assert training._loop_steps(strategy, config, 2100, 0.001) == 400
-  assert training._loop_steps(strategy, config, 2400, 0.001) == 100
+  assert training_loop._loop_steps(strategy, config, 0, None) == 10
+  assert training_loop._loop_steps(strategy, config, 10, 0.001) == 690
+  assert training_loop._loop_steps(strategy, config, 700, 0.001) == 300
+  assert training_loop._loop_steps(strategy, config, 2100, 0.001) == 400
+  assert training_loop._loop_steps(strategy, config, 2400, 0.001) == 100
   # 2.5 s per step: 24 steps make a minute; a step slower than a minute still runs.
-  assert training._loop_steps(strategy, config, 10, 2.5) == 24
-  assert training._loop_steps(strategy, config, 10, 120.0) == 1
+  assert training_loop._loop_steps(strategy, config, 10, 2.5) == 24
+  assert training_loop._loop_steps(strategy, config, 10, 120.0) == 1
 
 
 def test_summaries_are_written_for_tensorboard(reference):
@@ -296,9 +299,9 @@ def test_summaries_are_written_for_tensorboard(reference):
 def test_replica_weighted_mean_outside_strategy_is_weighted_mean():
   values = np.array([1.0, 2.0, 4.0], np.float32)
   weights = np.array([1.0, 0.0, 3.0], np.float32)
-  np.testing.assert_allclose(training.replica_weighted_mean(values, weights, epsilon=1e-5),
+  np.testing.assert_allclose(distribution.replica_weighted_mean(values, weights, epsilon=1e-5),
                              13.0 / (4.0 + 1e-5), rtol=1e-6)
-  np.testing.assert_allclose(training.replica_weighted_mean(values), 7.0 / 3.0, rtol=1e-6)
+  np.testing.assert_allclose(distribution.replica_weighted_mean(values), 7.0 / 3.0, rtol=1e-6)
 
 
 def test_evaluate_and_predict_cover_every_example_in_order(reference):
@@ -308,31 +311,31 @@ def test_evaluate_and_predict_cover_every_example_in_order(reference):
   dataset = tf.data.Dataset.from_tensor_slices(data)
   logits = model(data).numpy()
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-  results = training.evaluate(strategy, model, metric_fn, dataset, batch_size=4)
+  results = training_loop.evaluate(strategy, model, metric_fn, dataset, batch_size=4)
   np.testing.assert_allclose(results["accuracy"], np.mean(logits.argmax(-1) == data["label"]))
   np.testing.assert_allclose(results["loss"],
                              -np.mean(log_probs[np.arange(13), data["label"]]), rtol=1e-5)
-  dropped = training.evaluate(strategy, model, metric_fn, dataset, batch_size=4,
+  dropped = training_loop.evaluate(strategy, model, metric_fn, dataset, batch_size=4,
                               drop_remainder=True, max_steps=2)
   np.testing.assert_allclose(dropped["accuracy"],
                              np.mean(logits[:8].argmax(-1) == data["label"][:8]))
-  outputs = training.predict(strategy, model, predict_fn, dataset, batch_size=4)
+  outputs = training_loop.predict(strategy, model, predict_fn, dataset, batch_size=4)
   np.testing.assert_array_equal(outputs["first_id"], data["input_ids"][:, 0])
   np.testing.assert_allclose(outputs["logits"], logits, rtol=1e-5, atol=1e-6)
 
 
 def test_eval_results_file_format(tmp_path):
   path = str(tmp_path / "eval_results.txt")
-  training.write_eval_results(path, {"loss": 1.5, "global_step": 7, "accuracy": 0.25})
+  training_loop.write_eval_results(path, {"loss": 1.5, "global_step": 7, "accuracy": 0.25})
   assert open(path).read() == "accuracy = 0.25\nglobal_step = 7\nloss = 1.5\n"
 
 
 def test_shared_flags_have_the_original_defaults():
   flag_values = flags.FlagValues()
-  training.define_fine_tuning_flags(max_seq_length=384, flag_values=flag_values)
-  training.define_fine_tuning_flags(max_seq_length=384, flag_values=flag_values)  # Idempotent.
-  training.define_eval_flags(flag_values)
-  training.define_predict_flags(flag_values)
+  cli.define_fine_tuning_flags(max_seq_length=384, flag_values=flag_values)
+  cli.define_fine_tuning_flags(max_seq_length=384, flag_values=flag_values)  # Idempotent.
+  cli.define_eval_flags(flag_values)
+  cli.define_predict_flags(flag_values)
   expected = {"train_batch_size": 32, "learning_rate": 5e-5, "num_train_epochs": 3.0,
               "warmup_proportion": 0.1, "save_checkpoints_steps": 1000,
               "iterations_per_loop": 1000, "max_seq_length": 384, "use_tpu": False,
@@ -340,7 +343,9 @@ def test_shared_flags_have_the_original_defaults():
               "predict_batch_size": 8, "do_train": False, "distribution_strategy": "auto",
               "optimizer": "bert_adam"}
   assert {name: flag_values[name].default for name in expected} == expected
-  assert training.fine_tuning_steps(3668, 32, 3.0, 0.1) == (343, 34)
+  schedule = training_loop.TrainConfig("out", train_batch_size=32, num_train_epochs=3.0,
+                                       warmup_proportion=0.1).with_schedule(3668)
+  assert (schedule.num_train_steps, schedule.num_warmup_steps) == (343, 34)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -354,7 +359,7 @@ def run_worker(strategy_name, output_dir):
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-  _, summary = train_and_predict(training.make_strategy(strategy_name), output_dir)
+  _, summary = train_and_predict(distribution.make_strategy(strategy_name), output_dir)
   print("RESULT " + json.dumps(summary))
 
 
@@ -417,7 +422,7 @@ def test_multi_worker_two_processes_match_one_device(reference, tmp_path):
     assert result["replicas"] == 2
     _assert_same_training(result, reference[2])
   # Only the chief (worker 0) wrote checkpoints, into the shared output_dir.
-  assert training.checkpoint_step(training.latest_checkpoint(str(tmp_path))) == 6
+  assert checkpoints.checkpoint_step(checkpoints.latest_checkpoint(str(tmp_path))) == 6
 
 
 if __name__ == "__main__":
@@ -434,7 +439,7 @@ def copy_checkpoints(source_dir, target_dir, steps):
   for step in steps:
     for path in tf.io.gfile.glob(os.path.join(source_dir, "model.ckpt-%d.*" % step)):
       tf.io.gfile.copy(path, os.path.join(target_dir, os.path.basename(path)))
-  training._write_state_file(target_dir, [os.path.join(target_dir, "model.ckpt-%d" % step)
+  checkpoints._write_state_file(target_dir, [os.path.join(target_dir, "model.ckpt-%d" % step)
                                           for step in steps])
 
 
@@ -454,7 +459,7 @@ def damage(output_dir, how):
   elif how == "state_names_missing_step":
     for path in tf.io.gfile.glob(prefix + ".*"):
       os.remove(path)
-    training._write_state_file(output_dir, [os.path.join(output_dir, "model.ckpt-%d" % step)
+    checkpoints._write_state_file(output_dir, [os.path.join(output_dir, "model.ckpt-%d" % step)
                                             for step in (4, 6)])
   return "model.ckpt-6"
 
@@ -472,7 +477,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_intact_one(referen
   damage(str(tmp_path), how)
   step_4 = {p: open(p, "rb").read() for p in tf.io.gfile.glob(str(tmp_path / "model.ckpt-4.*"))}
   with caplog.at_level("INFO", logger="absl"):
-    resumed = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+    resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                              dataset_fn_of(examples(64)), train_config(str(tmp_path)))
   assert "Checkpoint %s is damaged" % (tmp_path / "model.ckpt-6") in warnings_text(caplog)
   assert "Resuming from %s (step 4)" % (tmp_path / "model.ckpt-4") in caplog.text
@@ -484,7 +489,7 @@ def test_damaged_latest_checkpoint_falls_back_to_the_previous_intact_one(referen
   # The intact older checkpoint was not overwritten; the state file lists the new step 6.
   for path, content in step_4.items():
     assert open(path, "rb").read() == content
-  assert training.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-6")
+  assert checkpoints.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-6")
 
 
 def test_all_checkpoints_unreadable_is_an_error_not_a_fresh_start(reference, tmp_path):
@@ -495,13 +500,13 @@ def test_all_checkpoints_unreadable_is_an_error_not_a_fresh_start(reference, tmp
   before = sorted(os.listdir(tmp_path))
   expected = (r"no readable checkpoint in %s: model\.ckpt-6 \(its \.index file is missing\); "
               r"model\.ckpt-4 \(cannot be read \(.*\)\)\. Remove these files" % tmp_path)
-  with pytest.raises(training.TrainingError, match=expected):
-    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+  with pytest.raises(checkpoints.TrainingError, match=expected):
+    training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(str(tmp_path)))
   assert sorted(os.listdir(tmp_path)) == before  # Nothing written, nothing removed.
   # Evaluation and prediction refuse too, instead of using a random model.
-  with pytest.raises(training.TrainingError, match="no readable checkpoint"):
-    training.restore_model(tf.distribute.get_strategy(), model_fn, str(tmp_path))
+  with pytest.raises(checkpoints.TrainingError, match="no readable checkpoint"):
+    checkpoints.restore_model(tf.distribute.get_strategy(), model_fn, str(tmp_path))
 
 
 def test_evaluation_uses_the_newest_intact_checkpoint(reference, tmp_path, caplog):
@@ -509,18 +514,18 @@ def test_evaluation_uses_the_newest_intact_checkpoint(reference, tmp_path, caplo
   copy_checkpoints(output_dir, str(tmp_path), [4, 6])
   damage(str(tmp_path), "data_truncated")
   with caplog.at_level("INFO", logger="absl"):
-    model, step, prefix = training.restore_model(tf.distribute.get_strategy(), model_fn,
+    model, step, prefix = checkpoints.restore_model(tf.distribute.get_strategy(), model_fn,
                                                  str(tmp_path))
   assert (step, prefix) == (4, str(tmp_path / "model.ckpt-4"))
   assert "model.ckpt-6 is damaged: cannot be read" in warnings_text(caplog)
   np.testing.assert_array_equal(
-      modeling.checkpoint_variables(model)["output_weights"].numpy(),
+      checkpoints.checkpoint_variables(model)["output_weights"].numpy(),
       checkpoint_values(str(tmp_path / "model.ckpt-4"))["output_weights"])
 
 
 def test_relative_output_dir_keeps_the_checkpoint_history(tmp_path, monkeypatch):
   monkeypatch.chdir(tmp_path)
-  training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+  training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                  train_config("out", keep_checkpoint_max=2))
   state = tf.train.get_checkpoint_state("out")
   assert [os.path.basename(p) for p in state.all_model_checkpoint_paths] == [
@@ -545,22 +550,22 @@ def test_full_disk_while_writing_a_checkpoint_leaves_no_temporaries(reference, s
   os.makedirs(output_dir)
   with open(os.path.join(small_filesystem, "ballast"), "wb") as f:
     f.write(b"\0" * (256 * 1024 - size - size // 2 - 4 * page))
-  with pytest.raises(training.TrainingError,
+  with pytest.raises(checkpoints.TrainingError,
                      match=r"^cannot write checkpoint .*model\.ckpt-(\d+) \("
                      r"ResourceExhaustedError: "
                      r".*No space left on device\); the latest complete checkpoint is "
                      r".*model\.ckpt-\d+$") as error:
-    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+    training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    config)
   failed_step = int(str(error.value).split("model.ckpt-")[1].split(" ")[0])
   names = os.listdir(output_dir)
   assert not [n for n in names if "tempstate" in n or ".tmp-" in n], names
   assert not [n for n in names if n.startswith("model.ckpt-%d." % failed_step)], names
-  latest = training.latest_checkpoint(output_dir)
-  assert training.checkpoint_step(latest) == failed_step - 2
+  latest = checkpoints.latest_checkpoint(output_dir)
+  assert checkpoints.checkpoint_step(latest) == failed_step - 2
   # With room again, the same command resumes from the last complete checkpoint.
   os.remove(os.path.join(small_filesystem, "ballast"))
-  result = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+  result = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                           dataset_fn_of(examples(64)), config)
   assert result.global_step == 6
   expected = checkpoint_values(reference[1].checkpoint)
@@ -573,11 +578,12 @@ def test_a_new_run_removes_temporaries_left_by_a_killed_one(reference, tmp_path,
   output_dir, _, _ = reference
   copy_checkpoints(output_dir, str(tmp_path), [4])
   leftovers = [tmp_path / "model.ckpt-6.data-00000-of-00001.tempstate8372", tmp_path /
-               "model.ckpt-6.index.tempstate1234", tmp_path / "checkpoint.tmp-4242"]
+               "model.ckpt-6.index.tempstate1234",
+               tmp_path / (".checkpoint.tmp-%s-4242" % socket.gethostname())]
   for path in leftovers:
     path.write_bytes(b"x" * 1000)
   with caplog.at_level("INFO", logger="absl"):
-    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+    training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(str(tmp_path)))
   for path in leftovers:
     assert not path.exists()
@@ -586,14 +592,14 @@ def test_a_new_run_removes_temporaries_left_by_a_killed_one(reference, tmp_path,
 
 def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, caplog):
   output_dir = str(tmp_path / "out")
-  with training.OutputDirLock(output_dir):
+  with training_loop.OutputDirLock(output_dir):
     holder = open(os.path.join(output_dir, ".lock")).read().split()
     assert holder[:2] == [str(os.getpid()), socket.gethostname()]
-    with pytest.raises(training.TrainingError,
+    with pytest.raises(checkpoints.TrainingError,
                        match=r"--output_dir=%s is in use by pid %d on host %s since "
                        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(lock file %s/\.lock\)" % (
                            output_dir, os.getpid(), socket.gethostname(), output_dir)):
-      training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+      training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                      dataset_fn_of(examples(64)), train_config(output_dir))
   assert not os.path.exists(os.path.join(output_dir, ".lock"))  # Released.
   assert not tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*"))
@@ -603,7 +609,7 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
   with open(os.path.join(output_dir, ".lock"), "w") as f:
     f.write("%s %s 1700000000\n" % (dead, socket.gethostname()))
   with caplog.at_level("INFO", logger="absl"):
-    result = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+    result = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                             dataset_fn_of(examples(64)), train_config(output_dir))
   assert result.global_step == 6
   assert "Taking over the lock of pid %s on host %s" % (dead, socket.gethostname()) in (
@@ -614,9 +620,9 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
 def test_unwritable_output_dir_is_a_one_line_error(tmp_path):
   (tmp_path / "file.txt").write_text("not a directory")
   output_dir = str(tmp_path / "file.txt" / "out")
-  with pytest.raises(training.TrainingError,
+  with pytest.raises(checkpoints.TrainingError,
                      match=r"^--output_dir=%s cannot be written \(\w+: .+\)$" % output_dir):
-    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+    training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(output_dir))
 
 
@@ -624,23 +630,23 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
   # Every name under an extra `model/` scope: nothing matches.
   values = checkpoint_values(reference[1].checkpoint)
   prefixed = str(tmp_path / "prefixed" / "model.ckpt")
-  modeling.write_checkpoint({"model/" + name: value for name, value in values.items()
-                             if not modeling.is_training_state_name(name)}, prefixed)
+  checkpoints.write_checkpoint({"model/" + name: value for name, value in values.items()
+                             if not checkpoints.is_training_state_name(name)}, prefixed)
   output_dir = str(tmp_path / "out")
   config = train_config(output_dir, init_checkpoint=prefixed)
-  with pytest.raises(training.TrainingError,
+  with pytest.raises(checkpoints.TrainingError,
                      match=r"--init_checkpoint=.*prefixed/model\.ckpt fills only 0 of the "
                      r"encoder's 23 variables: 23 missing, e\.g\. bert/embeddings/LayerNorm/beta, "
                      r".*; its unused names are e\.g\. model/bert/.*"
                      r"--allow_partial_init_checkpoint"):
-    training.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+    training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    config)
   assert not tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*"))
-  with pytest.raises(training.TrainingError, match="fills only 0 of the encoder's 23"):
-    training.restore_model(tf.distribute.get_strategy(), model_fn, None, prefixed)
+  with pytest.raises(checkpoints.TrainingError, match="fills only 0 of the encoder's 23"):
+    checkpoints.restore_model(tf.distribute.get_strategy(), model_fn, None, prefixed)
   # Allowed explicitly: it trains, and the load report is a warning.
   with caplog.at_level("INFO", logger="absl"):
-    result = training.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+    result = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
                             dataset_fn_of(examples(64)),
                             train_config(output_dir, init_checkpoint=prefixed,
                                          allow_partial_init_checkpoint=True))
@@ -653,11 +659,11 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
 def test_init_checkpoint_without_the_task_head_is_fine(reference, tmp_path, caplog):
   values = checkpoint_values(reference[1].checkpoint)
   encoder_only = str(tmp_path / "encoder" / "bert_model.ckpt")
-  modeling.write_checkpoint({name: value for name, value in values.items()
+  checkpoints.write_checkpoint({name: value for name, value in values.items()
                              if name.startswith("bert/") and
-                             not modeling.is_training_state_name(name)}, encoder_only)
+                             not checkpoints.is_training_state_name(name)}, encoder_only)
   with caplog.at_level("INFO", logger="absl"):
-    report = training.load_init_checkpoint(model_fn(), encoder_only)
+    report = checkpoints.load_init_checkpoint(model_fn(), encoder_only)
   assert sorted(report.missing) == ["output_bias", "output_weights"]
   assert "2 model variables not in the checkpoint (left at their initial values): output_bias, " \
          "output_weights" in warnings_text(caplog)

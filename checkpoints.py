@@ -1,0 +1,520 @@
+# coding=utf-8
+"""Everything about checkpoints that goes by name: Google's format, training state and its files.
+
+The original's checkpoints are TF1 name-based checkpoints, and users hold many of them. Every
+checkpoint this project reads or writes is one: released models, `--init_checkpoint`s, training
+checkpoints and converted weights. This module owns that format in one place:
+
+- Names. Keras 3 gives each variable a `.path` from the nesting of the layers that created it, and
+  the layers are named after the original's TF1 scopes, so a path *is* a Google name once the
+  task model's own name is dropped (`checkpoint_variables`; DESIGN.md states the rule).
+- Reading and writing (`write_checkpoint`, `save_checkpoint`, `init_from_checkpoint`) with shape
+  checks before any assignment.
+- Training state, as the original's Estimator saved it: the model's variables, each optimizer
+  slot as `<name>/adam_m` and `<name>/adam_v`, and `global_step` (`training_state_variables`).
+- The files of a training run: `output_dir/model.ckpt-<step>` and the `checkpoint` state file,
+  replaced only once a checkpoint is complete; retention (`keep_checkpoint_max`); and the fallback
+  to the newest intact checkpoint when a newer one is damaged.
+
+It imports no other module of the project but `atomic_files`, so modeling.py and optimization.py
+can both use it.
+"""
+
+import dataclasses
+import os
+import re
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+
+import atomic_files
+
+CHECKPOINT_BASENAME = "model.ckpt"
+# The optimizer's per-variable slots, stored as `<variable name>/<slot>`, as the original's.
+SLOT_NAMES = ("adam_m", "adam_v")
+GLOBAL_STEP = "global_step"
+
+
+class TrainingError(RuntimeError):
+  """A run cannot continue: the loss became NaN or Inf, no checkpoint is readable, the output
+  directory is in use or cannot be written, `--init_checkpoint` does not fit the model. The
+  message says what to do; `cli.run_script` prints it as one line."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Names.
+# ------------------------------------------------------------------------------------------------
+
+
+def _is_encoder(layer: keras.layers.Layer) -> bool:
+  """Whether `layer` is BERT's encoder (`modeling.BertModel` says so with a class attribute, so
+  that this module need not import modeling)."""
+  return bool(getattr(layer, "is_bert_encoder", False))
+
+
+def path_below_model(variable) -> str:
+  """A variable's Keras path without its first part, the name of the outermost model.
+
+  For a task model this is the variable's Google name. Weight-decay exclusions are matched against
+  it (optimization.py), so that a model named e.g. `bias_probe` does not exempt all its variables.
+  """
+  path = re.sub(r":\d+$", "", getattr(variable, "path", None) or variable.name)
+  return path.split("/", 1)[1] if "/" in path else path
+
+
+def checkpoint_variables(model: keras.Model) -> dict:
+  """Maps Google checkpoint names to the model's variables.
+
+  The rule (DESIGN.md): a `BertModel` keeps its own name (`bert/encoder/...`); any other model
+  drops its own name, so a task model holding `bert` and `cls` layers gives `bert/...`, `cls/...`.
+  Paths are taken relative to where the model sits, so a `BertModel` nested in a task model
+  (`task.bert`) maps to the same names as a bare one.
+
+  Raises:
+    ValueError: if the model has no variables yet or two variables map to one name.
+  """
+  if not model.weights or model.path is None:
+    raise ValueError("model %s has no variables yet: call model.build() or call it once first" %
+                     model.name)
+  scope = model.path.rsplit("/", 1)[0] if "/" in model.path else ""
+  if not _is_encoder(model):
+    scope = model.path
+  names = {}
+  for variable in model.weights:
+    if scope and not variable.path.startswith(scope + "/"):
+      raise ValueError("variable %s of model %s lies outside its scope %s" %
+                       (variable.path, model.name, scope))
+    name = variable.path[len(scope) + 1:] if scope else variable.path
+    if name in names and names[name] is not variable:
+      raise ValueError("two variables of model %s map to checkpoint name %s" % (model.name, name))
+    names[name] = variable
+  return names
+
+
+def write_checkpoint(tensors: Mapping[str, Any], prefix: str) -> str:
+  """Writes a TF V2 name-based checkpoint (`<prefix>.index`, `<prefix>.data-00000-of-00001`).
+
+  This is the format of Google's released checkpoints: `tf.train.load_checkpoint(prefix)` reads it.
+  Any names and dtypes (float32 weights, optimizer slots, int64 `global_step`) may be stored.
+
+  Args:
+    tensors: name -> array-like, tf.Tensor or variable.
+    prefix: checkpoint path prefix, e.g. `out/model.ckpt-1000`; its directory is created.
+
+  Returns:
+    The prefix.
+  """
+  if not tensors:
+    raise ValueError("write_checkpoint(%s): nothing to write" % prefix)
+  directory = os.path.dirname(prefix)
+  if directory:
+    tf.io.gfile.makedirs(directory)
+  names = sorted(tensors)
+  values = []
+  for name in names:
+    value = tensors[name]
+    if isinstance(value, keras.Variable):
+      value = value.value
+    values.append(tf.convert_to_tensor(value))
+  try:
+    with tf.device("/cpu:0"):
+      tf.raw_ops.SaveV2(prefix=prefix, tensor_names=names, shape_and_slices=[""] * len(names),
+                        tensors=values)
+  except BaseException:
+    # SaveV2 writes `<file>.tempstate<n>` and renames each file when it is complete: after a
+    # failure (e.g. a full disk) the prefix may hold temporaries or a data file without its index.
+    for path in tf.io.gfile.glob(prefix + ".*"):
+      tf.io.gfile.remove(path)
+    raise
+  return prefix
+
+
+def save_checkpoint(model: keras.Model, prefix: str) -> str:
+  """Writes the model's variables under their Google names (see `checkpoint_variables`)."""
+  return write_checkpoint(checkpoint_variables(model), prefix)
+
+
+def resolve_checkpoint_path(checkpoint_path: str) -> str:
+  """Returns the checkpoint prefix for a prefix, or for a directory (its `checkpoint` file's
+  latest entry, else its only `*.index` file). Raises ValueError when there is none."""
+  if tf.io.gfile.isdir(checkpoint_path):
+    latest = tf.train.latest_checkpoint(checkpoint_path)
+    if latest:
+      return latest
+    indexes = tf.io.gfile.glob(os.path.join(checkpoint_path, "*.index"))
+    if len(indexes) == 1:
+      return indexes[0][:-len(".index")]
+    raise ValueError("directory %s has no `checkpoint` file and %d *.index files: pass the "
+                     "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
+                     (checkpoint_path, len(indexes), checkpoint_path))
+  if not tf.io.gfile.exists(checkpoint_path + ".index"):
+    raise ValueError("no checkpoint at %s (expected %s.index)" % (checkpoint_path, checkpoint_path))
+  return checkpoint_path
+
+
+def is_training_state_name(name: str) -> bool:
+  """True for checkpoint entries that are optimizer or loop state, not model variables."""
+  return name == GLOBAL_STEP or name.rsplit("/", 1)[-1] in SLOT_NAMES
+
+
+def _names_summary(what: str, names: Sequence[str], shown: int = 5) -> str:
+  """`what % len(names)` and the first few names, or "" when there are none."""
+  if not names:
+    return ""
+  return (what % len(names)) + ": " + ", ".join(names[:shown]) + (
+      ", ..." if len(names) > shown else "")
+
+
+@dataclasses.dataclass
+class CheckpointLoadReport:
+  """What `init_from_checkpoint` did."""
+  checkpoint: str
+  loaded: list
+  unused: list  # checkpoint variables no model variable took (training state excluded)
+  missing: list  # model variables the checkpoint lacks (left at their initial values)
+
+
+def init_from_checkpoint(model: keras.Model, checkpoint_path: str) -> CheckpointLoadReport:
+  """Assigns every model variable found in a Google-format checkpoint, by name.
+
+  Args:
+    model: a built model (see `checkpoint_variables` for the naming rule).
+    checkpoint_path: a prefix such as `.../bert_model.ckpt`, or a directory.
+
+  Returns:
+    A report of loaded, unused (checkpoint names no variable took; optimizer slots and
+    `global_step` are not counted) and missing (variables left at their initial values) names.
+
+  Raises:
+    ValueError: on a shape mismatch (naming the variable and both shapes), before any assignment.
+  """
+  prefix = resolve_checkpoint_path(checkpoint_path)
+  reader = tf.train.load_checkpoint(prefix)
+  checkpoint_shapes = reader.get_variable_to_shape_map()
+  variables = checkpoint_variables(model)
+  matched = sorted(name for name in variables if name in checkpoint_shapes)
+  for name in matched:
+    model_shape = tuple(variables[name].shape)
+    checkpoint_shape = tuple(checkpoint_shapes[name])
+    if model_shape != checkpoint_shape:
+      raise ValueError("checkpoint %s: variable %s has shape %s in the checkpoint but %s in the "
+                       "model" % (prefix, name, list(checkpoint_shape), list(model_shape)))
+  for name in matched:
+    variable = variables[name]
+    variable.assign(reader.get_tensor(name).astype(variable.dtype))
+  report = CheckpointLoadReport(
+      checkpoint=prefix,
+      loaded=matched,
+      unused=sorted(name for name in checkpoint_shapes
+                    if name not in variables and not is_training_state_name(name)),
+      missing=sorted(name for name in variables if name not in checkpoint_shapes))
+  log = logging.warning if report.unused or report.missing else logging.info
+  log("Loaded %d of the model's %d variables from %s%s%s", len(report.loaded), len(variables),
+      prefix, _names_summary("; %d model variables not in the checkpoint (left at their initial "
+                             "values)", report.missing),
+      _names_summary("; %d checkpoint variables unused", report.unused))
+  for name in report.unused:
+    logging.info("  unused checkpoint variable: %s", name)
+  for name in report.missing:
+    logging.info("  not in checkpoint, left at initial value: %s", name)
+  return report
+
+
+# ------------------------------------------------------------------------------------------------
+# Training state: model variables, optimizer slots, global_step.
+# ------------------------------------------------------------------------------------------------
+
+
+def named_slot_variables(optimizer: keras.optimizers.Optimizer,
+                         named_variables: Mapping[str, keras.Variable]) -> dict:
+  """Maps `<google name>/adam_m` and `<google name>/adam_v` to the optimizer's slot variables.
+
+  Args:
+    optimizer: from `optimization.create_optimizer` (a LossScaleOptimizer is unwrapped): any
+      optimizer with a `slot_variables(variable) -> {slot name: variable}` method.
+    named_variables: Google name -> model variable, e.g. `checkpoint_variables(model)`. Only
+      trainable variables have slots. An optimizer that is not built yet is built on them, so
+      slots exist (zero) before a checkpoint is restored into them.
+  """
+  inner = getattr(optimizer, "inner_optimizer", optimizer)
+  if not hasattr(inner, "slot_variables"):
+    raise TypeError("expected an optimizer of optimization.py (optionally loss-scaled), got %s" %
+                    type(inner).__name__)
+  trainable = {name: v for name, v in named_variables.items() if v.trainable}
+  if not inner.built:
+    inner.build(list(trainable.values()))
+  return {"%s/%s" % (name, slot): slot_variable
+          for name, variable in trainable.items()
+          for slot, slot_variable in inner.slot_variables(variable).items()}
+
+
+def training_state_variables(model: keras.Model, optimizer: keras.optimizers.Optimizer) -> dict:
+  """Google name -> variable for everything a training checkpoint holds: the model's variables,
+  the optimizer's `<name>/adam_m` and `<name>/adam_v` slots and `global_step`."""
+  variables = checkpoint_variables(model)
+  named = dict(variables)
+  named.update(named_slot_variables(optimizer, variables))
+  named[GLOBAL_STEP] = optimizer.iterations
+  return named
+
+
+# ------------------------------------------------------------------------------------------------
+# The files of a training run: Google's format, with the Estimator's `checkpoint` state file.
+# ------------------------------------------------------------------------------------------------
+
+# Files of a training checkpoint: `model.ckpt-<step>.index` and `.data-<i>-of-<n>`.
+_CHECKPOINT_FILE = re.compile(r"^(%s-(\d+))\.(index|data-\d{5}-of-(\d{5}))$" %
+                              re.escape(CHECKPOINT_BASENAME))
+# What reading a damaged checkpoint raises: TensorFlow errors (missing or corrupt files), and the
+# IndexError of TF's checkpoint reader on a truncated `.data` file ("Read less bytes than
+# requested").
+_CHECKPOINT_READ_ERRORS = (tf.errors.OpError, IndexError, OSError)
+
+
+def checkpoint_prefix(output_dir: str, step: int) -> str:
+  return os.path.join(output_dir, "%s-%d" % (CHECKPOINT_BASENAME, step))
+
+
+def checkpoint_step(prefix: str) -> int:
+  """The step of a `model.ckpt-<step>` prefix (its `global_step` entry, else its name)."""
+  reader = tf.train.load_checkpoint(prefix)
+  if reader.has_tensor(GLOBAL_STEP):
+    return int(reader.get_tensor(GLOBAL_STEP))
+  match = re.search(r"-(\d+)$", prefix)
+  return int(match.group(1)) if match else 0
+
+
+def latest_checkpoint(output_dir: str) -> Optional[str]:
+  """The prefix the `checkpoint` state file names as latest, or None."""
+  if not output_dir or not tf.io.gfile.isdir(output_dir):
+    return None
+  return tf.train.latest_checkpoint(output_dir)
+
+
+def _state_file_prefixes(output_dir: str) -> list:
+  """Prefixes the state file lists, oldest first (whether or not their files exist)."""
+  state = tf.train.get_checkpoint_state(output_dir)
+  if state is None:
+    return []
+  # get_checkpoint_state already joins relative entries with output_dir.
+  paths = list(state.all_model_checkpoint_paths)
+  if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
+    paths.append(state.model_checkpoint_path)
+  return paths
+
+
+def _checkpoint_history(output_dir: str) -> list:
+  """Prefixes listed in the state file, oldest first, that still exist."""
+  return [p for p in _state_file_prefixes(output_dir) if tf.io.gfile.exists(p + ".index")]
+
+
+def list_checkpoints(output_dir: str) -> list:
+  """Every checkpoint of `output_dir`, newest first, complete or not: those the state file names
+  and every `model.ckpt-<step>` whose files are present (ordered by step)."""
+  if not output_dir or not tf.io.gfile.isdir(output_dir):
+    return []
+  prefixes = {p: i for i, p in enumerate(_state_file_prefixes(output_dir))}
+  for path in tf.io.gfile.glob(os.path.join(output_dir, CHECKPOINT_BASENAME + "-*")):
+    match = _CHECKPOINT_FILE.match(os.path.basename(path))
+    if match:
+      prefixes.setdefault(os.path.join(output_dir, match.group(1)), len(prefixes))
+
+  def newest_first(prefix):
+    return (_name_step(prefix), prefixes[prefix])
+
+  return sorted(prefixes, key=newest_first, reverse=True)
+
+
+def _name_step(prefix: str) -> int:
+  """The step in a `model.ckpt-<step>` name (-1 for other names)."""
+  match = re.search(r"-(\d+)$", prefix)
+  return int(match.group(1)) if match else -1
+
+
+def _missing_files(prefix: str) -> Optional[str]:
+  """Why a checkpoint's files are incomplete (index, or any data shard missing), or None."""
+  shards = tf.io.gfile.glob(prefix + ".data-*")
+  if not tf.io.gfile.exists(prefix + ".index"):
+    return "its .index file is missing" if shards else "its files are missing"
+  if not shards:
+    return "its .data file is missing"
+  expected = re.search(r"-of-(\d+)$", shards[0])
+  if expected and len(shards) != int(expected.group(1)):
+    return "it has %d of its %d .data shards" % (len(shards), int(expected.group(1)))
+  return None
+
+
+def first_line(error: BaseException) -> str:
+  """`<type>: <first line of the message>`, without TensorFlow's op and function decorations."""
+  message = getattr(error, "message", None) or str(error) or type(error).__name__
+  message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "",
+                   message.strip().splitlines()[0])
+  return "%s: %s" % (type(error).__name__, message)
+
+
+def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Optional[str]:
+  """Loads the newest readable checkpoint of `output_dir` with `load_fn(prefix)`.
+
+  A checkpoint is damaged when a file is missing or reading it fails (truncated or corrupt data):
+  each damaged one is named in a warning and the next older one is tried. Errors `load_fn` raises
+  for a readable but unsuitable checkpoint (ValueError: wrong names or shapes) are not damage and
+  propagate.
+
+  Returns:
+    The prefix loaded, or None when `output_dir` holds no checkpoint at all.
+
+  Raises:
+    TrainingError: checkpoints exist but none is readable (never silently start from scratch).
+  """
+  damaged = []
+  for prefix in list_checkpoints(output_dir):
+    problem = _missing_files(prefix)
+    if problem is None:
+      try:
+        load_fn(prefix)
+      except _CHECKPOINT_READ_ERRORS as error:
+        problem = "cannot be read (%s)" % first_line(error)
+    if problem is None:
+      if damaged:
+        logging.warning("Using %s, the newest intact checkpoint", prefix)
+      return prefix
+    logging.warning("Checkpoint %s is damaged: %s; trying the previous one", prefix, problem)
+    damaged.append("%s (%s)" % (os.path.basename(prefix), problem))
+  if damaged:
+    raise TrainingError(
+        "no readable checkpoint in %s: %s. Remove these files (or use another --output_dir) to "
+        "start over" % (output_dir, "; ".join(damaged)))
+  return None
+
+
+def _write_state_file(output_dir: str, prefixes: list) -> None:
+  """Atomically replaces `output_dir/checkpoint` (the last prefix is the latest)."""
+  names = [os.path.relpath(p, output_dir) for p in prefixes]
+  text = 'model_checkpoint_path: "%s"\n' % names[-1]
+  text += "".join('all_model_checkpoint_paths: "%s"\n' % name for name in names)
+  atomic_files.write_text(os.path.join(output_dir, "checkpoint"), text)
+
+
+def _delete_checkpoint_files(prefix: str) -> None:
+  for path in tf.io.gfile.glob(prefix + ".*"):
+    tf.io.gfile.remove(path)
+
+
+def remove_leftover_temporaries(output_dir: str) -> list:
+  """Deletes what a killed or failed writer left in `output_dir`: checkpoint files still under
+  TensorFlow's temporary names (`*.tempstate*`) and state files being written. Call it only while
+  holding the directory's lock (another writer's temporaries are not leftovers). Returns them."""
+  leftovers = tf.io.gfile.glob(os.path.join(output_dir, "*.tempstate*"))
+  for path in leftovers:
+    tf.io.gfile.remove(path)
+  leftovers += atomic_files.remove_stale_temporaries(os.path.join(output_dir, "checkpoint"))
+  for path in leftovers:
+    logging.warning("Removing %s, left by a run that was killed or failed", path)
+  return leftovers
+
+
+def save_training_checkpoint(named_variables: Mapping[str, Any], output_dir: str, step: int,
+                             keep_checkpoint_max: int) -> str:
+  """Writes `output_dir/model.ckpt-<step>`, then points the state file at it, then prunes.
+
+  The files are written under temporary names and renamed when complete, and the state file is
+  replaced only after that, so a crash at any moment leaves the previous checkpoint as the latest
+  one; a failure (e.g. a full disk) removes what was written and raises TrainingError. Checkpoints
+  of later steps the state file still lists (left behind when training fell back to an older
+  checkpoint) are dropped from it.
+  """
+  prefix = checkpoint_prefix(output_dir, step)
+  try:
+    write_checkpoint(named_variables, prefix)
+    history = [p for p in _checkpoint_history(output_dir)
+               if p != prefix and _name_step(p) < step] + [prefix]
+    keep = max(1, keep_checkpoint_max)
+    _write_state_file(output_dir, history[-keep:])
+  except (tf.errors.OpError, OSError) as error:
+    raise TrainingError("cannot write checkpoint %s (%s); the latest complete checkpoint is %s" %
+                        (prefix, first_line(error), latest_checkpoint(output_dir) or "(none)")
+                        ) from error
+  for old in history[:-keep]:
+    _delete_checkpoint_files(old)
+  return prefix
+
+
+def restore_variables(named_variables: Mapping[str, Any], prefix: str) -> None:
+  """Assigns every named variable from a checkpoint; a missing name or shape is an error."""
+  reader = tf.train.load_checkpoint(prefix)
+  shapes = reader.get_variable_to_shape_map()
+  missing = sorted(name for name in named_variables if name not in shapes)
+  if missing:
+    raise ValueError("checkpoint %s lacks %d variables needed to resume, e.g. %s" %
+                     (prefix, len(missing), missing[:5]))
+  for name, variable in named_variables.items():
+    if tuple(shapes[name]) != tuple(variable.shape):
+      raise ValueError("checkpoint %s: %s has shape %s, the model needs %s" %
+                       (prefix, name, list(shapes[name]), list(variable.shape)))
+  for name, variable in named_variables.items():
+    variable.assign(np.asarray(reader.get_tensor(name)).astype(variable.dtype))
+
+
+def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.Model],
+                  output_dir: Optional[str], init_checkpoint: Optional[str] = None,
+                  allow_partial_init_checkpoint: bool = False) -> tuple:
+  """Builds a model and loads the newest intact checkpoint of `output_dir`, else
+  `init_checkpoint` (see `load_init_checkpoint`).
+
+  For evaluation and prediction. A checkpoint of `output_dir` must hold every model variable;
+  damaged ones are skipped with a warning, and when none is readable this is a TrainingError
+  (never a random model). Returns (model, global_step, checkpoint prefix or None); the step is the
+  checkpoint's `global_step` (0 for a checkpoint without one, or no checkpoint).
+  """
+  with strategy.scope():
+    model = model_fn()
+
+  def load_complete(prefix):
+    report = init_from_checkpoint(model, prefix)
+    if report.missing:
+      raise ValueError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
+                       (prefix, len(report.missing), ", ".join(report.missing[:5])))
+
+  prefix = restore_newest_intact(output_dir, load_complete)
+  if prefix is None and init_checkpoint:
+    prefix = load_init_checkpoint(model, init_checkpoint, allow_partial_init_checkpoint).checkpoint
+  if prefix is None:
+    logging.warning("No checkpoint in %s and no --init_checkpoint: using a fresh model",
+                    output_dir)
+    return model, 0, None
+  return model, checkpoint_step(prefix), prefix
+
+
+def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
+                         allow_partial: bool = False) -> CheckpointLoadReport:
+  """Loads `--init_checkpoint` into a task model (`init_from_checkpoint`).
+
+  Every variable of the model's encoder (its `BertModel`) must come from the checkpoint: a
+  checkpoint that fills fewer (other names, e.g. a `model/` prefix, or a smaller model) would
+  leave random weights behind a run that looks fine. Task heads may be missing (they are new).
+
+  Raises:
+    TrainingError: encoder variables are missing and `allow_partial` is False.
+  """
+  report = init_from_checkpoint(model, init_checkpoint)
+  encoder_names = set()
+  # Keras has no public walk over nested layers; _flatten_layers is what Model.summary uses.
+  for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    if _is_encoder(layer):
+      encoder_names.update(checkpoint_variables(layer))
+  missing = [name for name in report.missing if name in encoder_names]
+  if missing and not allow_partial:
+    raise TrainingError(
+        "--init_checkpoint=%s fills only %d of the encoder's %d variables: %d missing, e.g. %s%s. "
+        "Pass a checkpoint with these names, or --allow_partial_init_checkpoint to train with the "
+        "missing ones at random initial values" % (
+            init_checkpoint, len(encoder_names) - len(missing), len(encoder_names), len(missing),
+            ", ".join(missing[:5]),
+            "; its unused names are e.g. %s" % ", ".join(report.unused[:3]) if report.unused
+            else ""))
+  return report
+
+

@@ -1,0 +1,266 @@
+# coding=utf-8
+"""The preamble every script shares: its flags, and the setup they describe.
+
+The original's scripts each defined the same flags and repeated the same setup. Here a script
+defines its flags in `define_flags()`, called from `if __name__ == "__main__"` (so several scripts
+can be imported into one process, as the tests do), from the shared groups below plus its own; its
+`main` then builds what the flags describe with `setup_strategy`, `bert_config`, `tokenizer` and
+`train_config`; `run_script` runs it and ends a bad flag, a bad input file or a failed run in one
+line (`<script>: error: <message>`) instead of a traceback.
+
+Shared definitions are idempotent per name (`_define`), so a test importing two scripts, or a
+script calling two groups that share a flag, defines each flag once.
+"""
+
+import os
+import sys
+from typing import Any, Callable, Sequence
+
+from absl import app
+from absl import flags
+
+import checkpoints
+import distribution
+import modeling
+import optimization
+import tokenization
+import training_loop
+
+FLAGS = flags.FLAGS
+
+
+class FlagError(ValueError):
+  """A flag is missing, out of range or does not fit another: the message names the flag."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Flag groups.
+# ------------------------------------------------------------------------------------------------
+
+
+def _define(flag_values: flags.FlagValues, kind: str, name: str, default, help_text: str,
+            **kwargs) -> None:
+  """Defines one flag with `flags.DEFINE_<kind>` in `flag_values`, unless it exists already.
+
+  Checking each name (not each group) keeps the definitions idempotent when another program in
+  the same process (e.g. extract_features in a test run) defined some of these flags first.
+  """
+  if name in flag_values:
+    return
+  getattr(flags, "DEFINE_" + kind)(name, default, help=help_text, flag_values=flag_values,
+                                   **kwargs)
+
+
+def define_tpu_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines the original's TPU flags (`use_tpu`, `tpu_name`, `tpu_zone`, `gcp_project`,
+  `master`, `num_tpu_cores`) with its defaults."""
+  fv = flag_values
+  _define(fv, "bool", "use_tpu", False, "Whether to run on a TPU (TPUStrategy).")
+  _define(fv, "string", "tpu_name", None,
+          "The Cloud TPU to use: its name or a grpc://ip:port address.")
+  _define(fv, "string", "tpu_zone", None,
+          "GCE zone of the Cloud TPU; looked up from metadata when not given.")
+  _define(fv, "string", "gcp_project", None,
+          "GCP project of the Cloud TPU; looked up from metadata when not given.")
+  _define(fv, "string", "master", None, "TPU master address, used when --tpu_name is not given.")
+  _define(fv, "integer", "num_tpu_cores", 8,
+          "Number of TPU cores expected (checked against the TPU's topology).")
+
+
+def define_runtime_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines the flags this reimplementation adds: strategy, XLA, precision, checkpoints, seed."""
+  fv = flag_values
+  _define(fv, "enum", "distribution_strategy", "auto",
+          "How to spread training over devices. auto: tpu with --use_tpu, multi_worker_mirrored "
+          "when TF_CONFIG names several tasks, mirrored with several GPUs, else one_device. "
+          "mirrored uses all GPUs, or all logical CPU devices when there is no GPU.",
+          enum_values=distribution.STRATEGIES)
+  _define(fv, "bool", "use_xla", False,
+          "Compile the forward and backward pass with XLA (one replica only; TPUs always "
+          "compile).")
+  _define(fv, "enum", "mixed_precision", "float32",
+          "Compute dtype. float16 adds dynamic loss scaling; bfloat16 suits TPUs and CPUs with "
+          "AVX512-BF16. Variables and checkpoints stay float32.", enum_values=distribution.PRECISIONS)
+  _define(fv, "integer", "keep_checkpoint_max", 5,
+          "How many of the most recent training checkpoints to keep.")
+  _define(fv, "integer", "random_seed", 12345,
+          "Seed for initialization, dropout and input shuffling (the same on every worker, so "
+          "workers see one consistent stream of global batches).")
+
+
+def define_model_flags(max_seq_length: int = 128,
+                       flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `bert_config_file`, `init_checkpoint` and `max_seq_length` (the script's default)."""
+  fv = flag_values
+  _define(fv, "string", "bert_config_file", None,
+          "The config json file of the pre-trained BERT model (architecture).")
+  _define(fv, "string", "init_checkpoint", None,
+          "Initial checkpoint (usually from a pre-trained BERT model).")
+  _define(fv, "integer", "max_seq_length", max_seq_length,
+          "Maximum total input length in WordPiece tokens after tokenization; longer inputs are "
+          "truncated, shorter ones padded.")
+
+
+def define_common_flags(max_seq_length: int = 128,
+                        flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines the flags every training script shares, with the original's defaults.
+
+  Also defines the TPU and runtime flags. `max_seq_length` is the script's default (128 for
+  pretraining and classification, 384 for SQuAD).
+  """
+  define_tpu_flags(flag_values)
+  define_runtime_flags(flag_values)
+  define_model_flags(max_seq_length, flag_values)
+  fv = flag_values
+  _define(fv, "bool", "allow_partial_init_checkpoint", False,
+          "Accept an --init_checkpoint that lacks some of the encoder's variables (they keep "
+          "their random initial values). Without it that is an error listing them.")
+  _define(fv, "string", "output_dir", None,
+          "Where checkpoints, summaries and results are written.")
+  _define(fv, "bool", "do_train", False, "Whether to run training.")
+  _define(fv, "integer", "train_batch_size", 32, "Global batch size for training.")
+  _define(fv, "float", "learning_rate", 5e-5, "The initial learning rate for Adam.")
+  _define(fv, "enum", "optimizer", "bert_adam",
+          "bert_adam: the original's AdamW without bias correction (its results exactly; may "
+          "collapse at rates above 1e-4). adamw: the same with bias correction (Keras's and "
+          "Hugging Face's AdamW), for rates tuned for it. lamb: LAMB, AdamW scaled per variable "
+          "by a trust ratio, for large-batch pretraining. All three decay weights except "
+          "LayerNorm and bias variables and save their moments as <name>/adam_m, <name>/adam_v.",
+          enum_values=optimization.OPTIMIZERS)
+  _define(fv, "integer", "save_checkpoints_steps", 1000, "How often to save a checkpoint.")
+  _define(fv, "integer", "iterations_per_loop", 1000,
+          "How many steps to run per call into the graph (and per progress line); on one "
+          "machine a call also ends after about a minute, so that progress shows.")
+
+
+def define_fine_tuning_flags(max_seq_length: int = 128,
+                             flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines the common flags plus the fine-tuning schedule (`num_train_epochs`=3.0,
+  `warmup_proportion`=0.1), as run_classifier and run_squad had."""
+  define_common_flags(max_seq_length, flag_values)
+  _define(flag_values, "float", "num_train_epochs", 3.0,
+          "Total number of training epochs to perform.")
+  _define(flag_values, "float", "warmup_proportion", 0.1,
+          "Proportion of training to perform linear learning rate warmup for, e.g. 0.1 = 10% of "
+          "training.")
+
+
+def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `do_eval` and `eval_batch_size` (default 8, global)."""
+  _define(flag_values, "bool", "do_eval", False, "Whether to run evaluation.")
+  _define(flag_values, "integer", "eval_batch_size", 8, "Global batch size for evaluation.")
+
+
+def define_predict_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `do_predict` and `predict_batch_size` (default 8, global)."""
+  _define(flag_values, "bool", "do_predict", False, "Whether to run prediction.")
+  _define(flag_values, "integer", "predict_batch_size", 8, "Global batch size for prediction.")
+
+
+def define_tokenizer_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `vocab_file`, `do_lower_case` (default True, as the original) and `spm_model_file`."""
+  fv = flag_values
+  _define(fv, "string", "vocab_file", None,
+          "The vocabulary file that the BERT model was trained on.")
+  _define(fv, "bool", "do_lower_case", True,
+          "Whether to lower case the input text. Should be True for uncased models and False for "
+          "cased models.")
+  _define(fv, "string", "spm_model_file", None,
+          "A SentencePiece model to tokenize with instead of --vocab_file (ALBERT-style models).")
+
+
+def define_export_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `export_dir`: where to write a versioned SavedModel for TF Serving."""
+  _define(flag_values, "string", "export_dir", None,
+          "If set, export a SavedModel for TF Serving to <export_dir>/<version>/: %s" % what)
+
+
+# ------------------------------------------------------------------------------------------------
+# Checks and setup.
+# ------------------------------------------------------------------------------------------------
+
+
+def require(*names: str, reason: str = "") -> None:
+  """Raises FlagError unless every named flag has a value (`reason`: when it is needed)."""
+  for name in names:
+    if FLAGS[name].value in (None, ""):
+      raise FlagError("--%s is required%s" % (name, reason))
+
+
+def require_one_of(*names: str) -> None:
+  """Raises FlagError unless at least one of the named (boolean or string) flags is set."""
+  if not any(FLAGS[name].value for name in names):
+    raise FlagError("at least one of %s must be set" % ", ".join("--" + n for n in names))
+
+
+def setup_strategy():
+  """Applies `--mixed_precision` and returns the strategy the flags ask for.
+
+  Call it first in a script's main(): a multi-worker strategy must exist before other ops run.
+  """
+  strategy = distribution.make_strategy(
+      FLAGS.distribution_strategy,
+      use_tpu=FLAGS.use_tpu,
+      tpu_address=FLAGS.tpu_name or FLAGS.master,
+      tpu_zone=FLAGS.tpu_zone,
+      gcp_project=FLAGS.gcp_project,
+      num_tpu_cores=FLAGS.num_tpu_cores)
+  distribution.set_precision(FLAGS.mixed_precision)
+  return strategy
+
+
+def bert_config() -> modeling.BertConfig:
+  """`--bert_config_file`, checked against `--max_seq_length`."""
+  require("bert_config_file")
+  config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  try:
+    config.check_max_seq_length(FLAGS.max_seq_length)
+  except ValueError as error:
+    raise FlagError("--max_seq_length: %s" % error) from None
+  return config
+
+
+def tokenizer() -> tokenization.FullTokenizer:
+  """The tokenizer of `--vocab_file` or `--spm_model_file`, after checking `--do_lower_case`
+  against `--init_checkpoint`'s name as the original did."""
+  if not (FLAGS.vocab_file or FLAGS.spm_model_file):
+    raise FlagError("--vocab_file (or --spm_model_file) is required")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
+
+
+def train_config() -> training_loop.TrainConfig:
+  """The training config the shared flags describe. Fine-tuning scripts give epochs and a warmup
+  proportion (the loop turns them into steps from the number of examples); pretraining gives
+  steps."""
+  epochs = FLAGS["num_train_epochs"].value if "num_train_epochs" in FLAGS else None
+  return training_loop.TrainConfig(
+      output_dir=FLAGS.output_dir,
+      num_train_steps=FLAGS["num_train_steps"].value if "num_train_steps" in FLAGS else None,
+      num_warmup_steps=FLAGS["num_warmup_steps"].value if "num_warmup_steps" in FLAGS else None,
+      num_train_epochs=epochs,
+      warmup_proportion=FLAGS["warmup_proportion"].value if epochs is not None else None,
+      learning_rate=FLAGS.learning_rate,
+      optimizer=FLAGS.optimizer,
+      train_batch_size=FLAGS.train_batch_size,
+      init_checkpoint=FLAGS.init_checkpoint,
+      save_checkpoints_steps=FLAGS.save_checkpoints_steps,
+      iterations_per_loop=FLAGS.iterations_per_loop,
+      keep_checkpoint_max=FLAGS.keep_checkpoint_max,
+      use_xla=FLAGS.use_xla,
+      random_seed=FLAGS.random_seed,
+      allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
+
+
+def run_script(main: Callable[[list], Any], input_errors: Sequence[type] = ()) -> None:
+  """`app.run(main)` for a script; a FlagError, a TrainingError, or one of the script's
+  `input_errors` (bad input files, whose messages name the file and line), ends it with one line
+  on stderr (`<script>: error: <message>`, exit status 1) instead of a traceback."""
+
+  def main_with_clear_errors(argv):
+    try:
+      return main(argv)
+    except (FlagError, checkpoints.TrainingError) + tuple(input_errors) as error:
+      raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]), error)) from None
+
+  app.run(main_with_clear_errors)

@@ -1,0 +1,139 @@
+# coding=utf-8
+"""Where a run executes: `tf.distribute` strategies, precision, and the chief that writes outputs.
+
+The original ran on one TPU through TPUEstimator, or on one CPU/GPU. Here one code path runs under
+any strategy: one device, MirroredStrategy, MultiWorkerMirroredStrategy from `TF_CONFIG`, or a
+TPU. Batch sizes are global everywhere.
+
+Loss convention under distribution: a task's loss function runs once per replica on that replica's
+part of the global batch and returns *this replica's share* of the global-batch value, so that the
+shares summed over replicas equal the value one device computes on the whole global batch.
+`replica_weighted_mean` computes such a share for any weighted mean (the normalizer is all-reduced),
+so losses and metrics do not depend on the number of replicas.
+"""
+
+import json
+import os
+from typing import Optional
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
+PRECISIONS = ("float32", "float16", "bfloat16")
+
+
+def _tf_config() -> dict:
+  return json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+
+
+def _tf_config_task_count() -> int:
+  """Number of tasks TF_CONFIG's cluster names (0 when TF_CONFIG is unset)."""
+  return sum(len(addresses) for addresses in _tf_config().get("cluster", {}).values())
+
+
+def make_strategy(name: str = "auto",
+                  *,
+                  devices: Optional[list] = None,
+                  use_tpu: bool = False,
+                  tpu_address: Optional[str] = None,
+                  tpu_zone: Optional[str] = None,
+                  gcp_project: Optional[str] = None,
+                  num_tpu_cores: Optional[int] = None) -> tf.distribute.Strategy:
+  """Creates a `tf.distribute` strategy. Call it before any other TensorFlow op.
+
+  Args:
+    name: one of STRATEGIES. `auto` picks tpu with use_tpu, multi_worker_mirrored when TF_CONFIG
+      names several tasks, mirrored with several GPUs, else one_device (the default strategy).
+    devices: the mirrored strategy's devices (default: all GPUs, else all logical CPUs).
+    use_tpu, tpu_address, tpu_zone, gcp_project: where the TPU is (the original's flags).
+    num_tpu_cores: cores expected on the TPU; a mismatch is logged.
+
+  Returns:
+    The strategy. Batch sizes given to `train`, `evaluate` and `predict` are global.
+  """
+  if name not in STRATEGIES:
+    raise ValueError("--distribution_strategy must be one of %s, got %r" % (STRATEGIES, name))
+  if name == "auto":
+    if use_tpu:
+      name = "tpu"
+    elif _tf_config_task_count() > 1:
+      name = "multi_worker_mirrored"
+    elif len(tf.config.list_physical_devices("GPU")) > 1:
+      name = "mirrored"
+    else:
+      name = "one_device"
+  logging.info("Distribution strategy: %s", name)
+  if name == "one_device":
+    return tf.distribute.get_strategy()
+  if name == "mirrored":
+    if devices is None:
+      gpus = tf.config.list_logical_devices("GPU")
+      devices = [d.name for d in (gpus or tf.config.list_logical_devices("CPU"))]
+    return tf.distribute.MirroredStrategy(devices=devices)
+  if name == "multi_worker_mirrored":
+    if not os.environ.get("TF_CONFIG"):
+      raise ValueError("--distribution_strategy=multi_worker_mirrored needs the TF_CONFIG "
+                       "environment variable (cluster and task of this worker)")
+    return tf.distribute.MultiWorkerMirroredStrategy()
+  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+      tpu=tpu_address or "", zone=tpu_zone, project=gcp_project)
+  tf.config.experimental_connect_to_cluster(resolver)
+  tf.tpu.experimental.initialize_tpu_system(resolver)
+  strategy = tf.distribute.TPUStrategy(resolver)
+  if num_tpu_cores and strategy.num_replicas_in_sync != num_tpu_cores:
+    logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using %d", num_tpu_cores,
+                    strategy.num_replicas_in_sync, strategy.num_replicas_in_sync)
+  return strategy
+
+
+def set_precision(precision: str) -> None:
+  """Sets Keras's global dtype policy: float32, or mixed float16/bfloat16 (float32 variables)."""
+  if precision not in PRECISIONS:
+    raise ValueError("--mixed_precision must be one of %s, got %r" % (PRECISIONS, precision))
+  keras.mixed_precision.set_global_policy(
+      "float32" if precision == "float32" else "mixed_" + precision)
+
+
+def is_chief() -> bool:
+  """Whether this process writes outputs (checkpoints, summaries, results, exports).
+
+  One process of a run does: the `chief` task of a TF_CONFIG cluster, or worker 0 of a cluster
+  without one (as MultiWorkerMirroredStrategy decides which worker checkpoints), and any process
+  run without TF_CONFIG. Every function that writes a run's output asks this itself.
+  """
+  config = _tf_config()
+  task = config.get("task") or {}
+  if not config.get("cluster") or not task:
+    return True
+  if task.get("type") == "chief":
+    return True
+  return "chief" not in config["cluster"] and task.get("type") == "worker" and (
+      int(task.get("index", 0)) == 0)
+
+
+def replica_weighted_mean(values: tf.Tensor, weights: Optional[tf.Tensor] = None,
+                          epsilon: float = 0.0) -> tf.Tensor:
+  """This replica's share of the global-batch mean `sum(w * v) / (sum(w) + epsilon)`.
+
+  The denominator is summed over all replicas, so the shares of all replicas add up to the value
+  one device computes on the whole global batch (exactly, not an average of per-replica means).
+  Call it inside a loss or metric function (replica context); outside any strategy it is the
+  plain weighted mean.
+  """
+  values = tf.cast(tf.reshape(values, [-1]), tf.float32)
+  weights = (tf.ones_like(values) if weights is None else
+             tf.cast(tf.reshape(weights, [-1]), tf.float32))
+  numerator = tf.reduce_sum(values * weights)
+  denominator = tf.reduce_sum(weights)
+  context = tf.distribute.get_replica_context()
+  if context is not None and context.num_replicas_in_sync > 1:
+    denominator = context.all_reduce(tf.distribute.ReduceOp.SUM, denominator)
+  return numerator / (denominator + epsilon)
+
+
+def replica_batch_share() -> float:
+  """The denominator that makes a per-batch value count once per global batch in a MetricFn."""
+  context = tf.distribute.get_replica_context()
+  return 1.0 / (context.num_replicas_in_sync if context is not None else 1)

@@ -1,0 +1,107 @@
+# coding=utf-8
+"""One protocol for fine-tuning tasks, and the one driver that runs a task as a script asks.
+
+The original's run_classifier and run_squad each wired TPUEstimator by hand (model_fn, input_fn,
+train/eval/predict blocks). Here a task (classifier.py, squad.py, tagging.py, ...) implements
+`Task`: it builds its model from a config, gives a loss and a per-batch prediction function, its
+training data, its evaluation and prediction steps and its export. `run` then does what the
+original scripts did with `--do_train`, `--do_eval`, `--do_predict` (and `--export_dir`), the same
+way for every task: train with the shared loop (the schedule computed there from epochs), or
+restore the newest checkpoint of `--output_dir` (else `--init_checkpoint`); evaluate into
+`eval_results.txt`; predict; export. Writers check `distribution.is_chief()` themselves.
+"""
+
+import abc
+import dataclasses
+import os
+from typing import Callable, Mapping, Optional, Sequence
+
+from absl import logging
+import keras
+import tensorflow as tf
+
+import checkpoints
+import tfrecord_files
+import training_loop
+
+
+@dataclasses.dataclass
+class TrainData:
+  """A task's training input: `dataset_fn(global_batch_size, seed)` as `training_loop.train`
+  takes it, the number of examples (the schedule's unit) and the cached feature files it reads
+  (named if a record turns out corrupt)."""
+  dataset_fn: Callable[[int, int], tf.data.Dataset]
+  num_examples: int
+  feature_files: Sequence[str] = ()
+
+
+class Task(abc.ABC):
+  """What `run` needs from a fine-tuning task. Batch sizes are global."""
+
+  @abc.abstractmethod
+  def build_model(self) -> keras.Model:
+    """The task model with all its variables created (checkpoint names per DESIGN.md)."""
+
+  @abc.abstractmethod
+  def loss(self, model: keras.Model, features: Mapping[str, tf.Tensor], training: bool) -> tuple:
+    """`training_loop.LossFn`: (this replica's loss share, {metric name: share})."""
+
+  @abc.abstractmethod
+  def predict_outputs(self, model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
+    """`training_loop.PredictFn`: {name: one row per example} for one batch."""
+
+  @abc.abstractmethod
+  def train_data(self) -> TrainData:
+    """Reads the training set (and caches its features in the task's output directory)."""
+
+  def evaluate(self, strategy: tf.distribute.Strategy, model: keras.Model,
+               batch_size: int) -> dict:
+    """Metrics on the dev set for eval_results.txt (tasks without `--do_eval` need not)."""
+    raise NotImplementedError("%s has no --do_eval" % type(self).__name__)
+
+  @abc.abstractmethod
+  def predict(self, strategy: tf.distribute.Strategy, model: keras.Model,
+              batch_size: int) -> str:
+    """Predicts the test set and writes the task's prediction files; returns a summary."""
+
+  @abc.abstractmethod
+  def export(self, model: keras.Model, export_dir: str) -> str:
+    """Writes a raw-text SavedModel version under `export_dir`; returns its path."""
+
+
+def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,
+        do_train: bool, do_eval: bool = False, do_predict: bool = False,
+        eval_batch_size: int = 8, predict_batch_size: int = 8,
+        export_dir: Optional[str] = None) -> list:
+  """Trains (or restores), evaluates, predicts and exports `task` as the flags ask.
+
+  Returns the summary's parts (also logged as one line).
+  """
+  tf.io.gfile.makedirs(config.output_dir)
+  summary = []
+  if do_train:
+    data = task.train_data()
+    logging.info("***** Training: %d examples, batch %d *****", data.num_examples,
+                 config.train_batch_size)
+    with tfrecord_files.naming_corrupt_records(list(data.feature_files),
+                                               tfrecord_files.REBUILD_CACHE_HINT):
+      result = training_loop.train(strategy, task.build_model, task.loss, data.dataset_fn,
+                                   config, num_examples=data.num_examples)
+    model, global_step = result.model, result.global_step
+    summary.append("trained to step %d (%.1f examples/s)" % (global_step,
+                                                            result.examples_per_second))
+  else:
+    model, global_step, _ = checkpoints.restore_model(
+        strategy, task.build_model, config.output_dir, config.init_checkpoint,
+        config.allow_partial_init_checkpoint)
+  if do_eval:
+    results = dict(task.evaluate(strategy, model, eval_batch_size), global_step=global_step)
+    training_loop.write_eval_results(os.path.join(config.output_dir, "eval_results.txt"), results)
+    summary.append("evaluated: " + ", ".join(
+        "%s %.4f" % (k, v) for k, v in sorted(results.items()) if k != "global_step"))
+  if do_predict:
+    summary.append(task.predict(strategy, model, predict_batch_size))
+  if export_dir:
+    summary.append("exported " + task.export(model, export_dir))
+  logging.info("%s: %s", type(task).__name__, "; ".join(summary))
+  return summary

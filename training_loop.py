@@ -1,0 +1,633 @@
+# coding=utf-8
+"""The one training loop, and evaluation and prediction over fixed-order data, for every script.
+
+The original BERT trained, evaluated and predicted with TPUEstimator. This module gives the same
+behaviour to Keras 3 models under any `tf.distribute` strategy (distribution.py), with one path:
+
+- `train()`: a task-agnostic loop that runs up to `iterations_per_loop` steps per call into the
+  graph (as TPUEstimator did; on one machine a call also ends after about a minute, so progress
+  shows on a CPU), writes Google-format training checkpoints (checkpoints.py) as it goes, resumes
+  from the newest intact one, stops exactly at the last step of the schedule (given in steps, or in
+  epochs of a number of examples), and stops with a clear error when the loss is no longer finite;
+- `evaluate()` and `predict()`: every example of a fixed-order dataset exactly once, in order,
+  with the last partial batch padded for the devices and the padding removed from the results.
+
+A task gives the loop functions of the shapes `LossFn`, `MetricFn` and `PredictFn`; the loss
+convention under distribution is distribution.py's (`replica_weighted_mean`).
+"""
+
+import dataclasses
+import fcntl
+import math
+import os
+import socket
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from absl import logging
+import keras
+import numpy as np
+import tensorflow as tf
+from tensorflow.core.framework import summary_pb2
+
+import atomic_files
+import checkpoints
+import distribution
+import optimization
+
+# Feature key that evaluate() and predict() set to 1 for real examples and 0 for padding rows
+# (the original's name: its classifier TFRecords already carry it for TPU padding).
+REAL_EXAMPLE_KEY = "is_real_example"
+
+# A task's loss function: (model, features, training) -> (loss share, {metric name: share}).
+LossFn = Callable[[keras.Model, Mapping[str, tf.Tensor], bool], tuple]
+# A task's evaluation metrics: (model, features) -> {name: (numerator, denominator)}, both summed
+# over this replica's examples; the result is numerator / denominator over the whole dataset.
+MetricFn = Callable[[keras.Model, Mapping[str, tf.Tensor]], Mapping[str, tuple]]
+# A task's prediction: (model, features) -> {name: tensor with one row per example}.
+PredictFn = Callable[[keras.Model, Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
+
+
+# ------------------------------------------------------------------------------------------------
+# One writer per output_dir.
+# ------------------------------------------------------------------------------------------------
+
+
+def _remove_quietly(path: str) -> None:
+  try:
+    tf.io.gfile.remove(path)
+  except (tf.errors.OpError, OSError):
+    pass
+
+
+LOCK_FILE_NAME = ".lock"
+
+
+class OutputDirLock:
+  """An exclusive lock on an output directory: `output_dir/.lock`, holding `pid host since`.
+
+  On a local file system the file is also `flock`ed, so the lock is exclusive even between
+  processes starting at the same moment and dies with its process (SIGKILL included); a lock file
+  left by a process that is gone is taken over with a warning. Elsewhere (e.g. gs://) the file is
+  the lock: a holder on this host that is no longer running is taken over, any other holder must
+  be removed by hand. Use as a context manager; `checkpoints.TrainingError` names the holder.
+  """
+
+  def __init__(self, output_dir: str):
+    self.output_dir = output_dir
+    self.path = os.path.join(output_dir, LOCK_FILE_NAME)
+    self._fd = None
+
+  def __enter__(self) -> "OutputDirLock":
+    self.acquire()
+    return self
+
+  def __exit__(self, *unused_exc_info) -> None:
+    self.release()
+
+  def _describe(self, holder: str) -> str:
+    """`pid P on host H since <local time>` from a lock file's `pid host since` line."""
+    fields = holder.split()
+    try:
+      since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(fields[2])))
+    except (IndexError, ValueError):
+      return "an unknown process (the lock file holds %r)" % holder
+    return "pid %s on host %s since %s" % (fields[0], fields[1], since)
+
+  def _is_gone(self, holder: str) -> bool:
+    """Whether the holder is a process of this host that is no longer running."""
+    fields = holder.split()
+    if len(fields) < 2 or fields[1] != socket.gethostname() or not fields[0].isdigit():
+      return False
+    try:
+      os.kill(int(fields[0]), 0)
+    except ProcessLookupError:
+      return True
+    except PermissionError:  # Running, as another user.
+      pass
+    return False
+
+  def _in_use(self, holder: str) -> checkpoints.TrainingError:
+    return checkpoints.TrainingError(
+        "--output_dir=%s is in use by %s (lock file %s): only one job may write to a directory. "
+        "If that job is gone, remove the lock file" % (self.output_dir, self._describe(holder),
+                                                        self.path))
+
+  def _record(self) -> str:
+    return "%d %s %.0f\n" % (os.getpid(), socket.gethostname(), time.time())
+
+  def acquire(self) -> None:
+    try:
+      tf.io.gfile.makedirs(self.output_dir)
+      if "://" in self.output_dir:
+        self._acquire_remote()
+      else:
+        self._acquire_local()
+    except (tf.errors.OpError, OSError) as error:
+      raise checkpoints.TrainingError("--output_dir=%s cannot be written (%s)" %
+                          (self.output_dir, checkpoints.first_line(error))) from error
+
+  def _acquire_local(self) -> None:
+    while True:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        raise self._in_use(holder) from None
+      # A releasing holder unlinks the file before unlocking it: make sure the locked file is
+      # still the one at the path, else lock the new one.
+      try:
+        same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+      except FileNotFoundError:
+        same_file = False
+      if same_file:
+        break
+      os.close(fd)
+    try:
+      previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, self._record().encode("utf-8"), 0)
+    except OSError:
+      os.close(fd)
+      raise
+    if previous:
+      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+                      "running", self._describe(previous), self.output_dir)
+    self._fd = fd
+
+  def _acquire_remote(self) -> None:
+    if tf.io.gfile.exists(self.path):
+      with tf.io.gfile.GFile(self.path) as f:
+        holder = f.read().strip()
+      if not self._is_gone(holder):
+        raise self._in_use(holder)
+      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+                      "running", self._describe(holder), self.output_dir)
+    with tf.io.gfile.GFile(self.path, "w") as f:
+      f.write(self._record())
+
+  def release(self) -> None:
+    """Removes the lock file (only this holder's) and unlocks."""
+    if self._fd is not None:
+      _remove_quietly(self.path)
+      os.close(self._fd)
+      self._fd = None
+    elif "://" in self.output_dir and tf.io.gfile.exists(self.path):
+      with tf.io.gfile.GFile(self.path) as f:
+        holder = f.read().split()
+      if holder[:2] == [str(os.getpid()), socket.gethostname()]:
+        _remove_quietly(self.path)
+
+
+# ------------------------------------------------------------------------------------------------
+# Training.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class TrainConfig:
+  """What `train` needs besides the task's functions. Batch sizes are global.
+
+  The schedule is given in steps (`num_train_steps`, `num_warmup_steps`: pretraining), or in
+  epochs (`num_train_epochs`, `warmup_proportion`: fine-tuning), which `with_schedule` turns into
+  steps from the number of training examples as the original scripts did.
+  """
+  output_dir: str
+  num_train_steps: Optional[int] = None
+  num_warmup_steps: Optional[int] = None
+  learning_rate: float = 5e-5
+  optimizer: str = "bert_adam"  # one of optimization.OPTIMIZERS
+  train_batch_size: int = 32
+  init_checkpoint: Optional[str] = None
+  save_checkpoints_steps: int = 1000
+  iterations_per_loop: int = 1000
+  # On one machine a call into the graph is also cut to about this long, so that a progress line
+  # comes at least this often on a CPU (where 1,000 steps of BERT take hours); see _loop_steps.
+  progress_seconds: float = 60.0
+  keep_checkpoint_max: int = 5
+  use_xla: bool = False
+  random_seed: int = 12345
+  allow_partial_init_checkpoint: bool = False
+  num_train_epochs: Optional[float] = None
+  warmup_proportion: Optional[float] = None
+  # The step a later phase of the job starts at (pretraining's phase 2 resumes phase 1's
+  # output_dir): its learning rate schedule and its dataset count from here.
+  phase_start_step: int = 0
+
+  def with_schedule(self, num_examples: Optional[int]) -> "TrainConfig":
+    """This config with its steps: from the epochs over `num_examples` when epochs are given
+    (`int(num_examples / train_batch_size * num_train_epochs)`, warmup that share of it)."""
+    if self.num_train_epochs is None:
+      return self
+    if num_examples is None:
+      raise ValueError("a schedule in epochs needs the number of training examples")
+    num_train_steps = int(num_examples / self.train_batch_size * self.num_train_epochs)
+    return dataclasses.replace(self, num_train_steps=num_train_steps,
+                               num_warmup_steps=int(num_train_steps * self.warmup_proportion))
+
+  def validate(self, num_replicas: int) -> None:
+    if not self.output_dir:
+      raise ValueError("--output_dir is required for training")
+    for name in ("num_train_steps", "train_batch_size", "save_checkpoints_steps",
+                 "iterations_per_loop"):
+      if getattr(self, name) <= 0:
+        raise ValueError("--%s must be positive, got %r" % (name, getattr(self, name)))
+    if not 0 <= self.phase_start_step < self.num_train_steps:
+      raise ValueError("phase_start_step=%d must be in [0, num_train_steps=%d)" %
+                       (self.phase_start_step, self.num_train_steps))
+    if self.num_warmup_steps < 0:
+      raise ValueError("--num_warmup_steps must not be negative, got %r" % self.num_warmup_steps)
+    if self.train_batch_size % num_replicas:
+      raise ValueError("--train_batch_size=%d is not divisible by the %d replicas" %
+                       (self.train_batch_size, num_replicas))
+
+
+@dataclasses.dataclass
+class TrainResult:
+  """What `train` leaves behind."""
+  model: keras.Model
+  global_step: int
+  checkpoint: Optional[str]  # the final model.ckpt-<step> (None on non-chief workers)
+  metrics: dict  # mean loss and metrics over the last loop
+  examples_per_second: float  # over the steps this run trained (0 when it trained none)
+  loop_examples_per_second: list = dataclasses.field(default_factory=list)  # per graph call
+
+
+def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
+  """Distributes a dataset of global batches so that each global batch is split over replicas.
+
+  Unless the dataset chose a sharding policy itself, every worker reads the same stream and keeps
+  its part of each batch (DATA sharding): the global batches are the ones one device would see.
+  """
+  options = tf.data.Options()
+  if dataset.options().experimental_distribute.auto_shard_policy == (
+      tf.data.experimental.AutoShardPolicy.AUTO):
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+  return strategy.experimental_distribute_dataset(dataset.with_options(options))
+
+
+def _format_duration(seconds: float) -> str:
+  if not math.isfinite(seconds):
+    return "?"
+  seconds = int(seconds)
+  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
+
+
+# Room in a seed generator's counter for the draws of one step (one per call of a dropout layer).
+_RANDOM_DRAWS_PER_STEP = 1 << 16
+
+
+class _Trainer:
+  """Owns the compiled multi-step training function for one model and optimizer."""
+
+  def __init__(self, strategy, model, optimizer, loss_fn, use_xla):
+    self.strategy = strategy
+    self.model = model
+    self.optimizer = optimizer
+    self.loss_fn = loss_fn
+    self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
+    compiled = use_xla and strategy.num_replicas_in_sync == 1
+    if use_xla and not compiled and not isinstance(strategy, tf.distribute.TPUStrategy):
+      logging.warning("--use_xla is ignored with %d replicas (the loss all-reduces across "
+                      "replicas, which XLA cannot compile on CPU/GPU)",
+                      strategy.num_replicas_in_sync)
+    # A nested tf.function may not all-reduce, so only the one-replica XLA case gets one.
+    self._gradients = (tf.function(self._compute_gradients, jit_compile=True) if compiled else
+                       self._compute_gradients)
+    # Dropout draws from Keras seed generators (variables outside the checkpoint); each step
+    # sets their counters from the step, so a step replayed after a resume draws the same masks.
+    self._seed_states = [v for v in model.variables if v.name == "seed_generator_state"]
+    # Traced once and called twice by _train_steps (before and inside its loop).
+    self._step = tf.function(self._one_step)
+    self.train_steps = tf.function(self._train_steps)
+
+  def _compute_gradients(self, features):
+    variables = self.model.trainable_variables
+    with tf.GradientTape() as tape:
+      loss, metrics = self.loss_fn(self.model, features, True)
+      scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
+    return loss, dict(metrics), tape.gradient(scaled, variables)
+
+  def _replica_step(self, features):
+    counter = tf.cast(self.optimizer.iterations, tf.int64) * _RANDOM_DRAWS_PER_STEP
+    for state in self._seed_states:
+      state.assign(tf.stack([state[0], tf.cast(counter, state.dtype)]))
+    loss, metrics, grads = self._gradients(features)
+    # Variables the loss does not reach (the pooler under SQuAD and NER heads) have no gradient;
+    # like the original's optimizer, leave them alone (no update, no weight decay, no warning).
+    used = [(grad, variable) for grad, variable in zip(grads, self.model.trainable_variables)
+            if grad is not None]
+    self.optimizer.apply([grad for grad, _ in used], [variable for _, variable in used])
+    return dict(metrics, loss=loss)
+
+  def _one_step(self, iterator):
+    shares = self.strategy.run(self._replica_step, args=(next(iterator),))
+    return {name: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
+            for name, value in shares.items()}
+
+  def _train_steps(self, iterator, num_steps):
+    """Runs `num_steps` (>= 1) steps; returns the sums over steps of loss and metrics."""
+    totals = self._step(iterator)
+    for _ in tf.range(num_steps - 1):
+      step = self._step(iterator)
+      totals = {name: totals[name] + step[name] for name in totals}
+    return totals
+
+
+def _learning_rate(optimizer) -> float:
+  """The rate the next update will use (the schedule at the current step)."""
+  return float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+
+
+def train(strategy: tf.distribute.Strategy,
+          model_fn: Callable[[], keras.Model],
+          loss_fn: LossFn,
+          dataset_fn: Callable[[int, int], tf.data.Dataset],
+          config: TrainConfig,
+          optimizer_fn: Optional[Callable[[], keras.optimizers.Optimizer]] = None,
+          num_examples: Optional[int] = None) -> TrainResult:
+  """Trains (or resumes training) to the last step of the schedule, checkpointing as it goes.
+
+  Args:
+    strategy: from `cli.setup_strategy` or `distribution.make_strategy`.
+    model_fn: builds the task model with all its variables created (e.g. `model.build()`); it is
+      called under the strategy's scope. Variable paths follow DESIGN.md's naming rule.
+    loss_fn: `(model, features, training) -> (loss, {name: metric})`, every value this replica's
+      share of the global-batch value (see `replica_weighted_mean`).
+    dataset_fn: `(global_batch_size, seed) -> tf.data.Dataset` of feature dicts, batched to
+      exactly `global_batch_size` (drop_remainder=True) and repeating for as long as training
+      needs. Shuffle with `seed`: it is `config.random_seed` on every worker and in every run,
+      and the dataset must give the same batches for the same seed, because a resumed run skips
+      the batches trained before it (so its weights equal an uninterrupted run's).
+    config: schedule, checkpointing and runtime options.
+    optimizer_fn: builds the optimizer under the scope (default: `optimization.create_optimizer`
+      with the config's optimizer, learning rate and schedule).
+    num_examples: the number of training examples, for a schedule given in epochs.
+
+  Returns:
+    A TrainResult with the trained model (usable for evaluate/predict in the same process).
+
+  Raises:
+    checkpoints.TrainingError: the loss became NaN or Inf (the last good checkpoint stays the
+      latest); a checkpoint cannot be written; `output_dir` is in use by another job or cannot be
+      written; it holds checkpoints but none is readable; `init_checkpoint` lacks encoder
+      variables.
+  """
+  config = config.with_schedule(num_examples)
+  config.validate(strategy.num_replicas_in_sync)
+  if not distribution.is_chief():
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn)
+  with OutputDirLock(config.output_dir):
+    checkpoints.remove_leftover_temporaries(config.output_dir)
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn)
+
+
+def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> TrainResult:
+  """`train` once the chief holds the output directory's lock."""
+  chief = distribution.is_chief()
+  keras.utils.set_random_seed(config.random_seed)
+  with strategy.scope():
+    model = model_fn()
+    if optimizer_fn is None:
+      optimizer = optimization.create_optimizer(
+          config.learning_rate, config.num_train_steps - config.phase_start_step,
+          config.num_warmup_steps, compute_dtype=keras.mixed_precision.global_policy().name,
+          optimizer_name=config.optimizer, schedule_start_step=config.phase_start_step)
+    else:
+      optimizer = optimizer_fn()
+    named_variables = checkpoints.training_state_variables(model, optimizer)
+
+  step, restored = _restore_or_initialize(model, named_variables, config)
+  if step >= config.num_train_steps:
+    logging.info("Training already finished: checkpoint at step %d >= --num_train_steps=%d",
+                 step, config.num_train_steps)
+    return TrainResult(model, step, restored, {}, 0.0)
+
+  if step < config.phase_start_step:
+    raise checkpoints.TrainingError(
+        "%s is at step %d, before this phase's first step %d: finish the previous phase first" %
+        (restored or config.output_dir, step, config.phase_start_step))
+  # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
+  dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
+      step - config.phase_start_step)
+  iterator = iter(_distribute(strategy, dataset))
+  trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla)
+  try:
+    writer = (tf.summary.create_file_writer(config.output_dir) if chief else
+              tf.summary.create_noop_writer())
+  except tf.errors.OpError as error:
+    raise checkpoints.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
+                        (config.output_dir, checkpoints.first_line(error))) from error
+  try:
+    first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
+    seconds_per_step = None
+    logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
+                 config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
+    while step < config.num_train_steps:
+      num_steps = _loop_steps(strategy, config, step, seconds_per_step)
+      loop_start = time.time()
+      totals = trainer.train_steps(iterator, tf.constant(num_steps, tf.int32))
+      metrics = {name: float(value) / num_steps for name, value in totals.items()}
+      loop_seconds = time.time() - loop_start
+      seconds_per_step = loop_seconds / num_steps
+      step += num_steps
+      if not all(math.isfinite(value) for value in metrics.values()):
+        last = checkpoints.latest_checkpoint(config.output_dir)
+        raise checkpoints.TrainingError(
+            "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
+            (metrics.get("loss"), step - num_steps + 1, step, metrics, last or "(none)"))
+      examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
+      loop_rates.append(examples_per_second)
+      _write_summaries(writer, step, metrics, _learning_rate(optimizer), examples_per_second)
+      overall_rate = (step - first_step) / max(time.time() - start_time, 1e-9)
+      logging.info("step %d/%d loss %.4f %s| %.1f examples/s | ETA %s", step,
+                   config.num_train_steps, metrics["loss"],
+                   "".join("%s %.4f " % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
+                   examples_per_second,
+                   _format_duration((config.num_train_steps - step) / max(overall_rate, 1e-9)))
+      if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps):
+        prefix = checkpoints.save_training_checkpoint(named_variables, config.output_dir, step,
+                                          config.keep_checkpoint_max)
+    elapsed = time.time() - start_time
+    rate = (step - first_step) * config.train_batch_size / max(elapsed, 1e-9)
+    logging.info("Trained steps %d-%d in %s (%.1f examples/s); final loss %.4f; checkpoint %s",
+                 first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
+  finally:
+    writer.close()
+  return TrainResult(model, step, prefix, metrics, rate, loop_rates)
+
+
+def _loop_steps(strategy, config: TrainConfig, step: int,
+                seconds_per_step: Optional[float]) -> int:
+  """Steps of the next call into the graph: up to the next multiple of `iterations_per_loop`,
+  never past a checkpoint step or `num_train_steps`.
+
+  On one machine the call is also kept to about `config.progress_seconds` at the speed of the
+  previous call, and the first call to 10 steps while the speed is unknown, as the original's
+  Estimator logged every 100 steps off TPU. With several workers every worker must run the same
+  number of steps, so there the calls are always whole loops.
+  """
+  next_save = (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps
+  next_loop_end = (step // config.iterations_per_loop + 1) * config.iterations_per_loop
+  num_steps = min(next_loop_end, next_save, config.num_train_steps) - step
+  if strategy.extended._in_multi_worker_mode():  # pylint: disable=protected-access
+    return num_steps
+  if seconds_per_step is None:
+    return min(num_steps, 10)
+  return max(1, min(num_steps, int(config.progress_seconds / max(seconds_per_step, 1e-9))))
+
+
+def _restore_or_initialize(model, named_variables, config) -> tuple:
+  """Resumes from output_dir's newest intact checkpoint, else loads init_checkpoint. Returns
+  (step, the checkpoint resumed from or None)."""
+  prefix = checkpoints.restore_newest_intact(config.output_dir,
+                                 lambda p: checkpoints.restore_variables(named_variables, p))
+  if prefix:
+    step = int(named_variables["global_step"].numpy())
+    logging.info("Resuming from %s (step %d)", prefix, step)
+    return step, prefix
+  if config.init_checkpoint:
+    checkpoints.load_init_checkpoint(model, config.init_checkpoint, config.allow_partial_init_checkpoint)
+  return 0, None
+
+
+# TensorBoard's scalar plugin metadata, so scalars are written without importing tensorboard
+# (tf.summary.scalar needs it; the runtime requirements do not include it).
+_SCALAR_METADATA = summary_pb2.SummaryMetadata(
+    plugin_data=summary_pb2.SummaryMetadata.PluginData(plugin_name="scalars"),
+    data_class=summary_pb2.DATA_CLASS_SCALAR)
+
+
+def _write_summaries(writer, step, metrics, learning_rate, examples_per_second) -> None:
+  scalars = dict(metrics, learning_rate=learning_rate, examples_per_second=examples_per_second)
+  with writer.as_default(step=step):
+    for name, value in scalars.items():
+      tf.summary.write(name, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation and prediction over fixed-order data.
+# ------------------------------------------------------------------------------------------------
+
+
+def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool):
+  """Batches (features, index) pairs; a last partial batch is padded with zero rows, index -1.
+
+  Every batch has exactly `batch_size` rows (static shapes for TPUs, equal splits over replicas),
+  and `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an existing value).
+  """
+
+  def pad(features, index):
+    real = tf.shape(index)[0]
+
+    def pad_rows(tensor, value=0):
+      paddings = [[0, batch_size - real]] + [[0, 0]] * (len(tensor.shape) - 1)
+      padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
+      return tf.ensure_shape(padded, [batch_size] + tensor.shape[1:])
+
+    features = {name: pad_rows(value) for name, value in features.items()}
+    index = pad_rows(index, -1)
+    is_real = tf.cast(index >= 0, tf.float32)
+    existing = features.get(REAL_EXAMPLE_KEY)
+    if existing is not None:
+      is_real = tf.cast(is_real, existing.dtype) * tf.reshape(existing, [batch_size])
+    features[REAL_EXAMPLE_KEY] = is_real
+    return features, index
+
+  indexed = dataset.enumerate().map(lambda index, features: (features, tf.cast(index, tf.int32)))
+  return indexed.batch(batch_size, drop_remainder=drop_remainder).map(pad)
+
+
+def evaluate(strategy: tf.distribute.Strategy,
+             model: keras.Model,
+             metric_fn: MetricFn,
+             dataset: tf.data.Dataset,
+             batch_size: int,
+             max_steps: Optional[int] = None,
+             drop_remainder: bool = False) -> dict:
+  """Evaluates a model over an unbatched, finite dataset of feature dicts.
+
+  Args:
+    strategy: the strategy the model was built under.
+    model: a built model.
+    metric_fn: `(model, features) -> {name: (numerator, denominator)}` summed over the replica's
+      examples; weight by `features[REAL_EXAMPLE_KEY]` so padding rows count for nothing.
+    dataset: unbatched examples in a fixed order (it is batched here to `batch_size`, global).
+    batch_size: global batch size.
+    max_steps: evaluate at most this many batches (all when None).
+    drop_remainder: drop a last partial batch instead of padding it (the original pretraining
+      eval did this).
+
+  Returns:
+    {name: numerator / denominator over all evaluated examples} as floats.
+  """
+  batches = _padded_batches(dataset, batch_size, drop_remainder)
+  if max_steps:
+    batches = batches.take(max_steps)
+
+  @tf.function
+  def step(inputs):
+    features, _ = inputs
+    shares = strategy.run(lambda f: dict(metric_fn(model, f)), args=(features,))
+    return {name: (strategy.reduce(tf.distribute.ReduceOp.SUM, numerator, axis=None),
+                   strategy.reduce(tf.distribute.ReduceOp.SUM, denominator, axis=None))
+            for name, (numerator, denominator) in shares.items()}
+
+  totals, num_batches = {}, 0
+  for inputs in _distribute(strategy, batches):
+    for name, (numerator, denominator) in step(inputs).items():
+      previous = totals.get(name, (0.0, 0.0))
+      totals[name] = (previous[0] + float(numerator), previous[1] + float(denominator))
+    num_batches += 1
+  if not num_batches:
+    raise ValueError("evaluation dataset is empty (batch size %d%s)" %
+                     (batch_size, ", partial batch dropped" if drop_remainder else ""))
+  logging.info("Evaluated %d batches of %d", num_batches, batch_size)
+  return {name: numerator / denominator if denominator else float("nan")
+          for name, (numerator, denominator) in totals.items()}
+
+
+def predict(strategy: tf.distribute.Strategy,
+            model: keras.Model,
+            predict_fn: PredictFn,
+            dataset: tf.data.Dataset,
+            batch_size: int) -> dict:
+  """Runs a model over an unbatched, finite dataset; one output row per example, in input order.
+
+  Returns:
+    {name: np.ndarray with one row per input example}, without padding rows, on every worker.
+  """
+  batches = _padded_batches(dataset, batch_size, drop_remainder=False)
+
+  @tf.function
+  def step(inputs):
+    features, index = inputs
+    outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), __index__=i),
+                           args=(features, index))
+    return {name: strategy.gather(value, axis=0) for name, value in outputs.items()}
+
+  collected = {}
+  for inputs in _distribute(strategy, batches):
+    for name, value in step(inputs).items():
+      collected.setdefault(name, []).append(value.numpy())
+  if not collected:
+    return {}
+  outputs = {name: np.concatenate(values) for name, values in collected.items()}
+  index = outputs.pop("__index__")
+  order = np.argsort(index[index >= 0], kind="stable")
+  return {name: value[index >= 0][order] for name, value in outputs.items()}
+
+
+def write_eval_results(path: str, results: Mapping[str, Any]) -> None:
+  """Writes `key = value` lines in sorted key order, as the original's eval_results.txt. Only the
+  chief writes; every process logs them."""
+  tf.io.gfile.makedirs(os.path.dirname(path) or ".")
+  logging.info("***** Eval results *****")
+  for key in sorted(results):
+    logging.info("  %s = %s", key, results[key])
+  if not distribution.is_chief():
+    return
+  atomic_files.write_text(path, "".join("%s = %s\n" % (key, results[key])
+                                        for key in sorted(results)))
