@@ -338,7 +338,9 @@ def _copy_checkpoint(source_dir, step, output_dir):
   os.makedirs(output_dir)
   for path in tf.io.gfile.glob(str(source_dir / ("model.ckpt-%d.*" % step))):
     tf.io.gfile.copy(path, os.path.join(output_dir, os.path.basename(path)))
-  tf.train.update_checkpoint_state(str(output_dir), os.path.join(output_dir, "model.ckpt-%d" % step))
+  with open(os.path.join(output_dir, "checkpoint"), "w") as f:  # TF's CheckpointState text format.
+    f.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
+    f.write('all_model_checkpoint_paths: "model.ckpt-%d"\n' % step)
 
 
 def test_phase2_continues_step_and_optimizer_state_at_its_length_and_resumes_in_either_phase(
