@@ -55,10 +55,12 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
   not from the end of warmup, so right after warmup the rate is already slightly below `init_lr`
   (what the original's `polynomial_decay(power=1.0)` combined with warmup computes). The step is
   the number of updates already applied, so the very first update uses step 0 (rate 0 when there
-  is warmup).
+  is warmup). With `start_step` (a later phase of one job, e.g. pretraining's phase 2) the schedule
+  counts steps from there: the rate at step `start_step + s` is the rate above at `s`.
   """
 
-  def __init__(self, init_lr: float, num_train_steps: int, num_warmup_steps: int = 0):
+  def __init__(self, init_lr: float, num_train_steps: int, num_warmup_steps: int = 0,
+               start_step: int = 0):
     if num_train_steps <= 0:
       raise ValueError("num_train_steps must be positive, got %r" % (num_train_steps,))
     if num_warmup_steps < 0:
@@ -66,9 +68,10 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     self.init_lr = float(init_lr)
     self.num_train_steps = int(num_train_steps)
     self.num_warmup_steps = int(num_warmup_steps)
+    self.start_step = int(start_step)
 
   def __call__(self, step):
-    step = tf.cast(step, tf.float32)
+    step = tf.maximum(tf.cast(step, tf.float32) - float(self.start_step), 0.0)
     done = tf.minimum(step, float(self.num_train_steps)) / float(self.num_train_steps)
     decayed_lr = self.init_lr * (1.0 - done)
     if not self.num_warmup_steps:
@@ -78,7 +81,7 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
 
   def get_config(self) -> dict:
     return {"init_lr": self.init_lr, "num_train_steps": self.num_train_steps,
-            "num_warmup_steps": self.num_warmup_steps}
+            "num_warmup_steps": self.num_warmup_steps, "start_step": self.start_step}
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -264,7 +267,8 @@ def create_optimizer(init_lr: float,
                      weight_decay_rate: float = 0.01,
                      compute_dtype: str = "float32",
                      clip_norm: Optional[float] = 1.0,
-                     optimizer_name: str = "bert_adam") -> keras.optimizers.Optimizer:
+                     optimizer_name: str = "bert_adam",
+                     schedule_start_step: int = 0) -> keras.optimizers.Optimizer:
   """Creates the optimizer the way the original did: warmup, linear decay, clipping, decay.
 
   Args:
@@ -280,6 +284,8 @@ def create_optimizer(init_lr: float,
     optimizer_name: one of OPTIMIZERS: `bert_adam` (the original's AdamWeightDecay), `adamw`
       (`AdamW`: with bias correction) or `lamb` (`Lamb`). `bert_adam` above
       BERT_ADAM_WARNING_LEARNING_RATE logs a warning that names `--optimizer=adamw`.
+    schedule_start_step: the step the schedule starts at (`WarmupLinearDecay`'s `start_step`):
+      warmup and decay then span steps `schedule_start_step` to that plus `num_train_steps`.
 
   Returns:
     An optimizer whose `apply(grads, variables)` applies one step, inside or outside a
@@ -301,7 +307,8 @@ def create_optimizer(init_lr: float,
         "(the same with bias correction).", init_lr, BERT_ADAM_WARNING_LEARNING_RATE)
   logging.info("Optimizer: %s (%s)", optimizer_name, _OPTIMIZER_CLASSES[optimizer_name].__name__)
   optimizer = _OPTIMIZER_CLASSES[optimizer_name](
-      learning_rate=WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps),
+      learning_rate=WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps,
+                                      schedule_start_step),
       weight_decay_rate=weight_decay_rate,
       clip_norm=clip_norm)
   if dtype == "float16":

@@ -10,7 +10,7 @@ and strategies come from training_loop.py and distribution.py; run_pretraining.p
 import dataclasses
 import os
 import re
-from typing import Mapping, Optional
+from typing import Callable, Mapping, Optional
 
 from absl import logging
 import keras
@@ -226,14 +226,17 @@ def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optio
 def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
                  input_files: list, config: training_loop.TrainConfig, max_seq_length: int,
                  max_predictions_per_seq: int, skip_corrupt_records: bool = False,
-                 masking: Optional["DynamicMasking"] = None) -> training_loop.TrainResult:
+                 masking: Optional["DynamicMasking"] = None,
+                 model_fn: Optional[Callable[[], keras.Model]] = None
+                 ) -> training_loop.TrainResult:
   """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`.
 
   A corrupt record is a `tfrecord_files.CorruptRecordError` naming its file, unless
   `skip_corrupt_records`: then each file is read only up to its first corrupt record. With
-  `masking`, every batch read gets new masks (seeded by the pipeline seed).
+  `masking`, every batch read gets new masks (seeded by the pipeline seed). `model_fn` builds the
+  model (default `build_model(bert_config)`), e.g. one with a frozen encoder.
   """
-  _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  check_input_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if masking is not None:
     masking.check_vocab_size(bert_config.vocab_size)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
@@ -244,11 +247,30 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
     return batches if masking is None else masking.apply(batches, seed)
 
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
-    result = training_loop.train(strategy, lambda: build_model(bert_config), loss_fn, dataset_fn,
-                            config)
+    result = training_loop.train(strategy, model_fn or (lambda: build_model(bert_config)),
+                                 loss_fn, dataset_fn, config)
   if skipped:
     logging.info("%s", skipped)  # Again at the end, where a user looks.
   return result
+
+
+def phase2_config(config: training_loop.TrainConfig, phase2_steps: int, learning_rate: float,
+                  num_warmup_steps: int, train_batch_size: int) -> training_loop.TrainConfig:
+  """The training config of phase 2 in the same job (the paper's recipe: most steps at length
+  128, then a few at 512).
+
+  Phase 2 continues phase 1's `output_dir`: model, optimizer slots and `global_step` come from
+  phase 1's last checkpoint (step `config.num_train_steps`) and it trains until that plus
+  `phase2_steps`, with its own peak `learning_rate`, warmup and linear decay counted from its
+  first step, and its own batch size. A resumed job finds phase 1 finished and resumes phase 2.
+  """
+  if phase2_steps <= 0:
+    raise ValueError("--phase2_steps must be positive with --phase2_input_file, got %r" %
+                     phase2_steps)
+  return dataclasses.replace(
+      config, num_train_steps=config.num_train_steps + phase2_steps,
+      num_warmup_steps=num_warmup_steps, learning_rate=learning_rate,
+      train_batch_size=train_batch_size, phase_start_step=config.num_train_steps)
 
 
 def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertConfig,
@@ -260,7 +282,7 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
   """Evaluates the latest checkpoint of `output_dir` (or `init_checkpoint`, or a given model)
   over at most `max_eval_steps` full batches and writes `output_dir/eval_results.txt`.
   Corrupt records: as `run_training`."""
-  _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  check_input_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if model is None:
     model, global_step, _ = checkpoints.restore_model(
         strategy, lambda: build_model(bert_config), output_dir, init_checkpoint,
@@ -278,7 +300,10 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
   return results
 
 
-def _check_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq) -> None:
+def check_input_lengths(bert_config: modeling.BertConfig, input_files: list, max_seq_length: int,
+                        max_predictions_per_seq: int) -> None:
+  """A ValueError now if the model cannot take `max_seq_length` or the first record of the files
+  has other lengths than the flags say (a mismatch in a later record fails when it is read)."""
   bert_config.check_max_seq_length(max_seq_length)
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")

@@ -7,14 +7,20 @@
       --num_train_steps=10000 --num_warmup_steps=1000 --learning_rate=1e-4
 
 Running the same command again after a crash continues from the last checkpoint in --output_dir.
+With --phase2_input_file the job continues at another length after --num_train_steps (phase 2).
 """
+
+import dataclasses
+from typing import Optional
 
 from absl import flags
 from absl import logging
 
 import cli
+import modeling
 import pretraining
 import tfrecord_files
+import training_loop
 
 FLAGS = flags.FLAGS
 
@@ -47,6 +53,58 @@ def define_flags() -> None:
   flags.DEFINE_float("masked_lm_prob", 0.15, "With --dynamic_masking: masked LM probability.")
   flags.DEFINE_bool("do_whole_word_mask", False,
                     "With --dynamic_masking: mask all of a word's pieces together.")
+  flags.DEFINE_string("phase2_input_file", None,
+                      "Phase 2 in the same job (the paper trains 90%% of steps at length 128, "
+                      "then 10%% at 512): after --num_train_steps steps on --input_file, continue "
+                      "for --phase2_steps steps on these records (glob or comma separated) at "
+                      "--phase2_max_seq_length, keeping the model, optimizer state and "
+                      "global_step. Rerunning the command resumes in whichever phase it stopped.")
+  flags.DEFINE_integer("phase2_max_seq_length", 512,
+                       "Phase 2's max_seq_length. Must match its data.")
+  flags.DEFINE_integer("phase2_max_predictions_per_seq", 80,
+                       "Phase 2's max_predictions_per_seq. Must match its data.")
+  flags.DEFINE_integer("phase2_steps", 0,
+                       "Phase 2's training steps (after --num_train_steps; global_step ends at "
+                       "their sum).")
+  flags.DEFINE_float("phase2_learning_rate", None,
+                     "Phase 2's peak learning rate (default: --learning_rate); its warmup and "
+                     "linear decay to 0 span phase 2's steps.")
+  flags.DEFINE_integer("phase2_num_warmup_steps", None,
+                       "Phase 2's warmup steps (default: 10%% of --phase2_steps).")
+  flags.DEFINE_integer("phase2_train_batch_size", None,
+                       "Phase 2's global batch size (default: --train_batch_size).")
+
+
+def _phase2_input_files(bert_config: modeling.BertConfig) -> Optional[list]:
+  """Phase 2's input files, checked before phase 1 starts (so a typo does not surface after
+  phase 1's days of training), or None without --phase2_input_file."""
+  if not FLAGS.phase2_input_file:
+    if FLAGS.phase2_steps:
+      raise cli.FlagError("--phase2_steps needs --phase2_input_file (phase 2's records)")
+    return None
+  try:
+    input_files = pretraining.expand_input_files(FLAGS.phase2_input_file)
+    pretraining.check_input_lengths(bert_config, input_files, FLAGS.phase2_max_seq_length,
+                                    FLAGS.phase2_max_predictions_per_seq)
+  except ValueError as error:  # Its messages name phase 1's flags.
+    message = str(error).replace("--input_file", "--phase2_input_file")
+    for name in ("max_seq_length", "max_predictions_per_seq"):
+      message = message.replace("--%s=" % name, "--phase2_%s=" % name)
+    raise cli.FlagError(message) from None
+  return input_files
+
+
+def _phase2_config(phase1: training_loop.TrainConfig) -> training_loop.TrainConfig:
+  """Phase 2's training config from the --phase2_* flags (defaults from phase 1's)."""
+  steps = FLAGS.phase2_steps
+  warmup = (FLAGS.phase2_num_warmup_steps if FLAGS.phase2_num_warmup_steps is not None
+            else int(0.1 * steps))
+  try:
+    return pretraining.phase2_config(
+        phase1, steps, FLAGS.phase2_learning_rate or FLAGS.learning_rate, warmup,
+        FLAGS.phase2_train_batch_size or FLAGS.train_batch_size)
+  except ValueError as error:
+    raise cli.FlagError(str(error)) from None
 
 
 def _dynamic_masking():
@@ -76,11 +134,23 @@ def main(_):
   input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:
+    config = cli.train_config()
+    phase2_files = _phase2_input_files(bert_config)
+    config2 = _phase2_config(config) if phase2_files else None
+    masking = _dynamic_masking()
     result = pretraining.run_training(
-        strategy, bert_config, input_files,
-        cli.train_config(),
-        FLAGS.max_seq_length, FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records,
-        masking=_dynamic_masking())
+        strategy, bert_config, input_files, config, FLAGS.max_seq_length,
+        FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records, masking=masking)
+    if phase2_files:
+      logging.info("Phase 2: steps %d to %d at max_seq_length %d, batch %d, learning rate %g "
+                   "(%d warmup steps)", config2.phase_start_step, config2.num_train_steps,
+                   FLAGS.phase2_max_seq_length, config2.train_batch_size, config2.learning_rate,
+                   config2.num_warmup_steps)
+      result = pretraining.run_training(
+          strategy, bert_config, phase2_files, config2, FLAGS.phase2_max_seq_length,
+          FLAGS.phase2_max_predictions_per_seq, FLAGS.skip_corrupt_records,
+          masking=None if masking is None else dataclasses.replace(
+              masking, max_predictions_per_seq=FLAGS.phase2_max_predictions_per_seq))
   if FLAGS.do_eval:
     pretraining.run_evaluation(
         strategy, bert_config, input_files, FLAGS.output_dir, FLAGS.init_checkpoint,

@@ -213,6 +213,9 @@ class TrainConfig:
   allow_partial_init_checkpoint: bool = False
   num_train_epochs: Optional[float] = None
   warmup_proportion: Optional[float] = None
+  # The step a later phase of the job starts at (pretraining's phase 2 resumes phase 1's
+  # output_dir): its learning rate schedule and its dataset count from here.
+  phase_start_step: int = 0
 
   def with_schedule(self, num_examples: Optional[int]) -> "TrainConfig":
     """This config with its steps: from the epochs over `num_examples` when epochs are given
@@ -232,6 +235,9 @@ class TrainConfig:
                  "iterations_per_loop"):
       if getattr(self, name) <= 0:
         raise ValueError("--%s must be positive, got %r" % (name, getattr(self, name)))
+    if not 0 <= self.phase_start_step < self.num_train_steps:
+      raise ValueError("phase_start_step=%d must be in [0, num_train_steps=%d)" %
+                       (self.phase_start_step, self.num_train_steps))
     if self.num_warmup_steps < 0:
       raise ValueError("--num_warmup_steps must not be negative, got %r" % self.num_warmup_steps)
     if self.train_batch_size % num_replicas:
@@ -387,9 +393,9 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
     model = model_fn()
     if optimizer_fn is None:
       optimizer = optimization.create_optimizer(
-          config.learning_rate, config.num_train_steps, config.num_warmup_steps,
-          compute_dtype=keras.mixed_precision.global_policy().name,
-          optimizer_name=config.optimizer)
+          config.learning_rate, config.num_train_steps - config.phase_start_step,
+          config.num_warmup_steps, compute_dtype=keras.mixed_precision.global_policy().name,
+          optimizer_name=config.optimizer, schedule_start_step=config.phase_start_step)
     else:
       optimizer = optimizer_fn()
     named_variables = checkpoints.training_state_variables(model, optimizer)
@@ -400,8 +406,13 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
                  step, config.num_train_steps)
     return TrainResult(model, step, restored, {}, 0.0)
 
+  if step < config.phase_start_step:
+    raise checkpoints.TrainingError(
+        "%s is at step %d, before this phase's first step %d: finish the previous phase first" %
+        (restored or config.output_dir, step, config.phase_start_step))
   # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
-  dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(step)
+  dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
+      step - config.phase_start_step)
   iterator = iter(_distribute(strategy, dataset))
   trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla)
   try:

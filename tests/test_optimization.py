@@ -101,6 +101,16 @@ def test_learning_rate_without_warmup_starts_at_init_lr():
   assert float(schedule(25)) == pytest.approx(0.075)
 
 
+def test_learning_rate_schedule_from_a_start_step():
+  """A later phase's schedule (pretraining phase 2) counts its warmup and decay from start_step."""
+  schedule = optimization.WarmupLinearDecay(0.1, num_train_steps=100, num_warmup_steps=10,
+                                            start_step=1000)
+  for step, expected in ((1000, 0.0), (1005, 0.05), (1010, 0.09), (1050, 0.05), (1100, 0.0),
+                         (1200, 0.0)):
+    assert float(schedule(step)) == pytest.approx(expected, abs=1e-7), step
+  assert schedule.get_config()["start_step"] == 1000
+
+
 def test_bad_schedule_arguments_name_the_argument():
   with pytest.raises(ValueError, match="num_train_steps"):
     optimization.WarmupLinearDecay(0.1, num_train_steps=0)

@@ -35,17 +35,18 @@ CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=2, num_at
               type_vocab_size=2, initializer_range=0.02)
 
 
-def make_example(rng, seq_length=SEQ_LENGTH, max_predictions=MAX_PREDICTIONS):
-  """One record: [CLS] a*6 [SEP] b*5 [SEP] pad, 3 masked positions (1 padding prediction)."""
+def make_example(rng, seq_length=SEQ_LENGTH, max_predictions=MAX_PREDICTIONS, words=6):
+  """One record: [CLS] a*words [SEP] b*(words-1) [SEP] pad, 3 masked positions (the rest padding
+  predictions)."""
   word_a = rng.randint(FIRST_WORD, VOCAB_SIZE)
   is_random_next = int(rng.rand() < 0.5)
   word_b = word_a
   while is_random_next and word_b == word_a:
     word_b = rng.randint(FIRST_WORD, VOCAB_SIZE)
-  ids = [1] + [word_a] * 6 + [2] + [word_b] * 5 + [2]
-  segment_ids = [0] * 8 + [1] * 6
-  positions = sorted(rng.choice(np.arange(1, 7), 2, replace=False).tolist() +
-                     [int(rng.randint(8, 13))])
+  ids = [1] + [word_a] * words + [2] + [word_b] * (words - 1) + [2]
+  segment_ids = [0] * (words + 2) + [1] * words
+  positions = sorted(rng.choice(np.arange(1, words + 1), 2, replace=False).tolist() +
+                     [int(rng.randint(words + 2, 2 * words + 1))])
   masked_ids = [ids[p] for p in positions]
   for p in positions:
     ids[p] = 3
@@ -232,14 +233,14 @@ def test_cli_resumes_after_sigkill_and_stops_at_num_train_steps(tmp_path):
   assert 0.0 <= results["masked_lm_accuracy"] <= 1.0 and results["loss"] > 0
 
 
-def _logged_losses(output_dir) -> dict:
-  """Step -> training loss from the TensorBoard event files the loop writes."""
+def _logged_losses(output_dir, tag="loss") -> dict:
+  """Step -> training loss (or another scalar) from the TensorBoard event files the loop writes."""
   losses = {}
   for event_file in tf.io.gfile.glob(os.path.join(output_dir, "events.out.tfevents.*")):
     for record in tf.data.TFRecordDataset(event_file):
       event = event_pb2.Event.FromString(record.numpy())
       for value in event.summary.value:
-        if value.tag == "loss":
+        if value.tag == tag:
           losses[event.step] = float(tf.make_ndarray(value.tensor))
   return losses
 
@@ -290,6 +291,7 @@ def test_cli_dynamic_masking_trains_on_the_records_with_new_masks(tmp_path):
                                  capture_output=True, text=True, timeout=120)
   assert missing_vocab.returncode != 0
   assert "--dynamic_masking needs --vocab_file" in missing_vocab.stderr
+  assert "Traceback" not in missing_vocab.stderr  # A usage error, not a crash quoting the line.
   run = subprocess.run(_cli(tmp_path, "--do_train", "--do_eval", "--num_train_steps=20",
                             "--dynamic_masking", "--vocab_file=%s" % (tmp_path / "vocab.txt"),
                             "--masked_lm_prob=0.3"),
@@ -298,4 +300,112 @@ def test_cli_dynamic_masking_trains_on_the_records_with_new_masks(tmp_path):
   assert "Dynamic masking: masked_lm_prob=0.3, max_predictions_per_seq=4" in run.stderr
   losses = _logged_losses(str(tmp_path / "out"))
   assert sorted(losses) == [10, 20] and losses[20] < losses[10]
+  assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20
+
+
+# Phase 2 (issue 20): 20 steps at length 16, then 20 at length 32 whose records fill 30 positions.
+PHASE2_LENGTH, PHASE2_PREDICTIONS, PHASE2_WORDS = 32, 6, 14
+PHASE2_CONFIG = dict(CONFIG, max_position_embeddings=PHASE2_LENGTH)
+
+
+def _phase1_config(output_dir):
+  return training_loop.TrainConfig(
+      output_dir=str(output_dir), num_train_steps=20, num_warmup_steps=5, learning_rate=1e-3,
+      train_batch_size=8, save_checkpoints_steps=10, iterations_per_loop=10, keep_checkpoint_max=10)
+
+
+def _two_phases(output_dir, phase1_file, phase2_file):
+  """Phase 1 then phase 2 in one process, as run_pretraining.py's main runs them."""
+  bert_config = modeling.BertConfig.from_dict(PHASE2_CONFIG)
+  strategy = tf.distribute.get_strategy()
+  config = _phase1_config(output_dir)
+  pretraining.run_training(strategy, bert_config, [phase1_file], config, SEQ_LENGTH,
+                           MAX_PREDICTIONS)
+  return pretraining.run_training(
+      strategy, bert_config, [phase2_file],
+      pretraining.phase2_config(config, 20, learning_rate=5e-4, num_warmup_steps=4,
+                                train_batch_size=4),
+      PHASE2_LENGTH, PHASE2_PREDICTIONS)
+
+
+def _checkpoint_tensors(prefix) -> dict:
+  reader = tf.train.load_checkpoint(str(prefix))
+  return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+
+
+def _copy_checkpoint(source_dir, step, output_dir):
+  """output_dir as a run killed right after writing model.ckpt-<step> leaves it."""
+  os.makedirs(output_dir)
+  for path in tf.io.gfile.glob(str(source_dir / ("model.ckpt-%d.*" % step))):
+    tf.io.gfile.copy(path, os.path.join(output_dir, os.path.basename(path)))
+  with open(os.path.join(output_dir, "checkpoint"), "w") as f:  # TF's CheckpointState text format.
+    f.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
+    f.write('all_model_checkpoint_paths: "model.ckpt-%d"\n' % step)
+
+
+def test_phase2_continues_step_and_optimizer_state_at_its_length_and_resumes_in_either_phase(
+    tmp_path):
+  phase1_file = write_records(tmp_path / "phase1.tfrecord", 64, seed=7)
+  phase2_file = write_records(tmp_path / "phase2.tfrecord", 32, seed=8, seq_length=PHASE2_LENGTH,
+                              max_predictions=PHASE2_PREDICTIONS, words=PHASE2_WORDS)
+  one_job = tmp_path / "one_job"
+  result = _two_phases(one_job, phase1_file, phase2_file)
+  assert result.global_step == 40
+  assert checkpoints.latest_checkpoint(str(one_job)) == str(one_job / "model.ckpt-40")
+  at = {step: _checkpoint_tensors(one_job / ("model.ckpt-%d" % step)) for step in (20, 30, 40)}
+  assert [int(at[step]["global_step"]) for step in (20, 30, 40)] == [20, 30, 40]
+  # Phase 2's batches are 32 long: its records' 30 tokens give positions 16-29 gradients, which
+  # phase 1's 14-token records at length 16 never do.
+  slot = "bert/embeddings/position_embeddings/adam_v"
+  assert np.all(at[20][slot][:14] > 0) and np.all(at[20][slot][SEQ_LENGTH:] == 0)
+  assert np.all(at[40][slot][SEQ_LENGTH:2 * PHASE2_WORDS + 2] > 0)
+  # The optimizer's moments carry over: Adam's v decays by beta2=0.999 per step and only grows by
+  # squared gradients, so 10 phase-2 steps keep at least 0.999**10 of phase 1's (a reset slot
+  # would hold 10 steps of 0.001 * g**2 alone).
+  for name in at[20]:
+    if name.endswith("/adam_v"):
+      assert np.all(at[30][name] >= 0.999 ** 10 * at[20][name] * (1 - 1e-5)), name
+  # Phase 2's own schedule (peak 5e-4, 4 warmup steps, decay over its 20 steps): the rate the
+  # next update uses, logged after steps 20 (phase 1's end: 0), 30 and 40.
+  rates = _logged_losses(str(one_job), "learning_rate")
+  assert rates[20] == pytest.approx(0.0) and rates[30] == pytest.approx(2.5e-4)
+  assert rates[40] == pytest.approx(0.0)
+  # Killed in phase 2 (after step 30) or in phase 1 (after step 10): the rerun of the same job
+  # ends with the uninterrupted job's weights and slots.
+  for step in (30, 10):
+    killed = tmp_path / ("killed_after_%d" % step)
+    _copy_checkpoint(one_job, step, killed)
+    assert _two_phases(killed, phase1_file, phase2_file).global_step == 40
+    resumed = _checkpoint_tensors(killed / "model.ckpt-40")
+    assert set(resumed) == set(at[40])
+    for name, value in at[40].items():
+      np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-7,
+                                 err_msg="%s after a kill at step %d" % (name, step))
+
+
+def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_path):
+  write_records(tmp_path / "data-0.tfrecord", 64, seed=9)
+  write_records(tmp_path / "phase2.tfrecord", 32, seed=10, seq_length=PHASE2_LENGTH,
+                max_predictions=PHASE2_PREDICTIONS, words=PHASE2_WORDS)
+  (tmp_path / "bert_config.json").write_text(
+      modeling.BertConfig.from_dict(PHASE2_CONFIG).to_json_string())
+  phase2 = ["--phase2_input_file=%s" % (tmp_path / "phase2.tfrecord"), "--phase2_steps=10",
+            "--phase2_max_seq_length=%d" % PHASE2_LENGTH, "--phase2_learning_rate=5e-4"]
+  wrong_length = subprocess.run(
+      _cli(tmp_path, "--do_train", "--num_train_steps=10", *phase2,
+           "--phase2_max_predictions_per_seq=7"), capture_output=True, text=True, timeout=120)
+  assert wrong_length.returncode != 0
+  assert "--phase2_max_predictions_per_seq=7 expects 7" in wrong_length.stderr
+  assert "Traceback" not in wrong_length.stderr
+  assert not (tmp_path / "out" / "checkpoint").exists()  # Found before phase 1 trained.
+  run = subprocess.run(
+      _cli(tmp_path, "--do_train", "--do_eval", "--num_train_steps=10", *phase2,
+           "--phase2_max_predictions_per_seq=%d" % PHASE2_PREDICTIONS),
+      capture_output=True, text=True, timeout=180)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "Phase 2: steps 10 to 20 at max_seq_length 32, batch 8, learning rate 0.0005" in (
+      run.stderr)
+  assert checkpoints.latest_checkpoint(str(tmp_path / "out")) == str(tmp_path / "out" /
+                                                                  "model.ckpt-20")
+  # --do_eval reads --input_file at --max_seq_length with the final model.
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20
