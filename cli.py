@@ -118,7 +118,13 @@ def define_common_flags(max_seq_length: int = 128,
   _define(fv, "string", "output_dir", None,
           "Where checkpoints, summaries and results are written.")
   _define(fv, "bool", "do_train", False, "Whether to run training.")
-  _define(fv, "integer", "train_batch_size", 32, "Global batch size for training.")
+  _define(fv, "integer", "train_batch_size", 32,
+          "Global batch size for training: the examples of one optimizer update.")
+  _define(fv, "integer", "gradient_accumulation_steps", 1,
+          "Split each training batch into this many micro-batches run one after the other and "
+          "update once with their summed gradients: the same training as without it (batch, "
+          "schedule and checkpoints unchanged), with the activation memory of a "
+          "--train_batch_size / gradient_accumulation_steps batch.")
   _define(fv, "float", "learning_rate", 5e-5, "The initial learning rate for Adam.")
   _define(fv, "enum", "optimizer", "bert_adam",
           "bert_adam: the original's AdamW without bias correction (its results exactly; may "
@@ -243,6 +249,7 @@ def train_config() -> training_loop.TrainConfig:
       learning_rate=FLAGS.learning_rate,
       optimizer=FLAGS.optimizer,
       train_batch_size=FLAGS.train_batch_size,
+      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
       init_checkpoint=FLAGS.init_checkpoint,
       save_checkpoints_steps=FLAGS.save_checkpoints_steps,
       iterations_per_loop=FLAGS.iterations_per_loop,

@@ -199,7 +199,10 @@ class TrainConfig:
   num_warmup_steps: Optional[int] = None
   learning_rate: float = 5e-5
   optimizer: str = "bert_adam"  # one of optimization.OPTIMIZERS
-  train_batch_size: int = 32
+  train_batch_size: int = 32  # examples per optimizer update (the effective batch)
+  # Micro-batches per update: each update sums the gradients of this many micro-batches of
+  # train_batch_size / gradient_accumulation_steps examples (same result, less memory).
+  gradient_accumulation_steps: int = 1
   init_checkpoint: Optional[str] = None
   save_checkpoints_steps: int = 1000
   iterations_per_loop: int = 1000
@@ -228,14 +231,16 @@ class TrainConfig:
     if not self.output_dir:
       raise ValueError("--output_dir is required for training")
     for name in ("num_train_steps", "train_batch_size", "save_checkpoints_steps",
-                 "iterations_per_loop"):
+                 "iterations_per_loop", "gradient_accumulation_steps"):
       if getattr(self, name) <= 0:
         raise ValueError("--%s must be positive, got %r" % (name, getattr(self, name)))
     if self.num_warmup_steps < 0:
       raise ValueError("--num_warmup_steps must not be negative, got %r" % self.num_warmup_steps)
-    if self.train_batch_size % num_replicas:
-      raise ValueError("--train_batch_size=%d is not divisible by the %d replicas" %
-                       (self.train_batch_size, num_replicas))
+    if self.train_batch_size % (num_replicas * self.gradient_accumulation_steps):
+      raise ValueError(
+          "--train_batch_size=%d is not divisible by the %d replicas times "
+          "--gradient_accumulation_steps=%d" % (self.train_batch_size, num_replicas,
+                                                self.gradient_accumulation_steps))
 
 
 @dataclasses.dataclass
@@ -273,14 +278,34 @@ def _format_duration(seconds: float) -> str:
 _RANDOM_DRAWS_PER_STEP = 1 << 16
 
 
-class _Trainer:
-  """Owns the compiled multi-step training function for one model and optimizer."""
+def _split_micro_batches(features: Mapping[str, tf.Tensor], num_micro_batches: int) -> dict:
+  """[B, ...] global batches -> [B / K, K, ...]: element [j, k] is row j of micro-batch k (rows
+  k * B / K to (k + 1) * B / K - 1). Splitting the first axis over replicas then gives each
+  replica its part of every micro-batch."""
 
-  def __init__(self, strategy, model, optimizer, loss_fn, use_xla):
+  def split(tensor):
+    micro = tf.reshape(tensor, tf.concat([[num_micro_batches, -1], tf.shape(tensor)[1:]], 0))
+    return tf.transpose(micro, [1, 0] + list(range(2, len(tensor.shape) + 1)))
+
+  return {name: split(tensor) for name, tensor in features.items()}
+
+
+class _Trainer:
+  """Owns the compiled multi-step training function for one model and optimizer.
+
+  With gradient accumulation (K > 1 micro-batches per update) each replica's step first records
+  the loss's normalizers over its part of the whole effective batch (the model's forward pass
+  there is dead code, which TensorFlow prunes), sums them over replicas, then runs the K
+  micro-batches one after the other in a loop, each normalized by those totals, adds their
+  gradients and applies the sum once (clipped once by the optimizer, as a K times larger batch).
+  """
+
+  def __init__(self, strategy, model, optimizer, loss_fn, use_xla, accumulation_steps=1):
     self.strategy = strategy
     self.model = model
     self.optimizer = optimizer
     self.loss_fn = loss_fn
+    self.accumulation_steps = accumulation_steps
     self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     compiled = use_xla and strategy.num_replicas_in_sync == 1
     if use_xla and not compiled and not isinstance(strategy, tf.distribute.TPUStrategy):
@@ -294,6 +319,7 @@ class _Trainer:
     # sets their counters from the step, so a step replayed after a resume draws the same masks.
     self._seed_states = [v for v in model.variables if v.name == "seed_generator_state"]
     # Traced once and called twice by _train_steps (before and inside its loop).
+    self._micro_step = tf.function(self._micro_batch_gradients)
     self._step = tf.function(self._one_step)
     self.train_steps = tf.function(self._train_steps)
 
@@ -304,20 +330,70 @@ class _Trainer:
       scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
     return loss, dict(metrics), tape.gradient(scaled, variables)
 
-  def _replica_step(self, features):
-    counter = tf.cast(self.optimizer.iterations, tf.int64) * _RANDOM_DRAWS_PER_STEP
+  def _seed_dropout(self, micro_batch=0):
+    """Sets the dropout seed counters from the micro-batch's index since the start of training."""
+    micro_step = (tf.cast(self.optimizer.iterations, tf.int64) * self.accumulation_steps +
+                  tf.cast(micro_batch, tf.int64))
     for state in self._seed_states:
-      state.assign(tf.stack([state[0], tf.cast(counter, state.dtype)]))
-    loss, metrics, grads = self._gradients(features)
+      state.assign(tf.stack([state[0], tf.cast(micro_step * _RANDOM_DRAWS_PER_STEP,
+                                               state.dtype)]))
+
+  def _apply(self, grads):
     # Variables the loss does not reach (the pooler under SQuAD and NER heads) have no gradient;
     # like the original's optimizer, leave them alone (no update, no weight decay, no warning).
     used = [(grad, variable) for grad, variable in zip(grads, self.model.trainable_variables)
             if grad is not None]
     self.optimizer.apply([grad for grad, _ in used], [variable for _, variable in used])
+
+  def _replica_step(self, features):
+    self._seed_dropout()
+    loss, metrics, grads = self._gradients(features)
+    self._apply(grads)
+    return dict(metrics, loss=loss)
+
+  def _micro_batch_gradients(self, features, micro_batch, denominators):
+    """Loss and metric shares and dense gradients of micro-batch `micro_batch` of a replica's
+    [b, K, ...] features, normalized over the effective batch (None: no gradient)."""
+    self._seed_dropout(micro_batch)
+    micro_features = {name: tf.gather(value, micro_batch, axis=1)
+                      for name, value in features.items()}
+    with distribution.effective_batch_denominators(denominators):
+      loss, metrics, grads = self._gradients(micro_features)
+    return loss, metrics, [None if g is None else tf.convert_to_tensor(g) for g in grads]
+
+  def _replica_accumulated_step(self, features):
+    everything = {name: tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], 0))
+                  for name, value in features.items()}
+    with distribution.recording_denominators() as denominators:
+      self.loss_fn(self.model, everything, True)  # Only its denominators are computed.
+    if not denominators:
+      raise ValueError("gradient accumulation needs a loss normalized with "
+                       "distribution.replica_weighted_mean (the loss convention)")
+    denominators = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, denominators)
+    loss, metrics, grads = self._micro_step(features, tf.constant(0), denominators)
+    has_grad = [g is not None for g in grads]
+
+    def add_micro_batch(micro_batch, loss, metrics, grads):
+      more_loss, more_metrics, more_grads = self._micro_step(features, micro_batch, denominators)
+      more_grads = [g for g in more_grads if g is not None]
+      return (micro_batch + 1, loss + more_loss,
+              {name: value + more_metrics[name] for name, value in metrics.items()},
+              [total + g for total, g in zip(grads, more_grads)])
+
+    # One micro-batch at a time: parallel iterations would hold several in memory.
+    _, loss, metrics, grads = tf.while_loop(
+        lambda micro_batch, *_: micro_batch < self.accumulation_steps, add_micro_batch,
+        (tf.constant(1), loss, dict(metrics), [g for g in grads if g is not None]),
+        parallel_iterations=1)
+    grads = iter(grads)
+    self._apply([next(grads) if used else None for used in has_grad])
     return dict(metrics, loss=loss)
 
   def _one_step(self, iterator):
-    shares = self.strategy.run(self._replica_step, args=(next(iterator),))
+    replica_step = (self._replica_step if self.accumulation_steps == 1 else
+                    self._replica_accumulated_step)
+    shares = self.strategy.run(replica_step, args=(next(iterator),))
     return {name: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
             for name, value in shares.items()}
 
@@ -401,8 +477,12 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
 
   # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
   dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(step)
+  if config.gradient_accumulation_steps > 1:
+    dataset = dataset.map(lambda features: _split_micro_batches(
+        features, config.gradient_accumulation_steps))
   iterator = iter(_distribute(strategy, dataset))
-  trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla)
+  trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla,
+                     config.gradient_accumulation_steps)
   try:
     writer = (tf.summary.create_file_writer(config.output_dir) if chief else
               tf.summary.create_noop_writer())
@@ -412,8 +492,9 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
   try:
     first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
     seconds_per_step = None
-    logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
-                 config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
+    logging.info("Training from step %d to %d, global batch %d (%d micro-batches), %d replicas",
+                 step, config.num_train_steps, config.train_batch_size,
+                 config.gradient_accumulation_steps, strategy.num_replicas_in_sync)
     while step < config.num_train_steps:
       num_steps = _loop_steps(strategy, config, step, seconds_per_step)
       loop_start = time.time()
