@@ -149,6 +149,28 @@ def define_fine_tuning_flags(max_seq_length: int = 128,
   _define(flag_values, "float", "warmup_proportion", 0.1,
           "Proportion of training to perform linear learning rate warmup for, e.g. 0.1 = 10% of "
           "training.")
+  define_eval_during_training_flags(flag_values)
+
+
+def define_eval_during_training_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines evaluation on the dev set during training, early stopping and the best checkpoint
+  (every fine-tuning script; with any of them set, the dev set is also evaluated at each epoch
+  end and at the last step)."""
+  fv = flag_values
+  _define(fv, "integer", "eval_every_steps", 0,
+          "Evaluate on the dev set every this many training steps (and at each epoch end and the "
+          "last step), logging the metrics and writing them for TensorBoard to <output_dir>/eval. "
+          "0: evaluate during training only if an option below asks for it.")
+  _define(fv, "integer", "early_stopping_patience", 0,
+          "Stop training after this many evaluations without an improvement of "
+          "--early_stopping_metric (0: never stop early). Kept across a resume.")
+  _define(fv, "string", "early_stopping_metric", None,
+          "The evaluation metric for early stopping and --keep_best_checkpoint, e.g. "
+          "eval_accuracy, eval_f1, f1 or exact_match (SQuAD); higher is better unless its name "
+          "contains 'loss'. Default: the task's (eval_accuracy; eval_f1 for NER; f1 for SQuAD).")
+  _define(fv, "bool", "keep_best_checkpoint", False,
+          "Keep the model of the best evaluation as <output_dir>/best/model.ckpt-<step> with its "
+          "eval_results.txt; then --do_eval, --do_predict and --export_dir use it.")
 
 
 def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -256,7 +278,12 @@ def train_config() -> training_loop.TrainConfig:
       keep_checkpoint_max=FLAGS.keep_checkpoint_max,
       use_xla=FLAGS.use_xla,
       random_seed=FLAGS.random_seed,
-      allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
+      allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint,
+      **{name: FLAGS[name].value for name in _EVAL_DURING_TRAINING_FLAGS if name in FLAGS})
+
+
+_EVAL_DURING_TRAINING_FLAGS = ("eval_every_steps", "early_stopping_patience",
+                               "early_stopping_metric", "keep_best_checkpoint")
 
 
 def run_script(main: Callable[[list], Any], input_errors: Sequence[type] = ()) -> None:

@@ -530,6 +530,7 @@ class TaggingTask(fine_tuning.Task):
   The tag list is learned from the training file and saved as `output_dir/tag_list.txt`; a run
   without --do_train reads it from there (or takes `tag_list`).
   """
+  default_eval_metric = "eval_f1"  # conlleval's overall F1
 
   def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
                data_dir: Optional[str], output_dir: str, max_seq_length: int,
