@@ -563,6 +563,70 @@ def test_accumulation_with_dropout_resumes_exactly(tmp_path):
   assert np.abs(difference).max() > 1e-4
 
 
+# ------------------------------------------------------------------------------------------------
+# Evaluation during training, early stopping (issue 19).
+# ------------------------------------------------------------------------------------------------
+
+
+def scripted_evaluations(values):
+  """An evaluate_fn returning the next of `values` as {"m": value, "eval_loss": value}."""
+  values = iter(values)
+
+  def evaluate_fn(model):
+    del model
+    value = next(values)
+    return {"m": value, "eval_loss": value}
+
+  return evaluate_fn
+
+
+def test_early_stopping_state_survives_a_resume(tmp_path):
+  def train(output_dir, values, **overrides):
+    return training_loop.train(
+        tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+        train_config(str(output_dir), **dict(
+            dict(num_train_steps=20, save_checkpoints_steps=4, keep_checkpoint_max=5,
+                 eval_every_steps=2, early_stopping_patience=2, early_stopping_metric="m"),
+            **overrides)),
+        evaluate_fn=scripted_evaluations(values))
+
+  whole = train(tmp_path / "whole", [0.1, 0.5, 0.4, 0.3, 0.9])
+  assert whole.global_step == 8  # 0.5 at step 4, then two evaluations without improvement.
+  assert [(e["step"], e["metrics"]["m"]) for e in whole.evaluations] == [
+      (2, 0.1), (4, 0.5), (6, 0.4), (8, 0.3)]
+  assert checkpoints.latest_checkpoint(str(tmp_path / "whole")).endswith("model.ckpt-8")
+  # Killed after evaluating step 8 but before its checkpoint: resumes from step 4 with the
+  # evaluations up to 4 (those after it are evaluated again), and stops at 8 again.
+  resumed_dir = tmp_path / "resumed"
+  resumed_dir.mkdir()
+  copy_checkpoints(str(tmp_path / "whole"), str(resumed_dir), [4])
+  tf.io.gfile.copy(str(tmp_path / "whole" / training_loop.EVAL_HISTORY_FILE),
+                   str(resumed_dir / training_loop.EVAL_HISTORY_FILE))
+  resumed = train(resumed_dir, [0.4, 0.3, 0.9])
+  assert resumed.global_step == 8
+  assert resumed.evaluations == whole.evaluations
+  with open(resumed_dir / training_loop.EVAL_HISTORY_FILE) as f:
+    assert json.load(f)["evaluations"] == whole.evaluations
+  # A rerun after the early stop trains and evaluates no further.
+  again = train(resumed_dir, [])
+  assert again.global_step == 8 and again.examples_per_second == 0.0
+  # Lower is better for a loss: 0.1 at step 2, then two evaluations without improvement.
+  by_loss = train(tmp_path / "loss", [0.1, 0.5, 0.4, 0.3], early_stopping_metric="eval_loss",
+                  keep_best_checkpoint=True)
+  assert by_loss.global_step == 6
+  assert by_loss.best_checkpoint == str(tmp_path / "loss" / "best" / "model.ckpt-2")
+
+
+def test_an_unknown_early_stopping_metric_names_the_flag_and_the_metrics(tmp_path):
+  with pytest.raises(checkpoints.TrainingError, match=r"--early_stopping_metric=f1 is not one of "
+                     r"the evaluation's metrics: eval_loss, m"):
+    training_loop.train(
+        tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+        train_config(str(tmp_path), eval_every_steps=2, early_stopping_patience=1,
+                     early_stopping_metric="f1"),
+        evaluate_fn=scripted_evaluations([0.1]))
+
+
 if __name__ == "__main__":
   if len(sys.argv) > 3:  # Gradient accumulation: 2 replicas x 2 micro-batches of 4.
     cpu = tf.config.list_physical_devices("CPU")[0]
