@@ -118,7 +118,13 @@ def define_common_flags(max_seq_length: int = 128,
   _define(fv, "string", "output_dir", None,
           "Where checkpoints, summaries and results are written.")
   _define(fv, "bool", "do_train", False, "Whether to run training.")
-  _define(fv, "integer", "train_batch_size", 32, "Global batch size for training.")
+  _define(fv, "integer", "train_batch_size", 32,
+          "Global batch size for training: the examples of one optimizer update.")
+  _define(fv, "integer", "gradient_accumulation_steps", 1,
+          "Split each training batch into this many micro-batches run one after the other and "
+          "update once with their summed gradients: the same training as without it (batch, "
+          "schedule and checkpoints unchanged), with the activation memory of a "
+          "--train_batch_size / gradient_accumulation_steps batch.")
   _define(fv, "float", "learning_rate", 5e-5, "The initial learning rate for Adam.")
   _define(fv, "enum", "optimizer", "bert_adam",
           "bert_adam: the original's AdamW without bias correction (its results exactly; may "
@@ -144,6 +150,7 @@ def define_fine_tuning_flags(max_seq_length: int = 128,
           "Proportion of training to perform linear learning rate warmup for, e.g. 0.1 = 10% of "
           "training.")
   define_bucketing_flag(flag_values)
+  define_eval_during_training_flags(flag_values)
 
 
 def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -158,6 +165,27 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
 def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:
   """`--bucket_by_length`, off on TPUs (they need every batch of one static shape)."""
   return flag_values.bucket_by_length and not flag_values.use_tpu
+
+
+def define_eval_during_training_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines evaluation on the dev set during training, early stopping and the best checkpoint
+  (every fine-tuning script; with any of them set, the dev set is also evaluated at each epoch
+  end and at the last step)."""
+  fv = flag_values
+  _define(fv, "integer", "eval_every_steps", 0,
+          "Evaluate on the dev set every this many training steps (and at each epoch end and the "
+          "last step), logging the metrics and writing them for TensorBoard to <output_dir>/eval. "
+          "0: evaluate during training only if an option below asks for it.")
+  _define(fv, "integer", "early_stopping_patience", 0,
+          "Stop training after this many evaluations without an improvement of "
+          "--early_stopping_metric (0: never stop early). Kept across a resume.")
+  _define(fv, "string", "early_stopping_metric", None,
+          "The evaluation metric for early stopping and --keep_best_checkpoint, e.g. "
+          "eval_accuracy, eval_f1, f1 or exact_match (SQuAD); higher is better unless its name "
+          "contains 'loss'. Default: the task's (eval_accuracy; eval_f1 for NER; f1 for SQuAD).")
+  _define(fv, "bool", "keep_best_checkpoint", False,
+          "Keep the model of the best evaluation as <output_dir>/best/model.ckpt-<step> with its "
+          "eval_results.txt; then --do_eval, --do_predict and --export_dir use it.")
 
 
 def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:
@@ -271,13 +299,19 @@ def train_config() -> training_loop.TrainConfig:
       learning_rate=FLAGS.learning_rate,
       optimizer=FLAGS.optimizer,
       train_batch_size=FLAGS.train_batch_size,
+      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
       init_checkpoint=FLAGS.init_checkpoint,
       save_checkpoints_steps=FLAGS.save_checkpoints_steps,
       iterations_per_loop=FLAGS.iterations_per_loop,
       keep_checkpoint_max=FLAGS.keep_checkpoint_max,
       use_xla=FLAGS.use_xla,
       random_seed=FLAGS.random_seed,
-      allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
+      allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint,
+      **{name: FLAGS[name].value for name in _EVAL_DURING_TRAINING_FLAGS if name in FLAGS})
+
+
+_EVAL_DURING_TRAINING_FLAGS = ("eval_every_steps", "early_stopping_patience",
+                               "early_stopping_metric", "keep_best_checkpoint")
 
 
 def run_script(main: Callable[[list], Any], input_errors: Sequence[type] = ()) -> None:

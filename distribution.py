@@ -10,11 +10,19 @@ part of the global batch and returns *this replica's share* of the global-batch 
 shares summed over replicas equal the value one device computes on the whole global batch.
 `replica_weighted_mean` computes such a share for any weighted mean (the normalizer is all-reduced),
 so losses and metrics do not depend on the number of replicas.
+
+Gradient accumulation (training_loop.py) extends the convention to several micro-batches per
+optimizer update: the loop first records every normalizer of the loss over the whole effective
+batch (`recording_denominators`), then computes each micro-batch's gradient with those totals
+(`effective_batch_denominators`), so the shares of all micro-batches and replicas add up to the
+value one device computes on the effective batch.
 """
 
+import contextlib
 import json
 import os
-from typing import Optional
+import threading
+from typing import Optional, Sequence
 
 from absl import logging
 import keras
@@ -113,6 +121,38 @@ def is_chief() -> bool:
       int(task.get("index", 0)) == 0)
 
 
+# The denominators of replica_weighted_mean while the loop accumulates gradients, per thread
+# (MirroredStrategy runs each replica's function in its own thread).
+_accumulation = threading.local()
+
+
+@contextlib.contextmanager
+def recording_denominators():
+  """Within it, `replica_weighted_mean` appends this replica's denominator `sum(w)` (not summed
+  over replicas) to the yielded list, one entry per call in call order."""
+  _accumulation.recorded, _accumulation.totals = [], None
+  try:
+    yield _accumulation.recorded
+  finally:
+    _accumulation.recorded = None
+
+
+@contextlib.contextmanager
+def effective_batch_denominators(totals: Sequence[tf.Tensor]):
+  """Within it, the i-th call of `replica_weighted_mean` divides by `totals[i]` (+ epsilon): the
+  denominator of that call summed over every replica and micro-batch of the effective batch (as
+  `recording_denominators` recorded them), instead of its own all-reduced one."""
+  _accumulation.recorded, _accumulation.totals, _accumulation.used = None, list(totals), 0
+  try:
+    yield
+    if _accumulation.used != len(_accumulation.totals):
+      raise ValueError("the loss function called replica_weighted_mean %d times on a micro-batch "
+                       "but %d times on the effective batch" %
+                       (_accumulation.used, len(_accumulation.totals)))
+  finally:
+    _accumulation.totals = None
+
+
 def replica_weighted_mean(values: tf.Tensor, weights: Optional[tf.Tensor] = None,
                           epsilon: float = 0.0) -> tf.Tensor:
   """This replica's share of the global-batch mean `sum(w * v) / (sum(w) + epsilon)`.
@@ -120,16 +160,28 @@ def replica_weighted_mean(values: tf.Tensor, weights: Optional[tf.Tensor] = None
   The denominator is summed over all replicas, so the shares of all replicas add up to the value
   one device computes on the whole global batch (exactly, not an average of per-replica means).
   Call it inside a loss or metric function (replica context); outside any strategy it is the
-  plain weighted mean.
+  plain weighted mean. While the loop accumulates gradients the denominator is the one of the
+  whole effective batch (see `effective_batch_denominators`).
   """
   values = tf.cast(tf.reshape(values, [-1]), tf.float32)
   weights = (tf.ones_like(values) if weights is None else
              tf.cast(tf.reshape(weights, [-1]), tf.float32))
   numerator = tf.reduce_sum(values * weights)
   denominator = tf.reduce_sum(weights)
-  context = tf.distribute.get_replica_context()
-  if context is not None and context.num_replicas_in_sync > 1:
-    denominator = context.all_reduce(tf.distribute.ReduceOp.SUM, denominator)
+  recorded = getattr(_accumulation, "recorded", None)
+  totals = getattr(_accumulation, "totals", None)
+  if recorded is not None:
+    recorded.append(denominator)
+  elif totals is not None:
+    if _accumulation.used >= len(totals):
+      raise ValueError("the loss function called replica_weighted_mean more often on a "
+                       "micro-batch than on the effective batch")
+    denominator = totals[_accumulation.used]
+    _accumulation.used += 1
+  else:
+    context = tf.distribute.get_replica_context()
+    if context is not None and context.num_replicas_in_sync > 1:
+      denominator = context.all_reduce(tf.distribute.ReduceOp.SUM, denominator)
   return numerator / (denominator + epsilon)
 
 

@@ -38,6 +38,9 @@ class TrainData:
 class Task(abc.ABC):
   """What `run` needs from a fine-tuning task. Batch sizes are global."""
 
+  # The `evaluate` metric that early stopping and the best checkpoint follow by default.
+  default_eval_metric = "eval_accuracy"
+
   @abc.abstractmethod
   def build_model(self) -> keras.Model:
     """The task model with all its variables created (checkpoint names per DESIGN.md)."""
@@ -56,7 +59,8 @@ class Task(abc.ABC):
 
   def evaluate(self, strategy: tf.distribute.Strategy, model: keras.Model,
                batch_size: int) -> dict:
-    """Metrics on the dev set for eval_results.txt (tasks without `--do_eval` need not)."""
+    """Metrics on the dev set for eval_results.txt and for evaluation during training (tasks
+    without either need not)."""
     raise NotImplementedError("%s has no --do_eval" % type(self).__name__)
 
   @abc.abstractmethod
@@ -75,27 +79,43 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
         export_dir: Optional[str] = None) -> list:
   """Trains (or restores), evaluates, predicts and exports `task` as the flags ask.
 
-  Returns the summary's parts (also logged as one line).
+  With `config.eval_every_steps`, `early_stopping_patience` or `keep_best_checkpoint` the task's
+  `evaluate` also runs during training (`training_loop.train`'s `evaluate_fn`; metric
+  `config.early_stopping_metric`, else the task's `default_eval_metric`); with
+  `keep_best_checkpoint` the best checkpoint (`output_dir/best`) is then the model that is
+  evaluated, predicted and exported. Returns the summary's parts (also logged as one line).
   """
   tf.io.gfile.makedirs(config.output_dir)
-  summary = []
+  if not config.early_stopping_metric:
+    config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
+  summary, known_results = [], {}
   if do_train:
     data = task.train_data()
     logging.info("***** Training: %d examples, batch %d *****", data.num_examples,
                  config.train_batch_size)
     with tfrecord_files.naming_corrupt_records(list(data.feature_files),
                                                tfrecord_files.REBUILD_CACHE_HINT):
-      result = training_loop.train(strategy, task.build_model, task.loss, data.dataset_fn,
-                                   config, num_examples=data.num_examples)
+      result = training_loop.train(
+          strategy, task.build_model, task.loss, data.dataset_fn, config,
+          num_examples=data.num_examples,
+          evaluate_fn=lambda model: task.evaluate(strategy, model, eval_batch_size))
     model, global_step = result.model, result.global_step
     summary.append("trained to step %d (%.1f examples/s)" % (global_step,
                                                             result.examples_per_second))
+    known_results = {entry["step"]: entry["metrics"] for entry in result.evaluations}
   else:
     model, global_step, _ = checkpoints.restore_model(
         strategy, task.build_model, config.output_dir, config.init_checkpoint,
         config.allow_partial_init_checkpoint)
+  best = config.keep_best_checkpoint and training_loop.best_checkpoint(config.output_dir)
+  if best:
+    checkpoints.init_from_checkpoint(model, best)
+    global_step = checkpoints.checkpoint_step(best)
+    summary.append("using the best checkpoint %s" % best)
   if do_eval:
-    results = dict(task.evaluate(strategy, model, eval_batch_size), global_step=global_step)
+    # A model evaluated during training is not evaluated again.
+    results = dict(known_results.get(global_step) or
+                   task.evaluate(strategy, model, eval_batch_size), global_step=global_step)
     training_loop.write_eval_results(os.path.join(config.output_dir, "eval_results.txt"), results)
     summary.append("evaluated: " + ", ".join(
         "%s %.4f" % (k, v) for k, v in sorted(results.items()) if k != "global_step"))

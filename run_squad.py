@@ -76,9 +76,12 @@ def main(_):
       verbose_logging=FLAGS.verbose_logging)
   task = squad.SquadTask(bert_config, tokenizer, options, FLAGS.output_dir, FLAGS.train_file,
                          FLAGS.predict_file, bucket_by_length=cli.bucket_by_length())
-  fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
-                  do_predict=FLAGS.do_predict, predict_batch_size=FLAGS.predict_batch_size,
-                  export_dir=FLAGS.export_dir)
+  config = cli.train_config()
+  if FLAGS.do_train and config.evaluates_during_training:
+    cli.require("predict_file", reason=" to evaluate during training (the dev set, with answers)")
+  fine_tuning.run(task, strategy, config, do_train=FLAGS.do_train,
+                  do_predict=FLAGS.do_predict, eval_batch_size=FLAGS.predict_batch_size,
+                  predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
 
 
 if __name__ == "__main__":

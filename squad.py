@@ -1173,6 +1173,17 @@ class SquadTask(fine_tuning.Task):
 
     return fine_tuning.TrainData(dataset_fn, num_examples, [record_path])
 
+  default_eval_metric = "f1"
+
+  def evaluate(self, strategy, model, batch_size: int) -> dict:
+    """The official metrics of the predictions of the predict file (the dev set, with answers):
+    evaluation during training. Writes no prediction files."""
+    _, metrics = self.predictions(strategy, model, batch_size, write_files=False)
+    if metrics is None:
+      raise SquadFormatError("%s: no question has answers, so it cannot evaluate during "
+                             "training" % self.predict_file)
+    return metrics
+
   def predict(self, strategy, model, batch_size: int) -> str:
     """Predicts every question of the predict file, writes the prediction files and, when the
     file has answers, the official metrics to `output_dir/eval_results.txt`."""
@@ -1180,8 +1191,9 @@ class SquadTask(fine_tuning.Task):
     return "predicted %d questions%s" % (len(predictions), "; " + ", ".join(
         "%s %.2f" % item for item in sorted(metrics.items())) if metrics else "")
 
-  def predictions(self, strategy, model, batch_size: int) -> tuple:
-    """`predict`'s work: returns (predictions, the official metrics or None)."""
+  def predictions(self, strategy, model, batch_size: int, write_files: bool = True) -> tuple:
+    """`predict`'s work: returns (predictions, the official metrics or None). With write_files,
+    writes the prediction files and eval_results.txt."""
     options = self.options
     data = load_squad_json(self.predict_file)
     examples, stats = examples_from_data(data, False, options.version_2_with_negative,
@@ -1211,8 +1223,9 @@ class SquadTask(fine_tuning.Task):
         examples, features, results, options.n_best_size, options.max_answer_length,
         self.tokenizer.do_lower_case, options.version_2_with_negative,
         options.null_score_diff_threshold, options.verbose_logging)
-    write_predictions(self.output_dir, predictions, nbest,
-                      null_odds if options.version_2_with_negative else None)
+    if write_files:
+      write_predictions(self.output_dir, predictions, nbest,
+                        null_odds if options.version_2_with_negative else None)
     if not has_gold_answers(data, options.version_2_with_negative):
       logging.info("%s has no answers: no evaluation", self.predict_file)
       return predictions, None
@@ -1222,7 +1235,9 @@ class SquadTask(fine_tuning.Task):
       metrics = evaluate_v2(data, predictions, null_odds, options.null_score_diff_threshold)
     else:
       metrics = evaluate_v1(data, predictions)
-    training_loop.write_eval_results(os.path.join(self.output_dir, "eval_results.txt"), metrics)
+    if write_files:
+      training_loop.write_eval_results(os.path.join(self.output_dir, "eval_results.txt"),
+                                       metrics)
     return predictions, metrics
 
   def export(self, model, export_dir: str) -> str:

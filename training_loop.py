@@ -18,6 +18,7 @@ convention under distribution is distribution.py's (`replica_weighted_mean`).
 
 import dataclasses
 import fcntl
+import json
 import math
 import os
 import socket
@@ -200,7 +201,10 @@ class TrainConfig:
   num_warmup_steps: Optional[int] = None
   learning_rate: float = 5e-5
   optimizer: str = "bert_adam"  # one of optimization.OPTIMIZERS
-  train_batch_size: int = 32
+  train_batch_size: int = 32  # examples per optimizer update (the effective batch)
+  # Micro-batches per update: each update sums the gradients of this many micro-batches of
+  # train_batch_size / gradient_accumulation_steps examples (same result, less memory).
+  gradient_accumulation_steps: int = 1
   init_checkpoint: Optional[str] = None
   save_checkpoints_steps: int = 1000
   iterations_per_loop: int = 1000
@@ -216,6 +220,18 @@ class TrainConfig:
   # The step a later phase of the job starts at (pretraining's phase 2 resumes phase 1's
   # output_dir): its learning rate schedule and its dataset count from here.
   phase_start_step: int = 0
+  # Evaluation during training (with an `evaluate_fn`; see `_Evaluations`): every this many steps
+  # (0: not by steps), and at each epoch end and the last step when any of these three is set.
+  eval_every_steps: int = 0
+  early_stopping_patience: int = 0  # stop after this many evaluations without improvement
+  early_stopping_metric: Optional[str] = None  # higher is better unless its name has "loss"
+  keep_best_checkpoint: bool = False  # keep output_dir/best/model.ckpt-<step> + its metrics
+  steps_per_epoch: Optional[float] = None  # set by with_schedule from the number of examples
+
+  @property
+  def evaluates_during_training(self) -> bool:
+    return bool(self.eval_every_steps or self.early_stopping_patience or
+                self.keep_best_checkpoint)
 
   def with_schedule(self, num_examples: Optional[int]) -> "TrainConfig":
     """This config with its steps: from the epochs over `num_examples` when epochs are given
@@ -226,23 +242,29 @@ class TrainConfig:
       raise ValueError("a schedule in epochs needs the number of training examples")
     num_train_steps = int(num_examples / self.train_batch_size * self.num_train_epochs)
     return dataclasses.replace(self, num_train_steps=num_train_steps,
-                               num_warmup_steps=int(num_train_steps * self.warmup_proportion))
+                               num_warmup_steps=int(num_train_steps * self.warmup_proportion),
+                               steps_per_epoch=num_examples / self.train_batch_size)
 
   def validate(self, num_replicas: int) -> None:
     if not self.output_dir:
       raise ValueError("--output_dir is required for training")
     for name in ("num_train_steps", "train_batch_size", "save_checkpoints_steps",
-                 "iterations_per_loop"):
+                 "iterations_per_loop", "gradient_accumulation_steps"):
       if getattr(self, name) <= 0:
         raise ValueError("--%s must be positive, got %r" % (name, getattr(self, name)))
     if not 0 <= self.phase_start_step < self.num_train_steps:
       raise ValueError("phase_start_step=%d must be in [0, num_train_steps=%d)" %
                        (self.phase_start_step, self.num_train_steps))
+    for name in ("eval_every_steps", "early_stopping_patience"):
+      if getattr(self, name) < 0:
+        raise ValueError("--%s must not be negative, got %r" % (name, getattr(self, name)))
     if self.num_warmup_steps < 0:
       raise ValueError("--num_warmup_steps must not be negative, got %r" % self.num_warmup_steps)
-    if self.train_batch_size % num_replicas:
-      raise ValueError("--train_batch_size=%d is not divisible by the %d replicas" %
-                       (self.train_batch_size, num_replicas))
+    if self.train_batch_size % (num_replicas * self.gradient_accumulation_steps):
+      raise ValueError(
+          "--train_batch_size=%d is not divisible by the %d replicas times "
+          "--gradient_accumulation_steps=%d" % (self.train_batch_size, num_replicas,
+                                                self.gradient_accumulation_steps))
 
 
 @dataclasses.dataclass
@@ -254,6 +276,9 @@ class TrainResult:
   metrics: dict  # mean loss and metrics over the last loop
   examples_per_second: float  # over the steps this run trained (0 when it trained none)
   loop_examples_per_second: list = dataclasses.field(default_factory=list)  # per graph call
+  # Evaluations during training, this run's and the resumed ones': [{"step", "metrics"}].
+  evaluations: list = dataclasses.field(default_factory=list)
+  best_checkpoint: Optional[str] = None  # output_dir/best/model.ckpt-<step> when kept
 
 
 def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
@@ -280,14 +305,34 @@ def _format_duration(seconds: float) -> str:
 _RANDOM_DRAWS_PER_STEP = 1 << 16
 
 
-class _Trainer:
-  """Owns the compiled multi-step training function for one model and optimizer."""
+def _split_micro_batches(features: Mapping[str, tf.Tensor], num_micro_batches: int) -> dict:
+  """[B, ...] global batches -> [B / K, K, ...]: element [j, k] is row j of micro-batch k (rows
+  k * B / K to (k + 1) * B / K - 1). Splitting the first axis over replicas then gives each
+  replica its part of every micro-batch."""
 
-  def __init__(self, strategy, model, optimizer, loss_fn, use_xla):
+  def split(tensor):
+    micro = tf.reshape(tensor, tf.concat([[num_micro_batches, -1], tf.shape(tensor)[1:]], 0))
+    return tf.transpose(micro, [1, 0] + list(range(2, len(tensor.shape) + 1)))
+
+  return {name: split(tensor) for name, tensor in features.items()}
+
+
+class _Trainer:
+  """Owns the compiled multi-step training function for one model and optimizer.
+
+  With gradient accumulation (K > 1 micro-batches per update) each replica's step first records
+  the loss's normalizers over its part of the whole effective batch (the model's forward pass
+  there is dead code, which TensorFlow prunes), sums them over replicas, then runs the K
+  micro-batches one after the other in a loop, each normalized by those totals, adds their
+  gradients and applies the sum once (clipped once by the optimizer, as a K times larger batch).
+  """
+
+  def __init__(self, strategy, model, optimizer, loss_fn, use_xla, accumulation_steps=1):
     self.strategy = strategy
     self.model = model
     self.optimizer = optimizer
     self.loss_fn = loss_fn
+    self.accumulation_steps = accumulation_steps
     self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     compiled = use_xla and strategy.num_replicas_in_sync == 1
     if use_xla and not compiled and not isinstance(strategy, tf.distribute.TPUStrategy):
@@ -301,6 +346,7 @@ class _Trainer:
     # sets their counters from the step, so a step replayed after a resume draws the same masks.
     self._seed_states = [v for v in model.variables if v.name == "seed_generator_state"]
     # Traced once and called twice by _train_steps (before and inside its loop).
+    self._micro_step = tf.function(self._micro_batch_gradients)
     self._step = tf.function(self._one_step)
     self.train_steps = tf.function(self._train_steps)
 
@@ -311,20 +357,70 @@ class _Trainer:
       scaled = self.optimizer.scale_loss(loss) if self.loss_scaled else loss
     return loss, dict(metrics), tape.gradient(scaled, variables)
 
-  def _replica_step(self, features):
-    counter = tf.cast(self.optimizer.iterations, tf.int64) * _RANDOM_DRAWS_PER_STEP
+  def _seed_dropout(self, micro_batch=0):
+    """Sets the dropout seed counters from the micro-batch's index since the start of training."""
+    micro_step = (tf.cast(self.optimizer.iterations, tf.int64) * self.accumulation_steps +
+                  tf.cast(micro_batch, tf.int64))
     for state in self._seed_states:
-      state.assign(tf.stack([state[0], tf.cast(counter, state.dtype)]))
-    loss, metrics, grads = self._gradients(features)
+      state.assign(tf.stack([state[0], tf.cast(micro_step * _RANDOM_DRAWS_PER_STEP,
+                                               state.dtype)]))
+
+  def _apply(self, grads):
     # Variables the loss does not reach (the pooler under SQuAD and NER heads) have no gradient;
     # like the original's optimizer, leave them alone (no update, no weight decay, no warning).
     used = [(grad, variable) for grad, variable in zip(grads, self.model.trainable_variables)
             if grad is not None]
     self.optimizer.apply([grad for grad, _ in used], [variable for _, variable in used])
+
+  def _replica_step(self, features):
+    self._seed_dropout()
+    loss, metrics, grads = self._gradients(features)
+    self._apply(grads)
+    return dict(metrics, loss=loss)
+
+  def _micro_batch_gradients(self, features, micro_batch, denominators):
+    """Loss and metric shares and dense gradients of micro-batch `micro_batch` of a replica's
+    [b, K, ...] features, normalized over the effective batch (None: no gradient)."""
+    self._seed_dropout(micro_batch)
+    micro_features = {name: tf.gather(value, micro_batch, axis=1)
+                      for name, value in features.items()}
+    with distribution.effective_batch_denominators(denominators):
+      loss, metrics, grads = self._gradients(micro_features)
+    return loss, metrics, [None if g is None else tf.convert_to_tensor(g) for g in grads]
+
+  def _replica_accumulated_step(self, features):
+    everything = {name: tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], 0))
+                  for name, value in features.items()}
+    with distribution.recording_denominators() as denominators:
+      self.loss_fn(self.model, everything, True)  # Only its denominators are computed.
+    if not denominators:
+      raise ValueError("gradient accumulation needs a loss normalized with "
+                       "distribution.replica_weighted_mean (the loss convention)")
+    denominators = tf.distribute.get_replica_context().all_reduce(
+        tf.distribute.ReduceOp.SUM, denominators)
+    loss, metrics, grads = self._micro_step(features, tf.constant(0), denominators)
+    has_grad = [g is not None for g in grads]
+
+    def add_micro_batch(micro_batch, loss, metrics, grads):
+      more_loss, more_metrics, more_grads = self._micro_step(features, micro_batch, denominators)
+      more_grads = [g for g in more_grads if g is not None]
+      return (micro_batch + 1, loss + more_loss,
+              {name: value + more_metrics[name] for name, value in metrics.items()},
+              [total + g for total, g in zip(grads, more_grads)])
+
+    # One micro-batch at a time: parallel iterations would hold several in memory.
+    _, loss, metrics, grads = tf.while_loop(
+        lambda micro_batch, *_: micro_batch < self.accumulation_steps, add_micro_batch,
+        (tf.constant(1), loss, dict(metrics), [g for g in grads if g is not None]),
+        parallel_iterations=1)
+    grads = iter(grads)
+    self._apply([next(grads) if used else None for used in has_grad])
     return dict(metrics, loss=loss)
 
   def _one_step(self, iterator):
-    shares = self.strategy.run(self._replica_step, args=(next(iterator),))
+    replica_step = (self._replica_step if self.accumulation_steps == 1 else
+                    self._replica_accumulated_step)
+    shares = self.strategy.run(replica_step, args=(next(iterator),))
     return {name: self.strategy.reduce(tf.distribute.ReduceOp.SUM, value, axis=None)
             for name, value in shares.items()}
 
@@ -335,6 +431,128 @@ class _Trainer:
       step = self._step(iterator)
       totals = {name: totals[name] + step[name] for name in totals}
     return totals
+
+
+EVAL_HISTORY_FILE = "eval_history.json"
+BEST_DIR = "best"
+
+
+def higher_is_better(metric: str) -> bool:
+  """Whether a larger value of the metric is an improvement (all but losses)."""
+  return "loss" not in metric
+
+
+def best_checkpoint(output_dir: str) -> Optional[str]:
+  """The `output_dir/best/model.ckpt-<step>` that `--keep_best_checkpoint` kept, or None."""
+  steps = [checkpoints.checkpoint_step(path[:-len(".index")]) for path in tf.io.gfile.glob(
+      os.path.join(output_dir, BEST_DIR, checkpoints.CHECKPOINT_BASENAME + "-*.index"))]
+  return checkpoints.checkpoint_prefix(os.path.join(output_dir, BEST_DIR), max(steps)) if (
+      steps) else None
+
+
+class _Evaluations:
+  """Evaluation during training: when it is due, its TensorBoard scalars (`output_dir/eval`, as
+  the Estimator wrote them), early stopping and the best checkpoint.
+
+  The history of evaluations (`output_dir/eval_history.json`, rewritten atomically after each)
+  is the early-stopping state: a resumed run keeps the evaluations up to the step it resumes
+  from, so the best metric and the evaluations since it survive a kill. Every worker evaluates
+  (evaluation is collective) and decides alike; the chief writes.
+  """
+
+  def __init__(self, config: TrainConfig, evaluate_fn, step: int):
+    self.config = config
+    self.evaluate_fn = evaluate_fn
+    self.path = os.path.join(config.output_dir, EVAL_HISTORY_FILE)
+    self.history = [entry for entry in self._read() if entry["step"] <= step]
+    self.writer = (tf.summary.create_file_writer(os.path.join(config.output_dir, "eval"))
+                   if distribution.is_chief() else tf.summary.create_noop_writer())
+
+  def _read(self) -> list:
+    if not tf.io.gfile.exists(self.path):
+      return []
+    with tf.io.gfile.GFile(self.path) as f:
+      try:
+        return json.load(f)["evaluations"]
+      except (ValueError, KeyError, TypeError) as error:
+        raise checkpoints.TrainingError(
+            "%s is not an evaluation history (%s); remove it to start early stopping anew" %
+            (self.path, error)) from None
+
+  def next_step(self, step: int) -> int:
+    """The first evaluation step after `step`: a multiple of eval_every_steps, an epoch end or
+    the last step."""
+    config = self.config
+    candidates = [config.num_train_steps]
+    if config.eval_every_steps:
+      candidates.append((step // config.eval_every_steps + 1) * config.eval_every_steps)
+    if config.steps_per_epoch:
+      epoch = int(step / config.steps_per_epoch)
+      while int(epoch * config.steps_per_epoch) <= step:
+        epoch += 1
+      candidates.append(int(epoch * config.steps_per_epoch))
+    return min(candidates)
+
+  def _metric(self, entry: dict) -> float:
+    value = entry["metrics"][self.config.early_stopping_metric]
+    return value if higher_is_better(self.config.early_stopping_metric) else -value
+
+  def best(self) -> Optional[dict]:
+    """The first evaluation with the best metric (None before any, or without a metric)."""
+    best = None
+    for entry in self.history:
+      if math.isfinite(self._metric(entry)) and (best is None or
+                                                 self._metric(entry) > self._metric(best)):
+        best = entry
+    return best
+
+  def should_stop(self) -> bool:
+    """Whether the last `early_stopping_patience` evaluations did not improve on the best."""
+    patience = self.config.early_stopping_patience
+    best = self.best()
+    if not patience or not self.history:
+      return False
+    since = len(self.history) - 1 - (self.history.index(best) if best else -1)
+    return since >= patience
+
+  def run(self, model: keras.Model, step: int) -> None:
+    """Evaluates, logs and writes the scalars, records the evaluation, keeps the best."""
+    metrics = {name: float(value) for name, value in self.evaluate_fn(model).items()}
+    logging.info("Evaluation at step %d: %s", step,
+                 ", ".join("%s %.4f" % item for item in sorted(metrics.items())))
+    with self.writer.as_default(step=step):
+      for name, value in metrics.items():
+        tf.summary.write(name, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
+    self.writer.flush()
+    metric = self.config.early_stopping_metric
+    if (self.config.early_stopping_patience or self.config.keep_best_checkpoint) and (
+        metric not in metrics):
+      raise checkpoints.TrainingError(
+          "--early_stopping_metric=%s is not one of the evaluation's metrics: %s" %
+          (metric, ", ".join(sorted(metrics))))
+    self.history.append({"step": step, "metrics": metrics})
+    if not distribution.is_chief():
+      return
+    if self.config.keep_best_checkpoint and self.best() is self.history[-1]:
+      self._keep_best(model, step, metrics)
+    atomic_files.write_text(self.path, json.dumps(
+        {"early_stopping_metric": metric, "evaluations": self.history}, indent=1) + "\n")
+
+  def _keep_best(self, model, step, metrics) -> None:
+    """Writes best/model.ckpt-<step> (model variables) and best/eval_results.txt, then deletes
+    the previous best."""
+    directory = os.path.join(self.config.output_dir, BEST_DIR)
+    tf.io.gfile.makedirs(directory)
+    prefix = checkpoints.checkpoint_prefix(directory, step)
+    with atomic_files.atomic_output(prefix) as temporary:
+      checkpoints.save_checkpoint(model, temporary)
+    write_eval_results(os.path.join(directory, "eval_results.txt"),
+                       dict(metrics, global_step=step))
+    for path in tf.io.gfile.glob(os.path.join(directory, checkpoints.CHECKPOINT_BASENAME + "-*")):
+      if not path.startswith(prefix + "."):
+        _remove_quietly(path)
+    logging.info("Best %s so far: %s at step %d, kept in %s", self.config.early_stopping_metric,
+                 metrics[self.config.early_stopping_metric], step, prefix)
 
 
 def _learning_rate(optimizer) -> float:
@@ -348,7 +566,9 @@ def train(strategy: tf.distribute.Strategy,
           dataset_fn: Callable[[int, int], tf.data.Dataset],
           config: TrainConfig,
           optimizer_fn: Optional[Callable[[], keras.optimizers.Optimizer]] = None,
-          num_examples: Optional[int] = None) -> TrainResult:
+          num_examples: Optional[int] = None,
+          evaluate_fn: Optional[Callable[[keras.Model], Mapping[str, float]]] = None
+          ) -> TrainResult:
   """Trains (or resumes training) to the last step of the schedule, checkpointing as it goes.
 
   Args:
@@ -366,6 +586,9 @@ def train(strategy: tf.distribute.Strategy,
     optimizer_fn: builds the optimizer under the scope (default: `optimization.create_optimizer`
       with the config's optimizer, learning rate and schedule).
     num_examples: the number of training examples, for a schedule given in epochs.
+    evaluate_fn: `model -> {metric: value}` on the dev set; with `config.eval_every_steps`,
+      `early_stopping_patience` or `keep_best_checkpoint` it runs during training (see
+      `_Evaluations`), and training may stop before `num_train_steps`.
 
   Returns:
     A TrainResult with the trained model (usable for evaluate/predict in the same process).
@@ -379,13 +602,14 @@ def train(strategy: tf.distribute.Strategy,
   config = config.with_schedule(num_examples)
   config.validate(strategy.num_replicas_in_sync)
   if not distribution.is_chief():
-    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn)
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
   with OutputDirLock(config.output_dir):
     checkpoints.remove_leftover_temporaries(config.output_dir)
-    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn)
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
 
 
-def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> TrainResult:
+def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
+           evaluate_fn) -> TrainResult:
   """`train` once the chief holds the output directory's lock."""
   chief = distribution.is_chief()
   keras.utils.set_random_seed(config.random_seed)
@@ -401,10 +625,19 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
     named_variables = checkpoints.training_state_variables(model, optimizer)
 
   step, restored = _restore_or_initialize(model, named_variables, config)
-  if step >= config.num_train_steps:
-    logging.info("Training already finished: checkpoint at step %d >= --num_train_steps=%d",
-                 step, config.num_train_steps)
-    return TrainResult(model, step, restored, {}, 0.0)
+  evaluations = (_Evaluations(config, evaluate_fn, step) if evaluate_fn is not None and
+                 config.evaluates_during_training else None)
+
+  def evaluation_results() -> dict:
+    return dict(evaluations=evaluations.history if evaluations else [],
+                best_checkpoint=best_checkpoint(config.output_dir) if (
+                    evaluations and config.keep_best_checkpoint) else None)
+
+  if step >= config.num_train_steps or (evaluations and evaluations.should_stop()):
+    logging.info("Training already finished: checkpoint at step %d (--num_train_steps=%d%s)",
+                 step, config.num_train_steps,
+                 ", stopped early" if step < config.num_train_steps else "")
+    return TrainResult(model, step, restored, {}, 0.0, **evaluation_results())
 
   if step < config.phase_start_step:
     raise checkpoints.TrainingError(
@@ -413,8 +646,12 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
   # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
   dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
       step - config.phase_start_step)
+  if config.gradient_accumulation_steps > 1:
+    dataset = dataset.map(lambda features: _split_micro_batches(
+        features, config.gradient_accumulation_steps))
   iterator = iter(_distribute(strategy, dataset))
-  trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla)
+  trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla,
+                     config.gradient_accumulation_steps)
   try:
     writer = (tf.summary.create_file_writer(config.output_dir) if chief else
               tf.summary.create_noop_writer())
@@ -424,10 +661,13 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
   try:
     first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
     seconds_per_step = None
-    logging.info("Training from step %d to %d, global batch %d, %d replicas", step,
-                 config.num_train_steps, config.train_batch_size, strategy.num_replicas_in_sync)
-    while step < config.num_train_steps:
-      num_steps = _loop_steps(strategy, config, step, seconds_per_step)
+    logging.info("Training from step %d to %d, global batch %d (%d micro-batches), %d replicas",
+                 step, config.num_train_steps, config.train_batch_size,
+                 config.gradient_accumulation_steps, strategy.num_replicas_in_sync)
+    stop = False
+    while step < config.num_train_steps and not stop:
+      next_eval = evaluations.next_step(step) if evaluations else None
+      num_steps = _loop_steps(strategy, config, step, seconds_per_step, next_eval)
       loop_start = time.time()
       totals = trainer.train_steps(iterator, tf.constant(num_steps, tf.int32))
       metrics = {name: float(value) / num_steps for name, value in totals.items()}
@@ -448,7 +688,17 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
                    "".join("%s %.4f " % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
                    examples_per_second,
                    _format_duration((config.num_train_steps - step) / max(overall_rate, 1e-9)))
-      if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps):
+      if step == next_eval:
+        evaluations.run(model, step)
+        stop = evaluations.should_stop()
+        if stop:
+          best = evaluations.best() or {"step": None, "metrics": {}}
+          logging.info("Stopping early at step %d: %s did not improve in %d evaluations (best "
+                       "%s at step %s)", step, config.early_stopping_metric,
+                       config.early_stopping_patience,
+                       best["metrics"].get(config.early_stopping_metric), best["step"])
+      if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps
+                    or stop):
         prefix = checkpoints.save_training_checkpoint(named_variables, config.output_dir, step,
                                           config.keep_checkpoint_max)
     elapsed = time.time() - start_time
@@ -457,13 +707,15 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn) -> Tra
                  first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
   finally:
     writer.close()
-  return TrainResult(model, step, prefix, metrics, rate, loop_rates)
+    if evaluations:
+      evaluations.writer.close()
+  return TrainResult(model, step, prefix, metrics, rate, loop_rates, **evaluation_results())
 
 
 def _loop_steps(strategy, config: TrainConfig, step: int,
-                seconds_per_step: Optional[float]) -> int:
+                seconds_per_step: Optional[float], next_eval: Optional[int] = None) -> int:
   """Steps of the next call into the graph: up to the next multiple of `iterations_per_loop`,
-  never past a checkpoint step or `num_train_steps`.
+  never past a checkpoint step, an evaluation step or `num_train_steps`.
 
   On one machine the call is also kept to about `config.progress_seconds` at the speed of the
   previous call, and the first call to 10 steps while the speed is unknown, as the original's
@@ -472,7 +724,7 @@ def _loop_steps(strategy, config: TrainConfig, step: int,
   """
   next_save = (step // config.save_checkpoints_steps + 1) * config.save_checkpoints_steps
   next_loop_end = (step // config.iterations_per_loop + 1) * config.iterations_per_loop
-  num_steps = min(next_loop_end, next_save, config.num_train_steps) - step
+  num_steps = min(next_loop_end, next_save, config.num_train_steps, next_eval or math.inf) - step
   if strategy.extended._in_multi_worker_mode():  # pylint: disable=protected-access
     return num_steps
   if seconds_per_step is None:

@@ -1,5 +1,6 @@
 """End-to-end tests of run_classifier.py on tiny configs and generated data (in process)."""
 
+import json
 import os
 import random
 
@@ -230,3 +231,60 @@ def test_eval_on_unreadable_checkpoints_is_an_error_not_a_random_model(generic_t
                      r"model\.ckpt-10 \(cannot be read \(.*\)\)"):
     run(do_eval=True, **flag_values)
   assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
+
+
+def eval_scalars(output_dir) -> dict:
+  """{tag: {step: value}} from the TensorBoard event files of `output_dir/eval`."""
+  scalars = {}
+  for event_file in tf.io.gfile.glob(os.path.join(output_dir, "eval", "events.out.tfevents.*")):
+    for event in tf.compat.v1.train.summary_iterator(event_file):
+      for value in event.summary.value:
+        scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))
+  return scalars
+
+
+def test_evaluates_during_training_stops_early_and_exports_the_best(generic_task, tmp_path):
+  flag_values, _ = generic_task
+  flag_values.update(num_train_epochs=10.0, eval_every_steps=10, early_stopping_patience=2,
+                     keep_best_checkpoint=True, export_dir=str(tmp_path / "export"))
+  output_dir = flag_values["output_dir"]
+  run(do_train=True, do_eval=True, **flag_values)
+  with open(os.path.join(output_dir, "eval_history.json")) as f:
+    history = json.load(f)["evaluations"]
+  steps = [entry["step"] for entry in history]
+  accuracies = [entry["metrics"]["eval_accuracy"] for entry in history]
+  # Every 10 steps and at each epoch end (12.5 steps per epoch: 12, 25, 37, ...), until the
+  # accuracy had not improved in 2 evaluations; well before the last step (125).
+  expected_steps = sorted({s for s in range(1, 126) if s % 10 == 0} |
+                          {int(epoch * 12.5) for epoch in range(1, 11)})
+  assert steps == expected_steps[:len(steps)] and steps[-1] < 125
+  best = int(np.argmax(accuracies))  # The first of the best.
+  assert best == len(history) - 3 and max(accuracies[-2:]) <= accuracies[best]
+  assert accuracies[best] > 0.9
+  assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % steps[-1])
+  # TensorBoard: the eval scalars at the evaluation steps.
+  scalars = eval_scalars(output_dir)
+  assert sorted(scalars["eval_accuracy"]) == steps and "eval_loss" in scalars
+  np.testing.assert_allclose([scalars["eval_accuracy"][s] for s in steps], accuracies, rtol=1e-6)
+  # best/ holds the best step's model and its metrics; eval_results.txt and the export use it.
+  best_step = steps[best]
+  best_dir = os.path.join(output_dir, "best")
+  assert sorted(os.listdir(best_dir)) == ["eval_results.txt", "model.ckpt-%d.data-00000-of-00001"
+                                          % best_step, "model.ckpt-%d.index" % best_step]
+  best_results = read_eval_results(best_dir)
+  assert best_results == dict(history[best]["metrics"], global_step=best_step)
+  assert read_eval_results(output_dir) == best_results
+  best_weights = tf.train.load_checkpoint(os.path.join(best_dir, "model.ckpt-%d" % best_step))
+  last_weights = tf.train.load_checkpoint(checkpoints.latest_checkpoint(output_dir))
+  exported = tf.train.load_checkpoint(
+      os.path.join(tmp_path / "export", os.listdir(tmp_path / "export")[0], "variables",
+                   "variables"))
+  exported_values = [exported.get_tensor(name) for name, shape in
+                     exported.get_variable_to_shape_map().items() if shape == [2, 32]]
+  assert any(np.array_equal(v, best_weights.get_tensor("output_weights"))
+             for v in exported_values)
+  assert not any(np.array_equal(v, last_weights.get_tensor("output_weights"))
+                 for v in exported_values)
+  # A rerun keeps the early-stopping state: it trains no further.
+  run(do_train=True, **dict(flag_values, export_dir=""))
+  assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % steps[-1])

@@ -409,3 +409,25 @@ def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_pa
                                                                   "model.ckpt-20")
   # --do_eval reads --input_file at --max_seq_length with the final model.
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20
+
+
+def test_cli_gradient_accumulation_trains_as_the_whole_batch(tmp_path):
+  """4 micro-batches of 2 per update train as batches of 8: the same losses and weights (the MLM
+  loss's normalizer, the number of masked positions, differs between micro-batches)."""
+  write_records(tmp_path / "data-0.tfrecord", 64, seed=6)
+  write_config(tmp_path / "bert_config.json")
+  weights = {}
+  for steps in (1, 4):
+    output_dir = tmp_path / ("out%d" % steps)
+    run = subprocess.run(_cli(tmp_path, "--do_train", "--num_train_steps=10",
+                              "--output_dir=%s" % output_dir,
+                              "--gradient_accumulation_steps=%d" % steps),
+                         capture_output=True, text=True, timeout=180)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert "global batch 8 (%d micro-batches)" % steps in run.stderr
+    weights[steps] = tf.train.load_checkpoint(str(output_dir / "model.ckpt-10"))
+    np.testing.assert_allclose(_logged_losses(str(output_dir))[10],
+                               _logged_losses(str(tmp_path / "out1"))[10], rtol=1e-5)
+  for name in weights[1].get_variable_to_shape_map():
+    np.testing.assert_allclose(weights[4].get_tensor(name), weights[1].get_tensor(name),
+                               rtol=0, atol=1e-5, err_msg=name)

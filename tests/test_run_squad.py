@@ -7,6 +7,7 @@ import sys
 import textwrap
 
 import pytest
+import tensorflow as tf
 
 from conftest import REPO_ROOT
 from conftest import write_model_files
@@ -206,3 +207,25 @@ def test_in_graph_span_selection_and_final_text_match_python(uncased_vocab_file)
   for answer, start, end, context in zip(answers, out["answer_start"].numpy(),
                                          out["answer_end"].numpy(), contexts):
     assert " ".join(context[start:end].split()) == answer
+
+
+def test_evaluates_during_training_through_the_task_protocol(tmp_path):
+  """--keep_best_checkpoint evaluates the predict file (predict-and-score) at each epoch end."""
+  write_model_files(str(tmp_path), modeling.BertConfig.from_dict(TINY_CONFIG), VOCAB)
+  (tmp_path / "v1.json").write_text(json.dumps(generated_squad()), encoding="utf-8")
+  output_dir = tmp_path / "out"
+  run_squad(tmp_path, "--do_train", "--keep_best_checkpoint",
+            "--train_file=%s" % (tmp_path / "v1.json"),
+            "--predict_file=%s" % (tmp_path / "v1.json"), "--output_dir=%s" % output_dir,
+            "--train_batch_size=8", "--learning_rate=3e-4", "--num_train_epochs=2")
+  history = read_json(output_dir / "eval_history.json")
+  assert history["early_stopping_metric"] == "f1" and len(history["evaluations"]) == 2
+  for entry in history["evaluations"]:
+    assert {"exact_match", "f1"} <= set(entry["metrics"])
+  assert not (output_dir / "predictions.json").exists()  # Evaluation writes no predictions.
+  assert len(list((output_dir / "best").glob("model.ckpt-*.index"))) == 1
+  tags = set()
+  for event_file in (output_dir / "eval").glob("events.out.tfevents.*"):
+    for event in tf.compat.v1.train.summary_iterator(str(event_file)):
+      tags.update(value.tag for value in event.summary.value)
+  assert {"exact_match", "f1"} <= tags

@@ -43,9 +43,10 @@ CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=16, num_hidden_layers=1, num_at
 class TinyClassifier(keras.Model):
   """BERT + a 2-class head on the pooled output (`output_weights`, `output_bias`)."""
 
-  def __init__(self):
+  def __init__(self, **config_overrides):
     super().__init__(name="tiny_classifier")
-    self.bert = modeling.BertModel(modeling.BertConfig.from_dict(CONFIG), name="bert")
+    self.bert = modeling.BertModel(modeling.BertConfig.from_dict(dict(CONFIG, **config_overrides)),
+                                   name="bert")
 
   def build(self, input_shape=None):
     self.bert.build()
@@ -425,8 +426,215 @@ def test_multi_worker_two_processes_match_one_device(reference, tmp_path):
   assert checkpoints.checkpoint_step(checkpoints.latest_checkpoint(str(tmp_path))) == 6
 
 
+# ------------------------------------------------------------------------------------------------
+# Gradient accumulation (issue 19).
+# ------------------------------------------------------------------------------------------------
+
+ACCUMULATION_BATCH = 16
+LOSS_FACTOR = 30.0  # Makes the gradient's global norm > 1, so that clipping matters.
+
+
+def weighted_examples():
+  """16 examples whose loss weights differ between micro-batches (0 to 3, mean 1.5 overall)."""
+  data = examples(ACCUMULATION_BATCH, seed=5)
+  data["scale"] = np.array([0, 1, 0, 0, 3, 3, 2, 1, 1, 1, 1, 3, 2, 3, 1, 2], np.float32)
+  return data
+
+
+def weighted_loss_fn(model, features, training):
+  """A weighted mean (epsilon as the MLM loss) whose denominator varies between micro-batches."""
+  log_probs = tf.nn.log_softmax(model(features, training=training), axis=-1)
+  losses = -tf.gather(log_probs, features["label"], batch_dims=1) * LOSS_FACTOR
+  return (distribution.replica_weighted_mean(losses, features["scale"], epsilon=1e-5),
+          {"weight": distribution.replica_weighted_mean(features["scale"])})
+
+
+def linear_adam():
+  """The original's AdamWeightDecay with epsilon 1: the update is almost linear in the gradient
+  (with the default epsilon one step is about sign(g) * lr and hides a wrong gradient scale)."""
+  return optimization.AdamWeightDecay(learning_rate=0.1, weight_decay_rate=0.01, epsilon=1.0)
+
+
+def accumulation_step(strategy, output_dir, init_checkpoint, accumulation_steps):
+  """One update of the 16 weighted examples in `accumulation_steps` micro-batches."""
+  result = training_loop.train(
+      strategy, model_fn, weighted_loss_fn, dataset_fn_of(weighted_examples()),
+      train_config(output_dir, num_train_steps=1, train_batch_size=ACCUMULATION_BATCH,
+                   init_checkpoint=init_checkpoint,
+                   gradient_accumulation_steps=accumulation_steps),
+      optimizer_fn=linear_adam)
+  return {name: variable.numpy().tolist()
+          for name, variable in checkpoints.checkpoint_variables(result.model).items()}
+
+
+def expected_accumulation_step(init_checkpoint):
+  """Independent expectation: one step of the whole batch of 16, the optimizer in NumPy."""
+  model = model_fn()
+  checkpoints.init_from_checkpoint(model, init_checkpoint)
+  data = weighted_examples()
+  named = checkpoints.checkpoint_variables(model)
+  with tf.GradientTape() as tape:
+    log_probs = tf.nn.log_softmax(model(data), axis=-1)
+    losses = -tf.gather(log_probs, data["label"], batch_dims=1) * LOSS_FACTOR
+    loss = tf.reduce_sum(losses * data["scale"]) / (np.sum(data["scale"]) + 1e-5)
+  grads = dict(zip(named, tape.gradient(loss, list(named.values()))))
+  grads = {name: tf.convert_to_tensor(g).numpy() for name, g in grads.items()
+           if g is not None}
+  norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in grads.values()))
+  assert norm > 1.0  # Clipping to 1 takes effect: once, on the sum of the micro-batches'.
+  expected = {}
+  for name, variable in named.items():
+    value = variable.numpy()
+    if name in grads:
+      g = grads[name] / norm
+      m, v = 0.1 * g, 0.001 * g * g
+      update = m / (np.sqrt(v) + 1.0)
+      if "LayerNorm" not in name and "bias" not in name:
+        update = update + 0.01 * value
+      value = value - 0.1 * update
+    expected[name] = value
+  return expected
+
+
+@pytest.fixture(scope="module")
+def accumulation_init(tmp_path_factory):
+  keras.utils.set_random_seed(7)
+  prefix = os.path.join(str(tmp_path_factory.mktemp("init")), "init.ckpt")
+  checkpoints.save_checkpoint(model_fn(), prefix)
+  return prefix, expected_accumulation_step(prefix)
+
+
+def _assert_weights(actual, expected):
+  assert set(actual) == set(expected)
+  for name, value in expected.items():
+    np.testing.assert_allclose(actual[name], value, rtol=0, atol=1e-5, err_msg=name)
+
+
+@pytest.mark.parametrize("accumulation_steps", [1, 4])
+def test_accumulated_micro_batches_equal_one_step_of_the_whole_batch(accumulation_init, tmp_path,
+                                                                     accumulation_steps):
+  init_checkpoint, expected = accumulation_init
+  actual = accumulation_step(tf.distribute.get_strategy(), str(tmp_path), init_checkpoint,
+                             accumulation_steps)
+  _assert_weights(actual, expected)
+
+
+def test_accumulation_under_mirrored_two_cpus_equals_one_step_of_the_whole_batch(
+    accumulation_init, tmp_path):
+  init_checkpoint, expected = accumulation_init
+  run = subprocess.run(_worker_command("mirrored", str(tmp_path)) + [init_checkpoint],
+                       capture_output=True, text=True, timeout=120)
+  assert run.returncode == 0, run.stderr[-3000:]
+  _assert_weights(_parse_result(run.stdout), expected)
+
+
+def test_accumulation_with_dropout_resumes_exactly(tmp_path):
+  """Dropout seeds follow the micro-batch, so a resumed run replays the same masks."""
+
+  def dropout_model_fn():
+    model = TinyClassifier(hidden_dropout_prob=0.3, attention_probs_dropout_prob=0.3)
+    model.build()
+    return model
+
+  def run(output_dir, num_train_steps):
+    return training_loop.train(
+        tf.distribute.get_strategy(), dropout_model_fn, weighted_loss_fn,
+        dataset_fn_of(weighted_examples()),
+        train_config(str(output_dir), num_train_steps=num_train_steps, keep_checkpoint_max=3,
+                     train_batch_size=ACCUMULATION_BATCH, gradient_accumulation_steps=2))
+
+  whole = run(tmp_path / "whole", 4)
+  (tmp_path / "resumed").mkdir()
+  copy_checkpoints(str(tmp_path / "whole"), str(tmp_path / "resumed"), [2])
+  resumed = run(tmp_path / "resumed", 4)
+  assert resumed.global_step == 4
+  expected = checkpoint_values(whole.checkpoint)
+  actual = checkpoint_values(resumed.checkpoint)
+  assert set(actual) == set(expected)
+  for name, value in expected.items():
+    np.testing.assert_array_equal(actual[name], value, err_msg=name)
+  # Dropout is on: the same run without it (same initial weights) ends elsewhere.
+  without_dropout = training_loop.train(
+      tf.distribute.get_strategy(), model_fn, weighted_loss_fn, dataset_fn_of(weighted_examples()),
+      train_config(str(tmp_path / "no_dropout"), num_train_steps=4,
+                   train_batch_size=ACCUMULATION_BATCH, gradient_accumulation_steps=2))
+  difference = checkpoint_values(without_dropout.checkpoint)["output_weights"] - expected[
+      "output_weights"]
+  assert np.abs(difference).max() > 1e-4
+
+
+# ------------------------------------------------------------------------------------------------
+# Evaluation during training, early stopping (issue 19).
+# ------------------------------------------------------------------------------------------------
+
+
+def scripted_evaluations(values):
+  """An evaluate_fn returning the next of `values` as {"m": value, "eval_loss": value}."""
+  values = iter(values)
+
+  def evaluate_fn(model):
+    del model
+    value = next(values)
+    return {"m": value, "eval_loss": value}
+
+  return evaluate_fn
+
+
+def test_early_stopping_state_survives_a_resume(tmp_path):
+  def train(output_dir, values, **overrides):
+    return training_loop.train(
+        tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+        train_config(str(output_dir), **dict(
+            dict(num_train_steps=20, save_checkpoints_steps=4, keep_checkpoint_max=5,
+                 eval_every_steps=2, early_stopping_patience=2, early_stopping_metric="m"),
+            **overrides)),
+        evaluate_fn=scripted_evaluations(values))
+
+  whole = train(tmp_path / "whole", [0.1, 0.5, 0.4, 0.3, 0.9])
+  assert whole.global_step == 8  # 0.5 at step 4, then two evaluations without improvement.
+  assert [(e["step"], e["metrics"]["m"]) for e in whole.evaluations] == [
+      (2, 0.1), (4, 0.5), (6, 0.4), (8, 0.3)]
+  assert checkpoints.latest_checkpoint(str(tmp_path / "whole")).endswith("model.ckpt-8")
+  # Killed after evaluating step 8 but before its checkpoint: resumes from step 4 with the
+  # evaluations up to 4 (those after it are evaluated again), and stops at 8 again.
+  resumed_dir = tmp_path / "resumed"
+  resumed_dir.mkdir()
+  copy_checkpoints(str(tmp_path / "whole"), str(resumed_dir), [4])
+  tf.io.gfile.copy(str(tmp_path / "whole" / training_loop.EVAL_HISTORY_FILE),
+                   str(resumed_dir / training_loop.EVAL_HISTORY_FILE))
+  resumed = train(resumed_dir, [0.4, 0.3, 0.9])
+  assert resumed.global_step == 8
+  assert resumed.evaluations == whole.evaluations
+  with open(resumed_dir / training_loop.EVAL_HISTORY_FILE) as f:
+    assert json.load(f)["evaluations"] == whole.evaluations
+  # A rerun after the early stop trains and evaluates no further.
+  again = train(resumed_dir, [])
+  assert again.global_step == 8 and again.examples_per_second == 0.0
+  # Lower is better for a loss: 0.1 at step 2, then two evaluations without improvement.
+  by_loss = train(tmp_path / "loss", [0.1, 0.5, 0.4, 0.3], early_stopping_metric="eval_loss",
+                  keep_best_checkpoint=True)
+  assert by_loss.global_step == 6
+  assert by_loss.best_checkpoint == str(tmp_path / "loss" / "best" / "model.ckpt-2")
+
+
+def test_an_unknown_early_stopping_metric_names_the_flag_and_the_metrics(tmp_path):
+  with pytest.raises(checkpoints.TrainingError, match=r"--early_stopping_metric=f1 is not one of "
+                     r"the evaluation's metrics: eval_loss, m"):
+    training_loop.train(
+        tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
+        train_config(str(tmp_path), eval_every_steps=2, early_stopping_patience=1,
+                     early_stopping_metric="f1"),
+        evaluate_fn=scripted_evaluations([0.1]))
+
+
 if __name__ == "__main__":
-  run_worker(sys.argv[1], sys.argv[2])
+  if len(sys.argv) > 3:  # Gradient accumulation: 2 replicas x 2 micro-batches of 4.
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+    print("RESULT " + json.dumps(accumulation_step(distribution.make_strategy("mirrored"),
+                                                   sys.argv[2], sys.argv[3], 2)))
+  else:
+    run_worker(sys.argv[1], sys.argv[2])
 
 
 # ------------------------------------------------------------------------------------------------
