@@ -833,17 +833,20 @@ def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_leng
     fields = (example.text_a, example.text_b, example.label)
     examples_digest.update(json.dumps(fields).encode("utf-8"))
   vocab_digest = hashlib.sha256("\n".join(tokenizer.vocab).encode("utf-8")).hexdigest()
-  return {
+  settings = {
       "max_seq_length": max_seq_length,
       "do_lower_case": bool(tokenizer.do_lower_case),
       "vocab_sha256": vocab_digest,
       "label_list": list(label_list),
       "is_regression": is_regression,
-      "label_delimiter": label_delimiter,
-      "doc_stride": doc_stride,
       "num_examples": len(examples),
       "examples_sha256": examples_digest.hexdigest(),
   }
+  # Only when set, so that the caches of runs without these options stay valid.
+  for name, value in (("label_delimiter", label_delimiter), ("doc_stride", doc_stride)):
+    if value is not None:
+      settings[name] = value
+  return settings
 
 
 def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_length: int,

@@ -580,3 +580,21 @@ def test_multi_label_metrics_by_hand():
   assert math.isclose(results["eval_micro_precision"], 3 / 4)
   assert math.isclose(results["eval_micro_recall"], 3 / 5)
   assert results["eval_subset_accuracy"] == 0.25  # Only the last row is all right.
+
+
+def test_features_cache_notes_window_and_label_options(tokenizer, tmp_path):
+  examples = [classifier.InputExample("0", "the cat sat on the mat .", None, "a,b"),
+              classifier.InputExample("1", "dogs", None, "")]
+  path = str(tmp_path / "train.tf_record")
+  write = lambda **options: classifier.cached_features_file(examples, ["a", "b"], 6, tokenizer,
+                                                            path, **options)
+  assert not write(label_delimiter=",")
+  assert write(label_delimiter=",")
+  assert not write(label_delimiter=",", doc_stride=2)  # Windows: the records change.
+  records = list(classifier.features_dataset(path, 6, num_multi_labels=2,
+                                             windowed=True).as_numpy_iterator())
+  # 7 pieces in windows of 4 every 2: 3 windows of example 0, then example 1's one.
+  assert [r["example_index"] for r in records] == [0, 0, 0, 1]
+  assert [r["label_ids"].tolist() for r in records] == [[1, 1]] * 3 + [[0, 0]]
+  with open(path + ".json") as f:
+    assert {"doc_stride": 2, "label_delimiter": ","}.items() <= json.load(f).items()
