@@ -349,8 +349,8 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
       for i in range(doc_span.length):
         split_token_index = doc_span.start + i
         token_to_orig_map[len(tokens)] = tok_to_orig_index[split_token_index]
-        token_is_max_context[len(tokens)] = windowing.check_is_max_context(doc_spans, doc_span_index,
-                                                                 split_token_index)
+        token_is_max_context[len(tokens)] = windowing.check_is_max_context(
+            doc_spans, doc_span_index, split_token_index)
         tokens.append(all_doc_tokens[split_token_index])
       tokens.append("[SEP]")
       segment_ids = [0] * doc_offset + [1] * (len(tokens) - doc_offset)
