@@ -36,6 +36,7 @@ import progress_log
 import tfrecord_files
 import tokenization
 import training_loop
+import windowing
 
 # The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
 LABEL_LIST_FILE = "label_list.txt"
@@ -60,8 +61,9 @@ class InputFeatures:
   input_ids: list[int]
   input_mask: list[int]
   segment_ids: list[int]
-  label_id: float  # A class index, or the score itself for regression.
+  label_id: float | list[int]  # A class index, the score (regression), or 0/1 per label.
   is_real_example: bool = True
+  example_index: Optional[int] = None  # The example a window belongs to (with --doc_stride).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,10 +104,13 @@ class DataProcessor:
   Subclasses set `labels` (class names; empty for regression) and `layouts` (split name ->
   `SplitLayout`), or override `_layout`. `is_regression` tasks predict one float (STS-B).
   `extra_metrics` names what `compute_metrics` reports besides accuracy ("f1", "matthews_corrcoef").
+  A multi-label task (`label_delimiter` set) has any number of labels per example, written in one
+  cell separated by the delimiter (an empty cell: none).
   """
   labels: Sequence[str] = ()
   extra_metrics: tuple[str, ...] = ()
   is_regression: bool = False
+  label_delimiter: Optional[str] = None
   is_pair: bool = True
   layouts: dict[str, SplitLayout] = {}
 
@@ -138,6 +143,17 @@ class DataProcessor:
     """
     del data_dir, output_dir  # The labels of a fixed task are part of its definition.
     return self.get_labels()
+
+  @property
+  def is_multi_label(self) -> bool:
+    """Whether an example has a set of labels (one sigmoid output each) instead of one class."""
+    return self.label_delimiter is not None
+
+  def label_names(self, label: str) -> list[str]:
+    """The labels of one label cell: itself, or for multi-label its non-empty parts."""
+    if not self.is_multi_label:
+      return [label]
+    return [part.strip() for part in label.split(self.label_delimiter) if part.strip()]
 
   @property
   def num_outputs(self) -> int:
@@ -199,8 +215,11 @@ class DataProcessor:
         score = math.nan
       if not math.isfinite(score):
         raise BadInputError("score %r is not a number" % label)
-    elif check_labels and label not in self.get_labels():
-      raise BadInputError("unknown label %r (labels: %s)" % (label, ", ".join(self.get_labels())))
+    elif check_labels:
+      for name in self.label_names(label):
+        if name not in self.get_labels():
+          raise BadInputError("unknown label %r (labels: %s)" % (name,
+                                                                 ", ".join(self.get_labels())))
     return label
 
   def _reject(self, path: str, line_number: int, reason: str) -> None:
@@ -440,11 +459,17 @@ class GenericProcessor(DataProcessor):
   raises until then): it learns them and saves them as output_dir/label_list.txt, or reads that
   file, so that later predictions and exports (which may run without the training file) use the
   same order.
+  With `label_delimiter` the task is multi-label: a label cell lists labels separated by it, and
+  the label list is every label used.
   """
 
   def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
-               label_column: str = "label", has_header: bool = True, skip_bad_rows: bool = False):
+               label_column: str = "label", has_header: bool = True, skip_bad_rows: bool = False,
+               label_delimiter: Optional[str] = None):
     super().__init__(skip_bad_rows)
+    if label_delimiter == "":
+      raise ValueError("--label_delimiter must not be empty")
+    self.label_delimiter = label_delimiter
     self.columns = {"text_a_column": text_a_column, "text_b_column": text_b_column or None,
                     "label_column": label_column}
     self.has_header = has_header
@@ -466,8 +491,9 @@ class GenericProcessor(DataProcessor):
         raise BadInputError("%s: the label list is empty" % path)
       return self.get_labels()
     self.labels = ()
-    labels = sorted(set(example.label
-                        for example in self._read_split(data_dir, "train", check_labels=False)))
+    labels = sorted(set(name
+                        for example in self._read_split(data_dir, "train", check_labels=False)
+                        for name in self.label_names(example.label)))
     if not labels:
       raise BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
@@ -603,13 +629,45 @@ def spearman_correlation(x: np.ndarray, y: np.ndarray) -> float:
   return pearson_correlation(_average_ranks(x), _average_ranks(y))
 
 
+def multi_label_metrics(label_ids: np.ndarray, predicted: np.ndarray,
+                        labels: Sequence[str]) -> dict[str, float]:
+  """Multi-label metrics of 0/1 matrices [examples, labels]: micro and macro F1 (macro: the mean
+  of the per-label F1), micro precision and recall, subset accuracy (every label right), and per
+  label precision, recall and F1 (`eval_<label>_precision`, ...). An undefined ratio is 0."""
+  gold = np.asarray(label_ids).astype(bool)
+  predicted = np.asarray(predicted).astype(bool)
+  tp = np.sum(gold & predicted, axis=0).astype(np.float64)
+  fp = np.sum(~gold & predicted, axis=0).astype(np.float64)
+  fn = np.sum(gold & ~predicted, axis=0).astype(np.float64)
+  ratio = lambda a, b: np.divide(a, b, out=np.zeros_like(a), where=b > 0)
+  precision, recall, f1 = ratio(tp, tp + fp), ratio(tp, tp + fn), ratio(2 * tp, 2 * tp + fp + fn)
+  micro = lambda a, b: float(a.sum() / b.sum()) if b.sum() else 0.0
+  results = {
+      "eval_micro_f1": micro(2 * tp, 2 * tp + fp + fn),
+      "eval_micro_precision": micro(tp, tp + fp),
+      "eval_micro_recall": micro(tp, tp + fn),
+      "eval_macro_f1": float(np.mean(f1)),
+      "eval_subset_accuracy": float(np.mean(np.all(gold == predicted, axis=1))),
+  }
+  for index, label in enumerate(labels):
+    results["eval_%s_precision" % label] = float(precision[index])
+    results["eval_%s_recall" % label] = float(recall[index])
+    results["eval_%s_f1" % label] = float(f1[index])
+  return results
+
+
 def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
-                    logits: np.ndarray) -> dict[str, float]:
+                    logits: np.ndarray, multi_label_threshold: float = 0.5) -> dict[str, float]:
   """Returns the task's metrics ("eval_accuracy", "eval_f1", ...) for real examples' outputs.
 
   Classification: accuracy, plus F1 of label "1" for MRPC/QQP and Matthews correlation for CoLA.
   Regression (STS-B): Pearson and Spearman correlation of the predicted and gold scores.
+  Multi-label: `multi_label_metrics` of the labels whose sigmoid is above the threshold.
   """
+  if processor.is_multi_label:
+    probabilities = 1 / (1 + np.exp(-np.asarray(logits, np.float64)))
+    return multi_label_metrics(label_ids, probabilities > multi_label_threshold,
+                               processor.get_labels())
   if processor.is_regression:
     scores = np.asarray(logits).reshape(-1)
     return {"eval_pearson": pearson_correlation(scores, label_ids),
@@ -644,20 +702,72 @@ def check_max_seq_length(max_seq_length: int, is_pair: bool) -> None:
 
 
 def convert_single_example(ex_index: int, example, label_list: Sequence[str], max_seq_length: int,
-                           tokenizer, is_regression: bool = False) -> InputFeatures:
+                           tokenizer, is_regression: bool = False,
+                           label_delimiter: Optional[str] = None) -> InputFeatures:
   """Tokenizes one example into `[CLS] a [SEP] (b [SEP])` features, truncating longest-first.
 
   Empty texts are fine (they contribute no tokens). Batches are padded for devices by
   `training_loop.evaluate`/`training_loop.predict`, so no padding examples are written.
+  With `label_delimiter` (multi-label) the label is 0/1 per entry of `label_list`.
   """
-  input_ids, input_mask, segment_ids = tokenizer.encode(example.text_a, example.text_b,
-                                                        max_seq_length)
-  label_id = float(example.label) if is_regression else label_list.index(example.label)
+  return convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,
+                                 is_regression, label_delimiter)[0]
+
+
+def convert_example_windows(ex_index: int, example, label_list: Sequence[str],
+                            max_seq_length: int, tokenizer, is_regression: bool = False,
+                            label_delimiter: Optional[str] = None,
+                            doc_stride: Optional[int] = None) -> list[InputFeatures]:
+  """The features of one example: one, truncated, or with `doc_stride` one per window of
+  `window_inputs`, each with the example's label and `example_index=ex_index`."""
+  if doc_stride is None:
+    windows = [tokenizer.encode(example.text_a, example.text_b, max_seq_length)]
+  else:
+    windows = window_inputs(tokenizer, example.text_a, example.text_b, max_seq_length, doc_stride)
+  if is_regression:
+    label_id = float(example.label)
+  elif label_delimiter is not None:
+    names = set(part.strip() for part in example.label.split(label_delimiter))
+    label_id = [int(label in names) for label in label_list]
+  else:
+    label_id = label_list.index(example.label)
   if ex_index < 3:
-    logging.info("*** Example %s ***\ntokens: %s\ninput_ids: %s\nlabel: %s (id = %s)", example.guid,
+    input_ids, input_mask, _ = windows[0]
+    logging.info("*** Example %s ***\ntokens: %s\ninput_ids: %s\nlabel: %s (id = %s)%s",
+                 example.guid,
                  " ".join(tokenizer.convert_ids_to_tokens(input_ids[:sum(input_mask)])),
-                 " ".join(map(str, input_ids)), example.label, label_id)
-  return InputFeatures(input_ids, input_mask, segment_ids, label_id)
+                 " ".join(map(str, input_ids)), example.label, label_id,
+                 "" if doc_stride is None else "\nwindows: %d" % len(windows))
+  example_index = None if doc_stride is None else ex_index
+  return [InputFeatures(*window, label_id, example_index=example_index) for window in windows]
+
+
+def window_inputs(tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int,
+                  doc_stride: int) -> list[tuple[list[int], list[int], list[int]]]:
+  """`tokenizer.encode` for a text longer than one input: one (input_ids, input_mask,
+  segment_ids) per window over text_a's tokens (`windowing.doc_spans_for`, a window starting
+  every `doc_stride` tokens).
+
+  text_b (for pairs) is in every window, cut as `truncate_seq_pair` cuts the pair, and text_a's
+  windows take the rest of the room. So the first window is exactly what the original's
+  truncation gives, and a pair that fits is one window equal to it.
+  """
+  if doc_stride <= 0:
+    raise ValueError("--doc_stride must be positive, got %d" % doc_stride)
+  ids_a = tokenizer.tokenize_to_ids(text_a)
+  ids_b = None if text_b is None else tokenizer.tokenize_to_ids(text_b)
+  budget = max_seq_length - 2
+  if ids_b is not None:
+    budget -= 1
+    ids_b = list(ids_b)
+    tokenization.truncate_seq_pair(list(ids_a), ids_b, budget)
+  window_length = budget - len(ids_b or ())
+  spans = (windowing.doc_spans_for(len(ids_a), window_length, doc_stride) or
+           [windowing.DocSpan(0, 0)])
+  cls_id = tokenizer.special_token_id(tokenization.CLS_TOKEN)
+  sep_id = tokenizer.special_token_id(tokenization.SEP_TOKEN)
+  return [tokenization.build_inputs(list(ids_a[span.start:span.start + span.length]), ids_b,
+                                    max_seq_length, cls_id, sep_id) for span in spans]
 
 
 def _int_feature(values) -> tf.train.Feature:
@@ -669,34 +779,47 @@ def _float_feature(values) -> tf.train.Feature:
 
 
 def features_to_tf_example(features: InputFeatures, is_regression: bool) -> tf.train.Example:
-  """The original's record: input_ids, input_mask, segment_ids, label_ids, is_real_example."""
-  label = (_float_feature([features.label_id]) if is_regression
-           else _int_feature([int(features.label_id)]))
-  return tf.train.Example(features=tf.train.Features(feature={
+  """The original's record: input_ids, input_mask, segment_ids, label_ids, is_real_example
+  (label_ids holds one 0/1 per label for multi-label; a window also has `example_index`)."""
+  if is_regression:
+    label = _float_feature([features.label_id])
+  elif isinstance(features.label_id, list):
+    label = _int_feature(features.label_id)
+  else:
+    label = _int_feature([int(features.label_id)])
+  feature = {
       "input_ids": _int_feature(features.input_ids),
       "input_mask": _int_feature(features.input_mask),
       "segment_ids": _int_feature(features.segment_ids),
       "label_ids": label,
       "is_real_example": _int_feature([int(features.is_real_example)]),
-  }))
+  }
+  if features.example_index is not None:
+    feature["example_index"] = _int_feature([features.example_index])
+  return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
 def file_based_convert_examples_to_features(examples: Sequence, label_list: Sequence[str],
                                             max_seq_length: int, tokenizer, output_file: str,
-                                            is_regression: bool = False) -> None:
-  """Tokenizes `examples` into a TFRecord file, logging progress (rate and ETA)."""
+                                            is_regression: bool = False,
+                                            label_delimiter: Optional[str] = None,
+                                            doc_stride: Optional[int] = None) -> None:
+  """Tokenizes `examples` into a TFRecord file (one record per example, or per window with
+  `doc_stride`), logging progress (rate and ETA)."""
   progress = progress_log.Progress("Writing %s" % output_file, len(examples), "examples")
   with tf.io.TFRecordWriter(output_file) as writer:
     for index, example in enumerate(examples):
-      features = convert_single_example(index, example, label_list, max_seq_length, tokenizer,
-                                        is_regression)
-      writer.write(features_to_tf_example(features, is_regression).SerializeToString())
+      for features in convert_example_windows(index, example, label_list, max_seq_length,
+                                              tokenizer, is_regression, label_delimiter,
+                                              doc_stride):
+        writer.write(features_to_tf_example(features, is_regression).SerializeToString())
       progress.update(index + 1)
   progress.finish()
 
 
 def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
-                     tokenizer, is_regression: bool) -> dict:
+                     tokenizer, is_regression: bool, label_delimiter: Optional[str] = None,
+                     doc_stride: Optional[int] = None) -> dict:
   """Everything the content of a features file depends on, to detect a stale cache.
 
   The examples and the vocab enter as digests, so a changed data file, column flag, vocab or casing
@@ -706,17 +829,24 @@ def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_leng
   for example in examples:
     fields = (example.text_a, example.text_b, example.label)
     examples_digest.update(json.dumps(fields).encode("utf-8"))
-  return dict(feature_cache.tokenizer_settings(tokenizer), **{
+  settings = dict(feature_cache.tokenizer_settings(tokenizer), **{
       "max_seq_length": max_seq_length,
       "label_list": list(label_list),
       "is_regression": is_regression,
       "num_examples": len(examples),
       "examples_sha256": examples_digest.hexdigest(),
   })
+  # Only when set, so that the caches of runs without these options stay valid.
+  for name, value in (("label_delimiter", label_delimiter), ("doc_stride", doc_stride)):
+    if value is not None:
+      settings[name] = value
+  return settings
 
 
 def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
-                         tokenizer, output_file: str, is_regression: bool = False) -> bool:
+                         tokenizer, output_file: str, is_regression: bool = False,
+                         label_delimiter: Optional[str] = None,
+                         doc_stride: Optional[int] = None) -> bool:
   """Writes the examples' TFRecord file unless `output_file` already holds exactly these features.
 
   `feature_cache`'s rule, with `feature_settings` (examples and vocab by content); the note is
@@ -725,23 +855,31 @@ def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_
 
   def write(path: str) -> dict:
     file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer, path,
-                                            is_regression)
+                                            is_regression, label_delimiter, doc_stride)
     return {"num_examples": len(examples)}
 
-  settings = feature_settings(examples, label_list, max_seq_length, tokenizer, is_regression)
+  settings = feature_settings(examples, label_list, max_seq_length, tokenizer, is_regression,
+                              label_delimiter, doc_stride)
   return feature_cache.reuse_or_write(output_file, settings, write)[1]
 
 
-def features_dataset(input_file: str, seq_length: int, is_regression: bool = False
-                     ) -> tf.data.Dataset:
-  """The unbatched feature dicts of a TFRecord file, in file order (int32 ids)."""
+def features_dataset(input_file: str, seq_length: int, is_regression: bool = False,
+                     num_multi_labels: int = 0, windowed: bool = False) -> tf.data.Dataset:
+  """The unbatched feature dicts of a TFRecord file, in file order (int32 ids).
+
+  `num_multi_labels`: label_ids is that many 0/1 values (multi-label); `windowed`: the records are
+  windows with their `example_index`.
+  """
   name_to_features = {
       "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
       "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
       "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "label_ids": tf.io.FixedLenFeature([], tf.float32 if is_regression else tf.int64),
+      "label_ids": tf.io.FixedLenFeature([num_multi_labels] if num_multi_labels else [],
+                                         tf.float32 if is_regression else tf.int64),
       "is_real_example": tf.io.FixedLenFeature([], tf.int64),
   }
+  if windowed:
+    name_to_features["example_index"] = tf.io.FixedLenFeature([], tf.int64)
 
   def decode(record):
     example = tf.io.parse_single_example(record, name_to_features)
@@ -751,7 +889,8 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
 
 
 def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
-                     is_regression: bool = False, bucket_by_length: bool = False):
+                     is_regression: bool = False, bucket_by_length: bool = False,
+                     num_multi_labels: int = 0):
   """Returns `training_loop.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
 
   The examples repeat and are shuffled with a buffer of up to 10,000 examples (the original's 100
@@ -760,7 +899,7 @@ def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
   """
 
   def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
-    dataset = features_dataset(input_file, seq_length, is_regression).repeat()
+    dataset = features_dataset(input_file, seq_length, is_regression, num_multi_labels).repeat()
     dataset = dataset.shuffle(min(max(num_examples, 1), 10000), seed=seed)
     return length_buckets.batch(dataset, batch_size, True, bucket_by_length).prefetch(
         tf.data.AUTOTUNE)
@@ -785,13 +924,118 @@ class BertClassifier(modeling.BertTaskModel):
     super().__init__(config, num_outputs, "pooled_output", 0.1, name=name, **kwargs)
 
 
-def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor, is_regression: bool) -> tf.Tensor:
-  """Softmax cross-entropy per example, or squared error of the single output for regression."""
+def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor, is_regression: bool,
+                     is_multi_label: bool = False) -> tf.Tensor:
+  """Softmax cross-entropy per example, squared error of the single output for regression, or
+  for multi-label the mean over labels of each label's sigmoid binary cross-entropy."""
   if is_regression:
     return tf.square(logits[:, 0] - tf.cast(label_ids, tf.float32))
+  if is_multi_label:
+    return tf.reduce_mean(tf.nn.sigmoid_cross_entropy_with_logits(
+        labels=tf.cast(label_ids, tf.float32), logits=logits), axis=-1)
   log_probs = tf.nn.log_softmax(logits, axis=-1)
   one_hot = tf.one_hot(label_ids, depth=tf.shape(logits)[-1], dtype=tf.float32)
   return -tf.reduce_sum(one_hot * log_probs, axis=-1)
+
+
+def class_weights_from_flag(value: Optional[str], labels: Sequence[str],
+                            train_label_ids: Optional[Sequence[int]] = None
+                            ) -> Optional[np.ndarray]:
+  """The per-class loss weights `--class_weights` asks for (float32 [num_classes]), or None.
+
+  "w1,w2,...": one positive number per label, in label-list order. "auto": the inverse frequency
+  of each class among the training labels, scaled so that the mean weight over the training
+  examples is 1: w_c = N / (K * n_c) for the K classes that occur (a class absent from training
+  never weighs a training loss; it gets 1). "auto" needs `train_label_ids`; before they are known
+  (None) it returns None.
+  """
+  if not value:
+    return None
+  if value == "auto":
+    if train_label_ids is None:
+      return None
+    counts = np.bincount(np.asarray(train_label_ids, np.int64), minlength=len(labels))
+    present = counts > 0
+    weights = np.ones(len(labels))
+    weights[present] = counts.sum() / (present.sum() * counts[present])
+    return weights.astype(np.float32)
+  try:
+    weights = np.array([float(w) for w in value.split(",")])
+  except ValueError:
+    weights = np.array([])
+  if len(weights) != len(labels) or not np.all(np.isfinite(weights) & (weights > 0)):
+    raise ValueError("--class_weights=%s: expected 'auto' or %d positive numbers separated by "
+                     "commas, one per label (%s)" % (value, len(labels), ", ".join(labels)))
+  return weights.astype(np.float32)
+
+
+WINDOW_AGGREGATIONS = ("mean", "max", "first")
+
+
+def aggregate_windows(window_values: np.ndarray, example_index: np.ndarray,
+                      method: str) -> np.ndarray:
+  """One row per example from the rows of its windows (`--window_aggregation`): their mean,
+  element-wise max, or the first window's row. The windows of an example are consecutive and
+  examples come in order (`example_index` non-decreasing, every example has one)."""
+  window_values = np.asarray(window_values)
+  example_index = np.asarray(example_index)
+  starts = np.flatnonzero(np.r_[True, example_index[1:] != example_index[:-1]])
+  if method == "first":
+    return window_values[starts]
+  if method == "max":
+    return np.maximum.reduceat(window_values, starts, axis=0)
+  if method == "mean":
+    counts = np.diff(np.r_[starts, len(example_index)]).astype(window_values.dtype)
+    sums = np.add.reduceat(window_values, starts, axis=0)
+    return sums / counts.reshape([-1] + [1] * (window_values.ndim - 1))
+  raise ValueError("--window_aggregation=%s: expected one of %s" %
+                   (method, ", ".join(WINDOW_AGGREGATIONS)))
+
+
+def aggregate_windows_in_graph(window_values: tf.Tensor, windows: tf.RaggedTensor,
+                               method: str) -> tf.Tensor:
+  """`aggregate_windows` in TF ops, `windows` ragged [examples, (windows)] (any values)."""
+  row_ids = windows.value_rowids()
+  if method == "first":
+    return tf.gather(window_values, windows.row_starts())
+  if method == "max":
+    return tf.math.segment_max(window_values, row_ids)
+  return tf.math.segment_mean(window_values, row_ids)
+
+
+def _ragged_slices(ragged: tf.RaggedTensor, rows: tf.Tensor, starts: tf.Tensor,
+                   lengths: tf.Tensor) -> tf.RaggedTensor:
+  """Row k of the result is `ragged[rows[k]][starts[k]:starts[k] + lengths[k]]`."""
+  begin = tf.gather(ragged.row_starts(), rows) + tf.cast(starts, tf.int64)
+  return tf.gather(ragged.flat_values,
+                   tf.ragged.range(begin, begin + tf.cast(lengths, tf.int64)))
+
+
+def window_inputs_in_graph(encoder: "in_graph_tokenization.BertInputEncoder", doc_stride: int,
+                           text_a: tf.Tensor, text_b: Optional[tf.Tensor] = None
+                           ) -> tuple[dict, tf.RaggedTensor]:
+  """`window_inputs` for a batch of strings in TF ops: the windows' features [W, T] and the
+  windows' starts, ragged [B, (windows)] (row i holds example i's windows, in order)."""
+  ids_a = encoder.tokenize(text_a)
+  length_a = ids_a.row_lengths()
+  budget = encoder.max_seq_length - 2
+  ids_b = None
+  if text_b is not None:
+    budget -= 1
+    ids_b = encoder.tokenize(text_b)
+    _, length_b = in_graph_tokenization.truncated_lengths(length_a, ids_b.row_lengths(), budget)
+    window_length = budget - length_b
+  else:
+    window_length = tf.fill(tf.shape(length_a), tf.constant(budget, tf.int64))
+  starts = windowing.window_starts(length_a, window_length, doc_stride)
+  rows = starts.value_rowids()
+  lengths = tf.minimum(tf.gather(window_length, rows),
+                       tf.gather(length_a, rows) - starts.flat_values)
+  windows_a = _ragged_slices(ids_a, rows, starts.flat_values, lengths)
+  windows_b = None
+  if ids_b is not None:
+    windows_b = _ragged_slices(ids_b, rows, tf.zeros_like(rows), tf.gather(length_b, rows))
+  return encoder.pack(windows_a, windows_b), starts
 
 
 def write_test_results(path: str, probabilities: np.ndarray) -> None:
@@ -806,7 +1050,16 @@ def write_test_results(path: str, probabilities: np.ndarray) -> None:
 
 @dataclasses.dataclass
 class ClassifierTask(fine_tuning.Task):
-  """Sentence (pair) classification or regression on a processor's data (run_classifier)."""
+  """Sentence (pair) classification, multi-label classification or regression on a processor's
+  data (run_classifier).
+
+  Options beyond the original's: `doc_stride` cuts a text longer than max_seq_length into windows
+  (`window_inputs`); each window trains as an example with its document's label, and evaluation,
+  prediction and the export aggregate the windows' logits per document (`window_aggregation`).
+  A multi-label processor gets a sigmoid per label; a label is predicted when its probability is
+  above `multi_label_threshold`. `class_weights` (the flag's value; `class_weights_from_flag`)
+  weighs each single-label training example's loss by its class's weight.
+  """
   bert_config: modeling.BertConfig
   processor: DataProcessor
   tokenizer: tokenization.FullTokenizer
@@ -814,6 +1067,27 @@ class ClassifierTask(fine_tuning.Task):
   output_dir: str
   max_seq_length: int
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
+  doc_stride: Optional[int] = None
+  window_aggregation: str = "mean"
+  multi_label_threshold: float = 0.5
+  class_weights: Optional[str] = None
+
+  def __post_init__(self):
+    if self.doc_stride is not None and self.doc_stride <= 0:
+      raise ValueError("--doc_stride must be positive, got %d" % self.doc_stride)
+    if self.window_aggregation not in WINDOW_AGGREGATIONS:
+      raise ValueError("--window_aggregation=%s: expected one of %s" %
+                       (self.window_aggregation, ", ".join(WINDOW_AGGREGATIONS)))
+    processor = self.processor
+    if self.class_weights and (processor.is_regression or processor.is_multi_label):
+      raise ValueError("--class_weights is for single-label classification tasks")
+    self.class_weight_values = (None if processor.is_regression else
+                                class_weights_from_flag(self.class_weights,
+                                                        processor.get_labels()))
+
+  @property
+  def num_multi_labels(self) -> int:
+    return self.processor.num_outputs if self.processor.is_multi_label else 0
 
   def build_model(self) -> BertClassifier:
     model = BertClassifier(self.bert_config, self.processor.num_outputs)
@@ -821,88 +1095,150 @@ class ClassifierTask(fine_tuning.Task):
     return model
 
   def loss(self, model, features, training):
-    """Mean loss over real examples, plus accuracy when classifying."""
-    is_regression = self.processor.is_regression
+    """Mean (class-weighted) loss over real examples, plus accuracy when single-label."""
+    processor = self.processor
     logits = model(features, training=training)
     weights = features[training_loop.REAL_EXAMPLE_KEY]
-    loss = distribution.replica_weighted_mean(
-        per_example_loss(logits, features["label_ids"], is_regression), weights)
+    losses = per_example_loss(logits, features["label_ids"], processor.is_regression,
+                              processor.is_multi_label)
+    if self.class_weight_values is not None:
+      losses *= tf.gather(tf.constant(self.class_weight_values), features["label_ids"])
+    loss = distribution.replica_weighted_mean(losses, weights)
     metrics = {}
-    if not is_regression:
+    if not (processor.is_regression or processor.is_multi_label):
       correct = tf.equal(tf.argmax(logits, axis=-1, output_type=tf.int32), features["label_ids"])
       metrics["accuracy"] = distribution.replica_weighted_mean(correct, weights)
     return loss, metrics
 
+  def _outputs_of_logits(self, logits: tf.Tensor, label_ids: tf.Tensor) -> dict:
+    processor = self.processor
+    if processor.is_regression:
+      probabilities = logits
+    elif processor.is_multi_label:
+      probabilities = tf.sigmoid(logits)
+    else:
+      probabilities = tf.nn.softmax(logits, axis=-1)
+    return {"logits": logits, "probabilities": probabilities,
+            "per_example_loss": per_example_loss(logits, label_ids, processor.is_regression,
+                                                 processor.is_multi_label),
+            "label_ids": label_ids}
+
   def predict_outputs(self, model, features):
-    """Logits, probabilities (the score for regression), per-example loss and labels."""
-    is_regression = self.processor.is_regression
-    logits = model(features, training=False)
-    return {"logits": logits,
-            "probabilities": logits if is_regression else tf.nn.softmax(logits, axis=-1),
-            "per_example_loss": per_example_loss(logits, features["label_ids"], is_regression),
-            "label_ids": features["label_ids"]}
+    """Logits, probabilities (the score for regression), per-example (unweighted) loss and
+    labels; with windows also each window's `example_index`."""
+    outputs = self._outputs_of_logits(model(features, training=False), features["label_ids"])
+    if "example_index" in features:
+      outputs["example_index"] = features["example_index"]
+    return outputs
 
   def _features_file(self, split: str, examples: Sequence) -> str:
     path = os.path.join(self.output_dir, split + ".tf_record")
     cached_features_file(examples, self.processor.get_labels(), self.max_seq_length,
-                         self.tokenizer, path, self.processor.is_regression)
+                         self.tokenizer, path, self.processor.is_regression,
+                         self.processor.label_delimiter, self.doc_stride)
     return path
 
   def train_data(self) -> fine_tuning.TrainData:
+    """The training features: one record per example, or per window (the schedule still counts
+    examples, as run_squad's)."""
     examples = self.processor.get_train_examples(self.data_dir)
+    if self.class_weights == "auto":
+      labels = self.processor.get_labels()
+      self.class_weight_values = class_weights_from_flag(
+          "auto", labels, [labels.index(example.label) for example in examples])
+      logging.info("Class weights (--class_weights=auto): %s", ", ".join(
+          "%s %.4g" % item for item in zip(labels, self.class_weight_values)))
     path = self._features_file("train", examples)
     return fine_tuning.TrainData(
         train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression,
-                         self.bucket_by_length),
+                         self.bucket_by_length, self.num_multi_labels),
         len(examples), [path])
 
   def _predict_split(self, strategy, model, split: str, examples: Sequence,
                      batch_size: int) -> dict:
+    """Outputs per example (windows aggregated), in input order."""
     path = self._features_file(split, examples)
+    windowed = self.doc_stride is not None
     with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
-      return training_loop.predict(
+      outputs = training_loop.predict(
           strategy, model, self.predict_outputs,
-          features_dataset(path, self.max_seq_length, self.processor.is_regression), batch_size,
-          self.bucket_by_length)
+          features_dataset(path, self.max_seq_length, self.processor.is_regression,
+                           self.num_multi_labels, windowed), batch_size, self.bucket_by_length)
+    if not windowed:
+      return outputs
+    index = outputs["example_index"]
+    logits = aggregate_windows(outputs["logits"], index, self.window_aggregation)
+    label_ids = aggregate_windows(outputs["label_ids"], index, "first")
+    return {name: np.asarray(value) for name, value in
+            self._outputs_of_logits(tf.constant(logits, tf.float32), label_ids).items()}
 
   def evaluate(self, strategy, model, batch_size: int) -> dict:
     """Loss and the task's metrics on the dev set, as eval_results.txt holds them."""
     outputs = self._predict_split(strategy, model, "eval",
                                   self.processor.get_dev_examples(self.data_dir), batch_size)
     loss = float(np.mean(outputs["per_example_loss"]))
-    results = compute_metrics(self.processor, outputs["label_ids"], outputs["logits"])
+    results = compute_metrics(self.processor, outputs["label_ids"], outputs["logits"],
+                              self.multi_label_threshold)
     results.update(eval_loss=loss, loss=loss)
     return results
 
   def predict(self, strategy, model, batch_size: int) -> str:
-    """Writes test_results.tsv: class probabilities (or the score) per test example, in order."""
+    """Writes test_results.tsv: class (or per-label) probabilities, or the score, per test
+    example, in order."""
     outputs = self._predict_split(strategy, model, "predict",
                                   self.processor.get_test_examples(self.data_dir), batch_size)
     write_test_results(os.path.join(self.output_dir, "test_results.tsv"),
                        outputs["probabilities"])
     return "predicted %d examples" % len(outputs["probabilities"])
 
+  def _head_outputs(self, logits: tf.Tensor) -> dict:
+    """The export's outputs for [B, C] logits (see `export`)."""
+    processor = self.processor
+    if processor.is_regression:
+      return {"logits": logits, "score": logits[:, 0]}
+    class_names = tf.constant(processor.get_labels())
+    if processor.is_multi_label:
+      probabilities = tf.sigmoid(logits)
+      chosen = probabilities > self.multi_label_threshold
+      # Chosen labels first (in label-list order), "" after them: sort by (not chosen, index).
+      order = tf.argsort(tf.cast(~chosen, tf.int32) * len(processor.get_labels()) +
+                         tf.range(len(processor.get_labels())), axis=-1)
+      names = tf.where(tf.gather(chosen, order, batch_dims=1), tf.gather(class_names, order), "")
+      return {"logits": logits, "probabilities": probabilities, "labels": names}
+    return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
+            "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
+
   def export(self, model, export_dir: str, dynamic_padding: bool = True) -> str:
     """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
 
     `serving_default` takes raw strings `text_a` (and `text_b` for pair tasks), tokenized in the
     graph exactly as FullTokenizer does; `token_ids` takes the ids. Both return `logits` and, for
-    classification, `probabilities` and `label` (class names); for regression `score`.
+    classification, `probabilities` and `label` (class names); for regression `score`; for
+    multi-label `probabilities` per label and `labels` [B, num_labels]: the names of the labels
+    above the threshold, first, then "". With `doc_stride` the text signature windows each text
+    as do_predict does and aggregates the windows' logits (`token_ids` reads one window per row).
     With `dynamic_padding` (the default) the text signature pads each request only to a length
     bucket (`BertInputEncoder`); without it, to max_seq_length (fixed shapes, several times
     slower for short texts).
     """
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(
         self.tokenizer, self.max_seq_length, dynamic_padding=dynamic_padding)
-    class_names = (None if self.processor.is_regression else
-                   tf.constant(self.processor.get_labels()))
 
     def outputs_fn(features):
-      logits = model(features, training=False)
-      if class_names is None:
-        return {"logits": logits, "score": logits[:, 0]}
-      return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
-              "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
+      return self._head_outputs(model(features, training=False))
 
     text_inputs = ("text_a", "text_b") if self.processor.is_pair else ("text_a",)
-    return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs)
+    if self.doc_stride is None:
+      return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs)
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs],
+                 autograph=False)
+    def serve_windowed_text(*texts):
+      features, windows = window_inputs_in_graph(encoder, self.doc_stride, *texts)
+      logits = model(features, training=False)
+      return self._head_outputs(aggregate_windows_in_graph(logits, windows,
+                                                           self.window_aggregation))
+
+    signatures = {export.SERVING_DEFAULT: serve_windowed_text,
+                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn)}
+    return export.write_saved_model(export_dir, signatures, encoder)

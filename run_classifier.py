@@ -43,6 +43,24 @@ def define_flags() -> None:
   flags.DEFINE_string("label_column", "label", "task_name=generic: the column of the label.")
   flags.DEFINE_bool("has_header", True,
                     "task_name=generic: whether TSV/CSV files start with a header line.")
+  flags.DEFINE_integer("doc_stride", None,
+                       "Long texts: cut a text_a longer than max_seq_length into windows starting "
+                       "every doc_stride tokens (each window trains with the text's label; "
+                       "evaluation, prediction and the export aggregate the windows). Default: "
+                       "truncate, as the original.")
+  flags.DEFINE_enum("window_aggregation", "mean", list(classifier.WINDOW_AGGREGATIONS),
+                    "With --doc_stride: how a text's window logits make its logits.")
+  flags.DEFINE_bool("multi_label", False,
+                    "task_name=generic: each label cell lists any number of labels separated by "
+                    "--label_delimiter; one sigmoid per label (binary cross-entropy).")
+  flags.DEFINE_string("label_delimiter", ",", "With --multi_label: the separator of labels.")
+  flags.DEFINE_float("multi_label_threshold", 0.5,
+                     "With --multi_label: a label is predicted when its probability is above "
+                     "this.")
+  flags.DEFINE_string("class_weights", None,
+                      "Single-label tasks: weigh each training example's loss by its class: "
+                      "'auto' (inverse class frequency in the training file, mean weight 1) or "
+                      "one weight per label, comma-separated, in label-list order.")
 
 
 def main(_):
@@ -51,15 +69,23 @@ def main(_):
   cli.require_one_of("do_train", "do_eval", "do_predict", "export_dir")
   tokenizer = cli.tokenizer()
   bert_config = cli.bert_config()
+  if FLAGS.multi_label and FLAGS.task_name.lower() != "generic":
+    raise cli.FlagError("--multi_label needs --task_name=generic (labels from your own files)")
   processor = classifier.get_processor(
       FLAGS.task_name, skip_bad_rows=FLAGS.skip_bad_rows, language=FLAGS.xnli_language,
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
-      label_column=FLAGS.label_column, has_header=FLAGS.has_header)
+      label_column=FLAGS.label_column, has_header=FLAGS.has_header,
+      label_delimiter=FLAGS.label_delimiter if FLAGS.multi_label else None)
   classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
   processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
-  task = classifier.ClassifierTask(bert_config, processor, tokenizer, FLAGS.data_dir,
-                                   FLAGS.output_dir, FLAGS.max_seq_length,
-                                   bucket_by_length=cli.bucket_by_length())
+  try:
+    task = classifier.ClassifierTask(
+        bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
+        FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),
+        doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
+        multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
+  except ValueError as error:  # A flag value the task cannot use; the message names the flag.
+    raise cli.FlagError(str(error)) from error
   fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
                   do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
                   eval_batch_size=FLAGS.eval_batch_size,

@@ -30,6 +30,11 @@ def define_flags() -> None:
   flags.DEFINE_string("train_file", "train.txt", "Training file name in --data_dir.")
   flags.DEFINE_string("dev_file", "dev.txt", "Evaluation (--do_eval) file name in --data_dir.")
   flags.DEFINE_string("test_file", "test.txt", "Prediction (--do_predict) file name in --data_dir.")
+  flags.DEFINE_integer("doc_stride", None,
+                       "Long sentences: overlapping windows of max_seq_length - 2 pieces starting "
+                       "every doc_stride pieces (as run_squad), each word's tag read from the "
+                       "window where it has the most context. Default: whole-word windows that "
+                       "do not overlap.")
 
 
 def main(_):
@@ -39,7 +44,8 @@ def main(_):
   tokenizer = cli.tokenizer()
   task = tagging.TaggingTask(cli.bert_config(), tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
-                             FLAGS.test_file, bucket_by_length=cli.bucket_by_length())
+                             FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),
+                             doc_stride=FLAGS.doc_stride)
   fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
                   do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
                   eval_batch_size=FLAGS.eval_batch_size,

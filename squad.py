@@ -34,6 +34,7 @@ import modeling
 import progress_log
 import tokenization
 import training_loop
+import windowing
 
 # The first feature id, as in the original, so feature ids never collide with small integers.
 FIRST_UNIQUE_ID = 1000000000
@@ -254,7 +255,6 @@ class InputFeatures:
   is_impossible: bool = False
 
 
-DocSpan = collections.namedtuple("DocSpan", ["start", "length"])
 
 
 def improve_answer_span(doc_tokens: Sequence[str], input_start: int, input_end: int,
@@ -270,39 +270,6 @@ def improve_answer_span(doc_tokens: Sequence[str], input_start: int, input_end: 
       if " ".join(doc_tokens[new_start:new_end + 1]) == answer_tokens:
         return new_start, new_end
   return input_start, input_end
-
-
-def doc_spans_for(num_tokens: int, max_tokens_for_doc: int, doc_stride: int) -> list[DocSpan]:
-  """Windows over `num_tokens` context tokens: each at most `max_tokens_for_doc` long, starting
-  every `doc_stride` tokens, the last one ending at the end of the context."""
-  spans = []
-  start = 0
-  while start < num_tokens:
-    length = min(num_tokens - start, max_tokens_for_doc)
-    spans.append(DocSpan(start=start, length=length))
-    if start + length == num_tokens:
-      break
-    start += min(length, doc_stride)
-  return spans
-
-
-def check_is_max_context(doc_spans: Sequence[DocSpan], cur_span_index: int, position: int) -> bool:
-  """Whether window `cur_span_index` is the one where token `position` has the most context.
-
-  A token's context in a window is min(tokens to its left, tokens to its right), plus a small bonus
-  for longer windows; ties go to the earlier window.
-  """
-  best_score = None
-  best_span_index = None
-  for span_index, span in enumerate(doc_spans):
-    end = span.start + span.length - 1
-    if position < span.start or position > end:
-      continue
-    score = min(position - span.start, end - position) + 0.01 * span.length
-    if best_score is None or score > best_score:
-      best_score = score
-      best_span_index = span_index
-  return cur_span_index == best_span_index
 
 
 def check_feature_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
@@ -356,7 +323,7 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
           example.orig_answer_text)
 
     max_tokens_for_doc = max_seq_length - len(query_tokens) - 3
-    doc_spans = doc_spans_for(len(all_doc_tokens), max_tokens_for_doc, doc_stride)
+    doc_spans = windowing.doc_spans_for(len(all_doc_tokens), max_tokens_for_doc, doc_stride)
     for doc_span_index, doc_span in enumerate(doc_spans):
       tokens = ["[CLS]"] + query_tokens + ["[SEP]"]
       doc_offset = len(tokens)
@@ -365,8 +332,8 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
       for i in range(doc_span.length):
         split_token_index = doc_span.start + i
         token_to_orig_map[len(tokens)] = tok_to_orig_index[split_token_index]
-        token_is_max_context[len(tokens)] = check_is_max_context(doc_spans, doc_span_index,
-                                                                 split_token_index)
+        token_is_max_context[len(tokens)] = windowing.check_is_max_context(
+            doc_spans, doc_span_index, split_token_index)
         tokens.append(all_doc_tokens[split_token_index])
       tokens.append("[SEP]")
       segment_ids = [0] * doc_offset + [1] * (len(tokens) - doc_offset)

@@ -32,6 +32,7 @@ import length_buckets
 import modeling
 import tokenization
 import training_loop
+import windowing
 
 DOCSTART = "-DOCSTART-"
 OUTSIDE_TAG = "O"
@@ -137,6 +138,9 @@ class TaggingFeature:
   sentence_index: int
   word_start: int
   num_words: int
+  # With --doc_stride: per word of the window, whether this is the window its tag is read from
+  # (`windowing.check_is_max_context` at its first piece). None: every word (greedy windows).
+  max_context: Optional[list[bool]] = None
 
 
 def tokenize_words(words: Sequence[str], tokenizer: tokenization.FullTokenizer,
@@ -175,11 +179,31 @@ def window_word_ranges(piece_counts: Sequence[int], max_pieces: int) -> list[tup
   return ranges
 
 
+def stride_windows(piece_counts: Sequence[int], max_pieces: int, doc_stride: int
+                   ) -> list[tuple[windowing.DocSpan, int, int, list[bool]]]:
+  """`--doc_stride` windows of a sentence: run_squad's windows over its pieces (a window may cut
+  a word). Returns per window (span of pieces, first word, end word, max-context flags): the words
+  whose first piece is in the window, and for each whether the window is where that piece has
+  the most context (the window its tag is read from)."""
+  first_pieces = np.cumsum([0] + list(piece_counts))[:-1].tolist()
+  spans = windowing.doc_spans_for(sum(piece_counts), max_pieces, doc_stride)
+  windows = []
+  for index, span in enumerate(spans):
+    words = [w for w, p in enumerate(first_pieces) if span.start <= p < span.start + span.length]
+    start, end = (words[0], words[-1] + 1) if words else (0, 0)
+    windows.append((span, start, end, [windowing.check_is_max_context(spans, index, first_pieces[w])
+                                       for w in words]))
+  return windows
+
+
 def convert_sentences_to_features(sentences: Sequence[TaggedSentence], tag_list: Sequence[str],
-                                  max_seq_length: int, tokenizer: tokenization.FullTokenizer
-                                  ) -> list[TaggingFeature]:
+                                  max_seq_length: int, tokenizer: tokenization.FullTokenizer,
+                                  doc_stride: Optional[int] = None) -> list[TaggingFeature]:
   """Turns sentences into `[CLS] pieces [SEP]` windows with tags on first sub-tokens.
 
+  Windows: whole words, greedily (`window_word_ranges`), or with `doc_stride` overlapping windows
+  of pieces (`stride_windows`), where every window trains on the tags of its words and prediction
+  reads each word in its max-context window.
   Sentences without tags (prediction on raw text) get tag id 0 on first sub-tokens; that value is
   never read, only its position. Raises ValueError for a tag missing from `tag_list`.
   """
@@ -193,15 +217,21 @@ def convert_sentences_to_features(sentences: Sequence[TaggedSentence], tag_list:
   features = []
   for sentence_index, sentence in enumerate(sentences):
     word_pieces = tokenize_words(sentence.words, tokenizer, max_pieces)
-    for start, end in window_word_ranges([len(p) for p in word_pieces], max_pieces):
-      input_ids = [cls_id]
-      label_ids = [IGNORE_LABEL]
-      for word_index in range(start, end):
-        pieces = word_pieces[word_index]
-        input_ids.extend(tokenizer.convert_tokens_to_ids(pieces))
-        label_ids.append(_tag_id(sentence, word_index, tag_ids))
-        label_ids.extend([IGNORE_LABEL] * (len(pieces) - 1))
-      input_ids.append(sep_id)
+    counts = [len(p) for p in word_pieces]
+    if doc_stride is None:
+      windows = [(windowing.DocSpan(sum(counts[:start]), sum(counts[start:end])), start, end, None)
+                 for start, end in window_word_ranges(counts, max_pieces)]
+    else:
+      windows = stride_windows(counts, max_pieces, doc_stride)
+    all_ids = tokenizer.convert_tokens_to_ids([p for pieces in word_pieces for p in pieces])
+    is_first = [i == 0 for pieces in word_pieces for i in range(len(pieces))]
+    word_of_piece = [w for w, count in enumerate(counts) for _ in range(count)]
+    for span, start, end, max_context in windows:
+      piece_range = range(span.start, span.start + span.length)
+      input_ids = [cls_id] + [all_ids[p] for p in piece_range] + [sep_id]
+      label_ids = [IGNORE_LABEL] + [
+          _tag_id(sentence, word_of_piece[p], tag_ids) if is_first[p] else IGNORE_LABEL
+          for p in piece_range]
       label_ids.append(IGNORE_LABEL)
       padding = max_seq_length - len(input_ids)
       features.append(TaggingFeature(
@@ -209,7 +239,8 @@ def convert_sentences_to_features(sentences: Sequence[TaggedSentence], tag_list:
           input_mask=[1] * len(input_ids) + [0] * padding,
           segment_ids=[0] * max_seq_length,
           label_ids=label_ids + [IGNORE_LABEL] * padding,
-          sentence_index=sentence_index, word_start=start, num_words=end - start))
+          sentence_index=sentence_index, word_start=start, num_words=end - start,
+          max_context=max_context))
   return features
 
 
@@ -234,13 +265,15 @@ def words_tag_ids(features: Sequence[TaggingFeature], position_tag_ids: np.ndarr
                   sentences: Sequence[TaggedSentence]) -> list[list[int]]:
   """Reassembles per-position predictions [num_features, seq] into one tag id per word.
 
-  Each word takes the prediction at its first sub-token in the window that holds it.
+  Each word takes the prediction at its first sub-token in the window that holds it (with
+  overlapping windows, the one where it has the most context).
   """
   result = [[0] * len(sentence.words) for sentence in sentences]
   for feature, row in zip(features, position_tag_ids):
     positions = [i for i, label in enumerate(feature.label_ids) if label != IGNORE_LABEL]
     for offset, position in enumerate(positions):
-      result[feature.sentence_index][feature.word_start + offset] = int(row[position])
+      if feature.max_context is None or feature.max_context[offset]:
+        result[feature.sentence_index][feature.word_start + offset] = int(row[position])
   return result
 
 
@@ -473,15 +506,28 @@ class TaggerServing(tf.Module):
   """
 
   def __init__(self, model: BertTagger, encoder: "in_graph_tokenization.BertInputEncoder",
-               tag_list: Sequence[str]):
+               tag_list: Sequence[str], doc_stride: Optional[int] = None):
     super().__init__()
     self.model = model
     self.encoder = encoder
     self.tag_list = list(tag_list)
+    self.doc_stride = doc_stride
 
   def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
     words = in_graph_tokenization.whitespace_split(text)
     word_pieces = self._clip_word_pieces(self.encoder.tokenize_words(words).values)
+    if self.doc_stride is None:
+      word_tag_ids = self._greedy_window_tags(words, word_pieces)
+    else:
+      word_tag_ids = self._stride_window_tags(words, word_pieces)
+    tag_ids = words.with_flat_values(word_tag_ids)
+    tags = words.with_flat_values(tf.gather(tf.constant(self.tag_list), word_tag_ids))
+    return {"words": words.to_tensor(""), "tags": tags.to_tensor(""),
+            "tag_ids": tag_ids.to_tensor(-1), "num_words": tf.cast(words.row_lengths(), tf.int32)}
+
+  def _greedy_window_tags(self, words: tf.RaggedTensor,
+                          word_pieces: tf.RaggedTensor) -> tf.Tensor:
+    """Tag ids of the flat words, windows by `window_word_ranges`' rule."""
     counts = tf.cast(word_pieces.row_lengths(), tf.int32)
     is_first = tf.equal(tf.ragged.range(words.row_lengths()).flat_values, 0)
     window_ids, window_ends = self._greedy_windows(counts, is_first)
@@ -492,11 +538,40 @@ class TaggerServing(tf.Module):
     position_tag_ids = predict_tag_ids(self.model, features)
     # A word's first piece sits after [CLS] and the pieces of the window's earlier words.
     first_positions = window_ends - counts + 1
-    word_tag_ids = tf.gather_nd(position_tag_ids, tf.stack([window_ids, first_positions], 1))
-    tag_ids = words.with_flat_values(word_tag_ids)
-    tags = words.with_flat_values(tf.gather(tf.constant(self.tag_list), word_tag_ids))
-    return {"words": words.to_tensor(""), "tags": tags.to_tensor(""),
-            "tag_ids": tag_ids.to_tensor(-1), "num_words": tf.cast(words.row_lengths(), tf.int32)}
+    return tf.gather_nd(position_tag_ids, tf.stack([window_ids, first_positions], 1))
+
+  def _stride_window_tags(self, words: tf.RaggedTensor,
+                          word_pieces: tf.RaggedTensor) -> tf.Tensor:
+    """Tag ids of the flat words, `stride_windows`' rule: windows of pieces every doc_stride,
+    each word read at its first piece in the window where that piece has the most context."""
+    max_pieces = self.encoder.max_seq_length - 2
+    pieces = words.with_flat_values(word_pieces).merge_dims(1, 2)  # [B, (pieces)]
+    num_pieces = pieces.row_lengths()
+    starts = windowing.window_starts(num_pieces, max_pieces, self.doc_stride)  # [B, (windows)]
+    rows = starts.value_rowids()
+    lengths = tf.minimum(tf.constant(max_pieces, tf.int64),
+                         tf.gather(num_pieces, rows) - starts.flat_values)
+    begin = tf.gather(pieces.row_starts(), rows) + starts.flat_values
+    features = self.encoder.pack(tf.gather(pieces.flat_values,
+                                           tf.ragged.range(begin, begin + lengths)))
+    position_tag_ids = predict_tag_ids(self.model, features)
+    # Each word's first piece (offset in its text) against every window of its text.
+    word_rows = words.value_rowids()
+    first_piece = (tf.math.cumsum(word_pieces.row_lengths(), exclusive=True) -
+                   tf.gather(pieces.row_starts(), word_rows))
+    window_start = tf.gather(starts, word_rows).to_tensor(-1)  # [words, max windows]
+    window_length = tf.gather(starts.with_flat_values(lengths), word_rows).to_tensor(0)
+    position = tf.expand_dims(first_piece, 1)
+    end = window_start + window_length - 1
+    inside = (position >= window_start) & (position <= end) & (window_length > 0)
+    score = (tf.cast(tf.minimum(position - window_start, end - position), tf.float64) +
+             0.01 * tf.cast(window_length, tf.float64))
+    best = tf.argmax(tf.where(inside, score, -1.0), axis=1)  # The first of equal scores.
+    window = tf.gather(starts.row_starts(), word_rows) + best
+    offset = position[:, 0] - tf.gather_nd(window_start, tf.stack([tf.range(tf.size(best),
+                                                                             dtype=tf.int64),
+                                                                    best], 1))
+    return tf.gather_nd(position_tag_ids, tf.stack([window, offset + 1], 1))
 
   def _clip_word_pieces(self, word_pieces: tf.RaggedTensor) -> tf.RaggedTensor:
     """As `tokenize_words`: a word without pieces gets [UNK]; at most max_seq_length-2 pieces."""
@@ -544,6 +619,11 @@ class TaggingTask(fine_tuning.Task):
   test_file: str = "test.txt"
   tag_list: Optional[Sequence[str]] = None
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
+  doc_stride: Optional[int] = None
+
+  def __post_init__(self):
+    if self.doc_stride is not None and self.doc_stride <= 0:
+      raise ValueError("--doc_stride must be positive, got %d" % self.doc_stride)
 
   def tags(self) -> list[str]:
     """The tag list: given, learned from the training file, or read from output_dir."""
@@ -565,7 +645,7 @@ class TaggingTask(fine_tuning.Task):
 
   def _features(self, sentences: Sequence[TaggedSentence]) -> list[TaggingFeature]:
     return convert_sentences_to_features(sentences, self.tags(), self.max_seq_length,
-                                         self.tokenizer)
+                                         self.tokenizer, self.doc_stride)
 
   def build_model(self) -> BertTagger:
     model = BertTagger(self.bert_config, len(self.tags()))
@@ -648,7 +728,7 @@ class TaggingTask(fine_tuning.Task):
     """
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(self.tokenizer,
                                                                    self.max_seq_length)
-    module = TaggerServing(model, encoder, self.tags())
+    module = TaggerServing(model, encoder, self.tags(), self.doc_stride)
     text_fn = tf.function(module.tag_text, autograph=False,
                           input_signature=[tf.TensorSpec([None], tf.string, name="text")])
     signatures = {export.SERVING_DEFAULT: text_fn,

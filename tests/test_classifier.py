@@ -461,3 +461,156 @@ def test_every_task_makes_its_labels_known_the_same_way(tmp_path):
   data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", "x"])})
   assert generic.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
   assert os.listdir(output_dir) == [classifier.LABEL_LIST_FILE]
+
+
+# Long texts (--doc_stride), multi-label, class weights.
+
+
+def test_window_inputs_by_hand(tokenizer):
+  # 7 pieces, room for 4 per window, a window every 2 pieces: [0, 4), [2, 6), [4, 7).
+  windows = classifier.window_inputs(tokenizer, "The cat sat on the mat.", None, 6, 2)
+  assert [w[0] for w in windows] == [ids("[CLS]", "the", "cat", "sat", "on", "[SEP]"),
+                                     ids("[CLS]", "sat", "on", "the", "mat", "[SEP]"),
+                                     ids("[CLS]", "the", "mat", ".", "[SEP]") + [0]]
+  assert windows[2][1] == [1] * 5 + [0]
+  # A pair: room for 5; truncate_seq_pair cuts (7, 2) to (3, 2), so text_b keeps its 2 pieces in
+  # every window and text_a gets windows of 3: [0, 3), [2, 5), [4, 7). The first window is what
+  # the original's truncation gives.
+  windows = classifier.window_inputs(tokenizer, "The cat sat on the mat.", "Dogs", 8, 2)
+  assert [w[0] for w in windows] == [
+      ids("[CLS]", "the", "cat", "sat", "[SEP]", "dog", "##s", "[SEP]"),
+      ids("[CLS]", "sat", "on", "the", "[SEP]", "dog", "##s", "[SEP]"),
+      ids("[CLS]", "the", "mat", ".", "[SEP]", "dog", "##s", "[SEP]")]
+  assert all(w[2] == [0] * 5 + [1] * 3 for w in windows)
+  assert tuple(windows[0]) == tokenizer.encode("The cat sat on the mat.", "Dogs", 8)
+  # Short and empty texts are one window, equal to the truncating encoding.
+  for text_a, text_b in (("the cat", None), ("", None), ("", "the mat"), ("cat", "the mat")):
+    assert [tuple(w) for w in classifier.window_inputs(tokenizer, text_a, text_b, 8, 2)] == [
+        tokenizer.encode(text_a, text_b, 8)]
+
+
+def test_window_inputs_in_graph_equal_python(tokenizer):
+  import in_graph_tokenization  # pylint: disable=g-import-not-at-top
+  encoder = in_graph_tokenization.BertInputEncoder(tokenizer.vocab_file, True, max_seq_length=8)
+  texts_a = ["The cat sat on the mat.", "", "cat", "the cat sat on the mat . the dogs sat"]
+  texts_b = ["Dogs", "the mat", "dogs sat on the mat the cat", "the"]
+  for pair in (False, True):
+    features, windows = classifier.window_inputs_in_graph(
+        encoder, 2, texts_a, texts_b if pair else None)
+    expected = [classifier.window_inputs(tokenizer, a, b if pair else None, 8, 2)
+                for a, b in zip(texts_a, texts_b)]
+    assert windows.row_lengths().numpy().tolist() == [len(e) for e in expected]
+    for i, name in enumerate(("input_ids", "input_mask", "segment_ids")):
+      assert features[name].numpy().tolist() == [w[i] for e in expected for w in e], name
+
+
+def test_window_aggregation_by_hand_and_in_graph():
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  logits = np.array([[1.0, -2.0], [3.0, 0.0], [-1.0, 4.0], [0.5, 0.5], [2.0, 2.0], [0.0, 6.0]],
+                    np.float32)
+  index = np.array([0, 0, 0, 1, 2, 2])
+  expected = {"mean": [[1.0, 2.0 / 3], [0.5, 0.5], [1.0, 4.0]],
+              "max": [[3.0, 4.0], [0.5, 0.5], [2.0, 6.0]],
+              "first": [[1.0, -2.0], [0.5, 0.5], [2.0, 2.0]]}
+  windows = tf.RaggedTensor.from_value_rowids(tf.range(6), index)
+  for method, values in expected.items():
+    np.testing.assert_allclose(classifier.aggregate_windows(logits, index, method), values,
+                               rtol=1e-6)
+    np.testing.assert_allclose(
+        classifier.aggregate_windows_in_graph(tf.constant(logits), windows, method).numpy(),
+        values, rtol=1e-6)
+  with pytest.raises(ValueError, match="--window_aggregation=median"):
+    classifier.aggregate_windows(logits, index, "median")
+
+
+def test_class_weights_auto_and_explicit():
+  # 6 examples of class a, 2 of b, none of c: w = 8 / (2 * n) for the 2 classes present.
+  weights = classifier.class_weights_from_flag("auto", ["a", "b", "c"], [0] * 6 + [1] * 2)
+  np.testing.assert_allclose(weights, [8 / 12, 2.0, 1.0], rtol=1e-6)
+  np.testing.assert_allclose(classifier.class_weights_from_flag("1,2.5", ["a", "b"]), [1, 2.5])
+  assert classifier.class_weights_from_flag(None, ["a", "b"]) is None
+  for bad in ("1", "1,x", "1,-2", "1,2,3"):
+    with pytest.raises(ValueError, match=r"--class_weights=.*2 positive numbers .*\(a, b\)"):
+      classifier.class_weights_from_flag(bad, ["a", "b"])
+
+
+def test_class_weighted_loss_equals_numpy(tokenizer, tmp_path):
+  import modeling  # pylint: disable=g-import-not-at-top
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  processor = classifier.GenericProcessor()
+  processor.labels = ("a", "b", "c")
+  task = classifier.ClassifierTask(modeling.BertConfig.from_dict(TINY_CONFIG), processor,
+                                   tokenizer, None, str(tmp_path), 8, class_weights="0.5,2,3")
+  model = task.build_model()
+  features = {"input_ids": tf.constant([[2, 5, 6, 3], [2, 9, 3, 0], [2, 10, 11, 3]]),
+              "input_mask": tf.constant([[1, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]]),
+              "segment_ids": tf.zeros([3, 4], tf.int32), "label_ids": tf.constant([1, 0, 2]),
+              "is_real_example": tf.constant([1, 1, 0])}
+  logits = model(features).numpy().astype(np.float64)
+  cross_entropy = np.log(np.exp(logits).sum(-1)) - logits[[0, 1, 2], [1, 0, 2]]
+  # The padding row (is_real_example 0) counts for nothing; the mean is over the real rows.
+  expected = (2 * cross_entropy[0] + 0.5 * cross_entropy[1]) / 2
+  loss, metrics = task.loss(model, features, training=False)
+  np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5)
+  assert "accuracy" in metrics
+  with pytest.raises(ValueError, match="--class_weights=1,2: expected"):
+    classifier.ClassifierTask(modeling.BertConfig.from_dict(TINY_CONFIG), processor, tokenizer,
+                              None, str(tmp_path), 8, class_weights="1,2")
+
+
+def test_multi_label_processor_features_and_loss(tmp_path, tokenizer):
+  data_dir = write_files(tmp_path / "data", {
+      "train.tsv": tsv(["text", "tags"], ["the cat", "pets, animals"], ["the mat", ""],
+                       ["dogs", "animals,pets,loud"]),
+      "dev.tsv": tsv(["text", "tags"], ["cat", "pets,zebra"])})
+  processor = classifier.GenericProcessor("text", label_column="tags", label_delimiter=",")
+  assert processor.load_or_create_label_list(data_dir, str(tmp_path / "out")) == [
+      "animals", "loud", "pets"]
+  examples = processor.get_train_examples(data_dir)
+  features = [classifier.convert_single_example(i, e, processor.get_labels(), 6, tokenizer,
+                                                label_delimiter=",")
+              for i, e in enumerate(examples)]
+  assert [f.label_id for f in features] == [[1, 0, 1], [0, 0, 0], [1, 1, 1]]
+  with pytest.raises(classifier.BadInputError, match=r"dev.tsv:2: unknown label 'zebra'"):
+    processor.get_dev_examples(data_dir)
+  # Loss: the mean over labels of each label's binary cross-entropy.
+  logits = np.array([[2.0, -1.0, 0.0]], np.float32)
+  p = 1 / (1 + np.exp(-logits.astype(np.float64)))
+  labels = np.array([[1, 0, 1]])
+  expected = -np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p))
+  np.testing.assert_allclose(
+      classifier.per_example_loss(logits, labels, False, is_multi_label=True).numpy(), [expected],
+      rtol=1e-6)
+
+
+def test_multi_label_metrics_by_hand():
+  gold = np.array([[1, 0, 1], [0, 1, 0], [1, 1, 0], [0, 0, 0]])
+  predicted = np.array([[1, 0, 0], [0, 1, 1], [1, 0, 0], [0, 0, 0]])
+  results = classifier.multi_label_metrics(gold, predicted, ["x", "y", "z"])
+  # Per label (tp, fp, fn): x (2, 0, 0), y (1, 0, 1), z (0, 1, 1). Micro: (3, 1, 2).
+  assert results["eval_x_precision"] == 1 and results["eval_x_recall"] == 1
+  assert results["eval_y_precision"] == 1 and results["eval_y_recall"] == 0.5
+  assert results["eval_z_precision"] == 0 and results["eval_z_recall"] == 0
+  assert math.isclose(results["eval_macro_f1"], (1 + 2 / 3 + 0) / 3)
+  assert math.isclose(results["eval_micro_f1"], 6 / 9)
+  assert math.isclose(results["eval_micro_precision"], 3 / 4)
+  assert math.isclose(results["eval_micro_recall"], 3 / 5)
+  assert results["eval_subset_accuracy"] == 0.25  # Only the last row is all right.
+
+
+def test_features_cache_notes_window_and_label_options(tokenizer, tmp_path):
+  examples = [classifier.InputExample("0", "the cat sat on the mat .", None, "a,b"),
+              classifier.InputExample("1", "dogs", None, "")]
+  path = str(tmp_path / "train.tf_record")
+  write = lambda **options: classifier.cached_features_file(examples, ["a", "b"], 6, tokenizer,
+                                                            path, **options)
+  assert not write(label_delimiter=",")
+  assert write(label_delimiter=",")
+  assert not write(label_delimiter=",", doc_stride=2)  # Windows: the records change.
+  records = list(classifier.features_dataset(path, 6, num_multi_labels=2,
+                                             windowed=True).as_numpy_iterator())
+  # 7 pieces in windows of 4 every 2: 3 windows of example 0, then example 1's one.
+  assert [r["example_index"] for r in records] == [0, 0, 0, 1]
+  assert [r["label_ids"].tolist() for r in records] == [[1, 1]] * 3 + [[0, 0]]
+  with open(path + ".json") as f:
+    assert {"doc_stride": 2, "label_delimiter": ","}.items() <= json.load(f).items()

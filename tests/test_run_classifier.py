@@ -152,7 +152,7 @@ def test_bad_flags_and_data_give_clear_errors(tmp_path):
   with pytest.raises(ValueError, match="do_lower_case=True.*cased"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
         init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt", **files)
-  with pytest.raises(ValueError, match="At least one of"):
+  with pytest.raises(ValueError, match="at least one of"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, **files)
   with pytest.raises(classifier.BadInputError, match="no such directory"):
     run(task_name="mrpc", data_dir=str(tmp_path / "absent"), output_dir=output_dir, do_train=True,
@@ -288,3 +288,101 @@ def test_evaluates_during_training_stops_early_and_exports_the_best(generic_task
   # A rerun keeps the early-stopping state: it trains no further.
   run(do_train=True, **dict(flag_values, export_dir=""))
   assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % steps[-1])
+
+
+def long_document(rng: random.Random, marker: str) -> str:
+  """14 filler words, then 8-16 words of which about half are `marker`: the marker is never in
+  the first window of a 16-token input, so truncation (the default) could only guess."""
+  tail = [marker if rng.random() < 0.5 else rng.choice(WORDS) for _ in range(rng.randint(8, 16))]
+  return " ".join([rng.choice(WORDS) for _ in range(14)] + tail)
+
+
+def test_doc_stride_learns_from_windows_past_the_truncation(tmp_path):
+  rng = random.Random(3)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  labels = {}
+  for split, count in (("train", 300), ("dev", 60), ("test", 9)):
+    rows = []
+    for i in range(count):
+      label = rng.choice(["pos", "neg"])
+      rows.append((str(i), long_document(rng, "good" if label == "pos" else "bad"), label))
+    labels[split] = [label for _, _, label in rows]
+    write_tsv(data_dir / (split + ".tsv"), ["id", "sentence", "label"], rows)
+  output_dir = str(tmp_path / "out")
+  run(do_train=True, do_eval=True, do_predict=True, task_name="generic", data_dir=str(data_dir),
+      text_a_column="sentence", output_dir=output_dir, max_seq_length=16, doc_stride=7,
+      window_aggregation="max", learning_rate=1e-3, train_batch_size=32, num_train_epochs=3.0,
+      **tiny_model_files(str(tmp_path)))
+  results = read_eval_results(output_dir)
+  assert results["eval_accuracy"] > 0.85  # Chance 0.5; the marker is in a later window.
+  assert results["global_step"] == int(300 / 32 * 3)  # The schedule counts documents.
+  probabilities = read_test_results(output_dir)
+  assert probabilities.shape == (9, 2)  # One line per document, in order.
+  np.testing.assert_allclose(probabilities.sum(axis=1), 1.0, rtol=1e-5)
+  predicted = np.array(["neg", "pos"])[probabilities.argmax(axis=1)]
+  assert np.mean(predicted == labels["test"]) > 0.6
+  # 22-30 tokens in windows of 14 every 7: 2 to 4 windows per document, each a training record.
+  num_records = sum(1 for _ in tf.data.TFRecordDataset(os.path.join(output_dir,
+                                                                    "train.tf_record")))
+  assert 2 * 300 < num_records <= 4 * 300
+
+
+def test_multi_label_learns_a_two_label_rule(tmp_path):
+  rng = random.Random(4)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  gold = {}
+  for split, count in (("train", 400), ("dev", 80), ("test", 11)):
+    rows = []
+    for i in range(count):
+      names = [name for name, marker in (("happy", "good"), ("colour", "red"))
+               if rng.random() < 0.5]
+      words = [rng.choice(WORDS[:8]) for _ in range(rng.randint(1, 4))]
+      for name in names:
+        words.insert(rng.randint(0, len(words)), {"happy": "good", "colour": "red"}[name])
+      rows.append((str(i), " ".join(words), "|".join(names)))
+    gold[split] = [[int("colour" in r[2]), int("happy" in r[2])] for r in rows]
+    write_tsv(data_dir / (split + ".tsv"), ["id", "sentence", "tags"], rows)
+  output_dir = str(tmp_path / "out")
+  run(do_train=True, do_eval=True, do_predict=True, task_name="generic", data_dir=str(data_dir),
+      text_a_column="sentence", label_column="tags", multi_label=True, label_delimiter="|",
+      output_dir=output_dir, max_seq_length=16, learning_rate=3e-3, optimizer="adamw",
+      train_batch_size=16, num_train_epochs=4.0, **tiny_model_files(str(tmp_path)))
+  with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
+    assert f.read().split() == ["colour", "happy"]
+  results = read_eval_results(output_dir)
+  assert {"eval_micro_f1", "eval_macro_f1", "eval_colour_precision", "eval_colour_recall",
+          "eval_happy_precision", "eval_happy_recall"} <= set(results)
+  # Predicting every label gives micro F1 2/3, coin flips 1/2; an uninformed sigmoid has loss
+  # ln 2 = 0.693 per label. (This tiny model learns one label in a few dozen steps, both slower.)
+  assert results["eval_micro_f1"] > 0.75 and results["eval_loss"] < 0.5
+  probabilities = read_test_results(output_dir)
+  assert probabilities.shape == (11, 2)  # Per-label sigmoid probabilities, one line per example.
+  assert np.mean((probabilities > 0.5) == np.array(gold["test"])) > 0.7
+
+
+def test_class_weights_auto_weighs_by_inverse_frequency(tmp_path, monkeypatch):
+  rng = random.Random(5)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  for split, count in (("train", 200), ("dev", 40)):
+    rows = [(str(i), sentence(rng, "bad" if i % 4 == 0 else "good"),
+             "neg" if i % 4 == 0 else "pos") for i in range(count)]
+    write_tsv(data_dir / (split + ".tsv"), ["id", "sentence", "label"], rows)
+  flag_values = dict(task_name="generic", data_dir=str(data_dir), text_a_column="sentence",
+                     output_dir=str(tmp_path / "out"), max_seq_length=16, learning_rate=1e-3,
+                     train_batch_size=32, num_train_epochs=1.0, **tiny_model_files(str(tmp_path)))
+  tasks = []
+  train_data = classifier.ClassifierTask.train_data
+  monkeypatch.setattr(classifier.ClassifierTask, "train_data",
+                      lambda task: tasks.append(task) or train_data(task))
+  run(do_train=True, do_eval=True, class_weights="auto", **flag_values)
+  # 50 neg and 150 pos: w = 200 / (2 * n) = 2 and 2/3 (the loss with them: test_classifier).
+  np.testing.assert_allclose(tasks[0].class_weight_values, [2, 2 / 3], rtol=1e-6)
+  assert set(read_eval_results(flag_values["output_dir"])) == {
+      "eval_accuracy", "eval_loss", "global_step", "loss"}
+  with pytest.raises(ValueError, match=r"--class_weights=1,2,3: expected 'auto' or 2 positive"):
+    run(do_eval=True, class_weights="1,2,3", **flag_values)
+  with pytest.raises(ValueError, match="--multi_label needs --task_name=generic"):
+    run(do_eval=True, multi_label=True, **dict(flag_values, task_name="sst-2"))

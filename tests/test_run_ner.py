@@ -186,3 +186,61 @@ def test_mixed_precision_gives_float32_logits():
     keras.mixed_precision.set_global_policy("float32")
   assert logits.dtype == tf.float32 and model.output_weights.dtype == "float32"
   np.testing.assert_allclose(logits.numpy(), reference(features).numpy(), atol=0.05)
+
+
+def test_doc_stride_windows_read_each_word_where_it_has_most_context(tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text("\n".join(_VOCAB) + "\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab), do_lower_case=True)
+  # 7 one-piece words; windows of 4 pieces every 2: [0, 4), [2, 6), [4, 7). By hand, word p's
+  # context min(left, right) + 0.01 * length: p=2 is 1.04 in window 0, 0.04 in window 1; p=3 is
+  # 0.04 / 1.04; p=4 is 1.04 / 0.03; p=5 is 0.04 / 1.03. So windows 0, 1, 2 give words 0-2, 3-4,
+  # 5-6.
+  sentence = tagging.TaggedSentence("alice met bob in paris with london".split(),
+                                    ["B-PER", "O", "B-PER", "O", "B-LOC", "O", "B-LOC"])
+  tag_list = ["O", "B-LOC", "B-PER"]
+  features = tagging.convert_sentences_to_features([sentence], tag_list, 6, tokenizer,
+                                                   doc_stride=2)
+  assert [(f.word_start, f.num_words, f.max_context) for f in features] == [
+      (0, 4, [True, True, True, False]), (2, 4, [False, True, True, False]),
+      (4, 3, [False, True, True])]
+  # Every window trains on all its words' tags.
+  assert features[1].input_ids == [2, 6, 21, 7, 22, 3]  # [CLS] bob in paris with [SEP]
+  assert features[1].label_ids == [-1, 2, 0, 1, 0, -1]
+  # Window w predicts tag id w everywhere: each word gets its max-context window's id.
+  predictions = np.array([[w] * 6 for w in range(3)])
+  assert tagging.words_tag_ids(features, predictions, [sentence]) == [[0, 0, 0, 1, 1, 2, 2]]
+  # A 3-piece word (un ##aff ##able) cut by a window border keeps its tag on its first piece.
+  sentence = tagging.TaggedSentence("alice unaffable bob".split(), ["B-PER", "B-MISC", "B-PER"])
+  features = tagging.convert_sentences_to_features([sentence], ["O", "B-MISC", "B-PER"], 5,
+                                                   tokenizer, doc_stride=2)
+  # Pieces: alice un ##aff ##able bob; windows of 3 every 2: [0, 3), [2, 5).
+  assert [f.label_ids for f in features] == [[-1, 2, 1, -1, -1], [-1, -1, -1, 2, -1]]
+  assert [(f.word_start, f.num_words, f.max_context) for f in features] == [
+      (0, 2, [True, True]), (2, 1, [True])]
+
+
+def test_doc_stride_predict_and_export_restore_the_trained_model(trained, tmp_path):
+  """run_ner --doc_stride on long test sentences (prediction only): overlapping windows tag as
+  well, and the export's in-graph windows give the same tags."""
+  output_dir = str(tmp_path / "out")
+  os.makedirs(output_dir)
+  for name in os.listdir(trained["output_dir"]):
+    if name.startswith(("model.ckpt", "checkpoint", "tag_list")):
+      os.link(os.path.join(trained["output_dir"], name), os.path.join(output_dir, name))
+  common = list(trained["common"])
+  common[common.index("--output_dir") + 1] = output_dir
+  subprocess.run([sys.executable, "run_ner.py", "--do_predict", "--doc_stride=4",
+                  "--export_dir", str(tmp_path / "export")] + common,
+                 check=True, cwd=REPO_ROOT, capture_output=True)
+  gold = tagging.read_conll(os.path.join(trained["data_dir"], "test.txt"))
+  predicted = tagging.read_conll(os.path.join(output_dir, "test_predictions.txt"))
+  assert [s.words for s in predicted] == [s.words for s in gold]
+  evaluation = tagging.conll_evaluate([s.tags for s in gold], [s.tags for s in predicted])
+  assert evaluation.overall.f1 > 90.0
+  serving = tf.saved_model.load(str(tmp_path / "export" / "1"))
+  outputs = serving.signatures["serving_default"](
+      text=tf.constant([" ".join(s.words) for s in predicted]))
+  tags = outputs["tags"].numpy()
+  for row, sentence in enumerate(predicted):
+    assert [t.decode() for t in tags[row, :len(sentence.words)]] == sentence.tags

@@ -96,15 +96,60 @@ def classifier_export(root, tokenizer, texts, pair):
                 ("token_ids", ids_inputs(features), {"probabilities": probabilities})]
 
 
-def tagger_export(root, tokenizer, texts):
-  """An NER export; expected tags are run_ner's prediction path (windows, first sub-tokens)."""
+def windowed_classifier_export(root, tokenizer, texts):
+  """A pair classifier with --doc_stride=16 and max aggregation; expected outputs are
+  do_predict's: the model on each text's windows (`window_inputs`), the max over them."""
+  processor = classifier.get_processor("mnli")
+  model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)), 3)
+  model.build()
+  task = classifier.ClassifierTask(model.config, processor, tokenizer, None, root, MAX_SEQ_LENGTH,
+                                   doc_stride=16, window_aggregation="max")
+  path = task.export(model, root)
+  texts_b = ["Short.", "", "two words"] + texts[3:][::-1]
+  logits = []
+  for text_a, text_b in zip(texts, texts_b):
+    windows = classifier.window_inputs(tokenizer, text_a, text_b, MAX_SEQ_LENGTH, 16)
+    features = {name: np.array([w[k] for w in windows], np.int32)
+                for k, name in enumerate(export.ID_INPUTS)}
+    logits.append(model(features).numpy().max(axis=0))
+  assert max(len(classifier.window_inputs(tokenizer, a, b, MAX_SEQ_LENGTH, 16))
+             for a, b in zip(texts, texts_b)) >= 2
+  probabilities = tf.nn.softmax(np.array(logits)).numpy()
+  expected = {"logits": np.array(logits), "probabilities": probabilities,
+              "label": [processor.get_labels()[i] for i in probabilities.argmax(1)]}
+  return path, [("serving_default", {"text_a": texts_input(texts), "text_b": texts_input(texts_b)},
+                 expected)]
+
+
+def multi_label_classifier_export(root, tokenizer, texts):
+  """A multi-label classifier: per-label sigmoid probabilities and the labels above 0.5."""
+  processor = classifier.GenericProcessor(label_delimiter=",")
+  processor.labels = ("x", "y", "z")
+  model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)), 3)
+  model.build()
+  task = classifier.ClassifierTask(model.config, processor, tokenizer, None, root, MAX_SEQ_LENGTH)
+  path = task.export(model, root)
+  features = padded_ids(tokenizer, texts)
+  probabilities = 1 / (1 + np.exp(-model(features).numpy().astype(np.float64)))
+  labels = [[n for n, p in zip("xyz", row) if p > 0.5] for row in probabilities]
+  assert len(set(map(tuple, labels))) > 1  # Random weights that choose differently per text.
+  expected = {"probabilities": probabilities, "labels": [row + [""] * (3 - len(row))
+                                                          for row in labels]}
+  return path, [("serving_default", {"text_a": texts_input(texts)}, expected),
+                ("token_ids", ids_inputs(features), expected)]
+
+
+def tagger_export(root, tokenizer, texts, doc_stride=None):
+  """An NER export; expected tags are run_ner's prediction path (windows, first sub-tokens;
+  with `doc_stride`, each word from its max-context window)."""
   tag_list = ["O", "B-LOC", "B-PER", "I-PER"]
   task = tagging.TaggingTask(tiny_config(len(tokenizer.vocab)), tokenizer, None, root,
-                             MAX_SEQ_LENGTH, tag_list=tag_list)
+                             MAX_SEQ_LENGTH, tag_list=tag_list, doc_stride=doc_stride)
   model = task.build_model()
   path = task.export(model, root)
   sentences = [tagging.TaggedSentence(text.split(), None) for text in texts]
-  features = tagging.convert_sentences_to_features(sentences, tag_list, MAX_SEQ_LENGTH, tokenizer)
+  features = tagging.convert_sentences_to_features(sentences, tag_list, MAX_SEQ_LENGTH, tokenizer,
+                                                   doc_stride)
   outputs = training_loop.predict(distribution.make_strategy("one_device"), model,
                                   task.predict_outputs, tagging.features_dataset(features), 4)
   tags = [[tag_list[i] for i in ids]
@@ -206,8 +251,13 @@ def served(tmp_path_factory):
       "classifier_wordpiece": classifier_export(str(root / "c1"), wordpiece, ENGLISH, pair=True),
       "classifier_sentencepiece": classifier_export(str(root / "c2"), sentencepiece, SYLLABLES,
                                                     pair=False),
+      "classifier_windowed": windowed_classifier_export(str(root / "c3"), wordpiece, ENGLISH),
+      "classifier_multi_label": multi_label_classifier_export(str(root / "c4"), wordpiece,
+                                                              ENGLISH),
       "ner_wordpiece": tagger_export(str(root / "n1"), wordpiece, ENGLISH),
       "ner_sentencepiece": tagger_export(str(root / "n2"), sentencepiece, SYLLABLES),
+      "ner_windowed": tagger_export(str(root / "n3"), wordpiece,
+                                    ENGLISH + [" ".join(ENGLISH * 3)], doc_stride=10),
       "squad_wordpiece": squad_export(str(root / "s1"), wordpiece, questions,
                                       one_window(ENGLISH, "empty context")),
       "squad_sentencepiece": squad_export(str(root / "s2"), sentencepiece, questions[::-1],
@@ -281,7 +331,8 @@ def assert_same(actual, expected, what):
                                err_msg=what)
 
 
-EXPORTS = ["classifier_wordpiece", "classifier_sentencepiece", "ner_wordpiece",
+EXPORTS = ["classifier_wordpiece", "classifier_sentencepiece", "classifier_windowed",
+           "classifier_multi_label", "ner_wordpiece", "ner_windowed",
            "ner_sentencepiece", "squad_wordpiece", "squad_sentencepiece", "encoder_wordpiece"]
 
 
@@ -347,7 +398,9 @@ def test_non_core_ops_are_the_tokenizers_the_readme_lists(served):
                                                                      "SentencepieceTokenizeOp"]
   assert served["non_core_ops"] == {
       "classifier_wordpiece": wordpiece, "classifier_sentencepiece": sentencepiece,
+      "classifier_windowed": wordpiece, "classifier_multi_label": wordpiece,
       "ner_wordpiece": wordpiece, "ner_sentencepiece": sentencepiece,
+      "ner_windowed": wordpiece,
       "squad_wordpiece": wordpiece + ["RegexSplitWithOffsets"],
       "squad_sentencepiece": ["RegexSplitWithOffsets"] + sentencepiece,
       "encoder_wordpiece": wordpiece}

@@ -134,25 +134,7 @@ def _write(path, content):
 # ----------------------------------------------------------------------------- windows
 
 
-def test_doc_spans_and_max_context_on_hand_built_windows():
-  spans = squad.doc_spans_for(20, max_tokens_for_doc=9, doc_stride=4)
-  assert spans == [(0, 9), (4, 9), (8, 9), (12, 8)]
-  # Token 6: min(6, 2) in window 0 ties min(2, 6) in window 1 -> the earlier window wins.
-  assert [squad.check_is_max_context(spans, i, 6) for i in range(4)] == [True, False, False, False]
-  # Token 7: 1 in window 0, 3 in window 1.  Token 12: 0 / 4 / 0.  Token 16: 0 / 3 (length 8).
-  assert [squad.check_is_max_context(spans, i, 7) for i in range(4)] == [False, True, False, False]
-  assert [squad.check_is_max_context(spans, i, 12) for i in range(4)] == [False, False, True, False]
-  assert [squad.check_is_max_context(spans, i, 16) for i in range(4)] == [False, False, False, True]
-  # The original's docstring example: "bought" is best in window C (1 left, 3 right).
-  words = "the man went to the store and bought a gallon of milk".split()
-  spans = [squad.DocSpan(0, 5), squad.DocSpan(3, 5), squad.DocSpan(6, 5)]
-  assert [squad.check_is_max_context(spans, i, words.index("bought"))
-          for i in range(3)] == [False, False, True]
-
-
-def test_short_context_gives_one_window_and_stride_limits():
-  assert squad.doc_spans_for(3, max_tokens_for_doc=9, doc_stride=4) == [(0, 3)]
-  assert squad.doc_spans_for(0, max_tokens_for_doc=9, doc_stride=4) == []
+def test_check_feature_settings_names_the_flags():
   with pytest.raises(ValueError, match=r"max_seq_length \(10\) must be greater than "
                      r"max_query_length \(7\) \+ 3"):
     squad.check_feature_settings(10, 4, 7)
