@@ -21,6 +21,7 @@ from absl import flags
 
 import checkpoints
 import distribution
+import fine_tuning
 import modeling
 import optimization
 import tokenization
@@ -249,6 +250,29 @@ def require_one_of(*names: str) -> None:
     raise FlagError("At least one of %s must be set" % ", ".join("--" + n for n in names))
 
 
+def define_data_file_flags(what: str, train_file: str, dev_file: str, test_file: str,
+                           flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `data_dir` (holding `what`) and the names of its `train_file`, `dev_file` (for
+  --do_eval) and `test_file` (for --do_predict), with the given defaults."""
+  fv = flag_values
+  _define(fv, "string", "data_dir", None, "Directory with the data files (%s)." % what)
+  _define(fv, "string", "train_file", train_file, "Training file name in --data_dir.")
+  _define(fv, "string", "dev_file", dev_file, "Evaluation (--do_eval) file name in --data_dir.")
+  _define(fv, "string", "test_file", test_file,
+          "Prediction (--do_predict) file name in --data_dir; labels not needed.")
+
+
+def setup_task_script() -> tuple:
+  """A fine-tuning script's setup: (strategy, tokenizer, BERT config). The strategy comes first
+  (a multi-worker strategy must exist before other ops run); `--output_dir` and one of the
+  script's actions (`--do_train`, `--do_eval`, `--do_predict`, `--export_dir`) are required."""
+  strategy = setup_strategy()
+  require("output_dir")
+  require_one_of(*(name for name in ("do_train", "do_eval", "do_predict", "export_dir")
+                   if name in FLAGS))
+  return strategy, tokenizer(), bert_config()
+
+
 def setup_strategy():
   """Applies `--mixed_precision` and returns the strategy the flags ask for.
 
@@ -312,6 +336,17 @@ def train_config() -> training_loop.TrainConfig:
 
 _EVAL_DURING_TRAINING_FLAGS = ("eval_every_steps", "early_stopping_patience",
                                "early_stopping_metric", "keep_best_checkpoint")
+
+
+def run_task(task: fine_tuning.Task, strategy) -> list:
+  """Runs a fine-tuning task as the flags ask (`fine_tuning.run`); returns the summary. A script
+  without --do_eval (run_squad) evaluates during training with --predict_batch_size."""
+  has_eval = "do_eval" in FLAGS
+  return fine_tuning.run(
+      task, strategy, train_config(), do_train=FLAGS.do_train,
+      do_eval=has_eval and FLAGS.do_eval, do_predict=FLAGS.do_predict,
+      eval_batch_size=FLAGS.eval_batch_size if has_eval else FLAGS.predict_batch_size,
+      predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
 
 
 def run_script(main: Callable[[list], Any], input_errors: Sequence[type] = ()) -> None:

@@ -16,7 +16,6 @@ from absl import logging
 
 import classifier
 import cli
-import fine_tuning
 import tfrecord_files
 
 FLAGS = flags.FLAGS
@@ -64,11 +63,8 @@ def define_flags() -> None:
 
 
 def main(_):
-  strategy = cli.setup_strategy()
-  cli.require("task_name", "output_dir")
-  cli.require_one_of("do_train", "do_eval", "do_predict", "export_dir")
-  tokenizer = cli.tokenizer()
-  bert_config = cli.bert_config()
+  cli.require("task_name")
+  strategy, tokenizer, bert_config = cli.setup_task_script()
   if FLAGS.multi_label and FLAGS.task_name.lower() != "generic":
     raise cli.FlagError("--multi_label needs --task_name=generic (labels from your own files)")
   processor = classifier.get_processor(
@@ -86,10 +82,7 @@ def main(_):
         multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
   except ValueError as error:  # A flag value the task cannot use; the message names the flag.
     raise cli.FlagError(str(error)) from error
-  fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
-                  do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
-                  eval_batch_size=FLAGS.eval_batch_size,
-                  predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
+  cli.run_task(task, strategy)
   skipped = sum(processor.skipped_rows.values())
   if skipped:
     logging.info("Skipped %d bad rows (--skip_bad_rows): %s", skipped, ", ".join(

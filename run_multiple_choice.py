@@ -16,7 +16,6 @@ from absl import flags
 
 import classifier
 import cli
-import fine_tuning
 import multiple_choice
 import tfrecord_files
 
@@ -32,28 +31,16 @@ def define_flags() -> None:
   cli.define_export_flag("`serving_default` on raw text (`context` [batch], `endings` "
                          "[batch, endings], \"\" for a missing ending) and `token_ids` on token "
                          "ids [batch, endings, length]")
-  flags.DEFINE_string("data_dir", None, "Directory with the data files (SWAG's train.csv, val.csv, "
-                      "test.csv, or .jsonl files).")
-  flags.DEFINE_string("train_file", "train.csv",
-                      "Training file name in --data_dir: SWAG CSV (.csv) or JSON Lines (.jsonl).")
-  flags.DEFINE_string("dev_file", "val.csv", "Evaluation (--do_eval) file name in --data_dir.")
-  flags.DEFINE_string("test_file", "test.csv",
-                      "Prediction (--do_predict) file name in --data_dir; labels not needed.")
+  cli.define_data_file_flags("SWAG CSV (.csv) or JSON Lines (.jsonl)", "train.csv", "val.csv",
+                             "test.csv")
 
 
 def main(_):
-  strategy = cli.setup_strategy()
-  cli.require("output_dir")
-  cli.require_one_of("do_train", "do_eval", "do_predict", "export_dir")
-  tokenizer = cli.tokenizer()
-  bert_config = cli.bert_config()
+  strategy, tokenizer, bert_config = cli.setup_task_script()
   task = multiple_choice.MultipleChoiceTask(
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
       train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file)
-  fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
-                  do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
-                  eval_batch_size=FLAGS.eval_batch_size,
-                  predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
+  cli.run_task(task, strategy)
 
 
 if __name__ == "__main__":

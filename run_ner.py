@@ -16,7 +16,6 @@ saved as `output_dir/tag_list.txt`. Outputs in `output_dir`:
 from absl import flags
 
 import cli
-import fine_tuning
 import tagging
 
 FLAGS = flags.FLAGS
@@ -25,11 +24,7 @@ FLAGS = flags.FLAGS
 def define_flags() -> None:
   """run_classifier's flags (as the original's) for CoNLL files."""
   cli.define_task_flags(128, "`serving_default` tags raw `text`; `token_ids` gives tag ids")
-  flags.DEFINE_string("data_dir", None, "Directory with the CoNLL files (train.txt, dev.txt, "
-                      "test.txt by default).")
-  flags.DEFINE_string("train_file", "train.txt", "Training file name in --data_dir.")
-  flags.DEFINE_string("dev_file", "dev.txt", "Evaluation (--do_eval) file name in --data_dir.")
-  flags.DEFINE_string("test_file", "test.txt", "Prediction (--do_predict) file name in --data_dir.")
+  cli.define_data_file_flags("CoNLL column files", "train.txt", "dev.txt", "test.txt")
   flags.DEFINE_integer("doc_stride", None,
                        "Long sentences: overlapping windows of max_seq_length - 2 pieces starting "
                        "every doc_stride pieces (as run_squad), each word's tag read from the "
@@ -38,18 +33,12 @@ def define_flags() -> None:
 
 
 def main(_):
-  strategy = cli.setup_strategy()
-  cli.require("output_dir")
-  cli.require_one_of("do_train", "do_eval", "do_predict", "export_dir")
-  tokenizer = cli.tokenizer()
-  task = tagging.TaggingTask(cli.bert_config(), tokenizer, FLAGS.data_dir, FLAGS.output_dir,
+  strategy, tokenizer, bert_config = cli.setup_task_script()
+  task = tagging.TaggingTask(bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
                              FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),
                              doc_stride=FLAGS.doc_stride)
-  fine_tuning.run(task, strategy, cli.train_config(), do_train=FLAGS.do_train,
-                  do_eval=FLAGS.do_eval, do_predict=FLAGS.do_predict,
-                  eval_batch_size=FLAGS.eval_batch_size,
-                  predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
+  cli.run_task(task, strategy)
 
 
 if __name__ == "__main__":

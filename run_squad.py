@@ -17,7 +17,6 @@ a question about a raw-text context. Example:
 from absl import flags
 
 import cli
-import fine_tuning
 import squad
 import tfrecord_files
 
@@ -54,15 +53,11 @@ def define_flags() -> None:
 
 
 def main(_):
-  strategy = cli.setup_strategy()
-  cli.require("output_dir")
-  cli.require_one_of("do_train", "do_predict", "export_dir")
+  strategy, tokenizer, bert_config = cli.setup_task_script()
   if FLAGS.do_train:
     cli.require("train_file", reason=" with --do_train")
   if FLAGS.do_predict:
     cli.require("predict_file", reason=" with --do_predict")
-  tokenizer = cli.tokenizer()
-  bert_config = cli.bert_config()
   try:
     squad.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
   except ValueError as error:
@@ -76,12 +71,9 @@ def main(_):
       verbose_logging=FLAGS.verbose_logging)
   task = squad.SquadTask(bert_config, tokenizer, options, FLAGS.output_dir, FLAGS.train_file,
                          FLAGS.predict_file, bucket_by_length=cli.bucket_by_length())
-  config = cli.train_config()
-  if FLAGS.do_train and config.evaluates_during_training:
+  if FLAGS.do_train and cli.train_config().evaluates_during_training:
     cli.require("predict_file", reason=" to evaluate during training (the dev set, with answers)")
-  fine_tuning.run(task, strategy, config, do_train=FLAGS.do_train,
-                  do_predict=FLAGS.do_predict, eval_batch_size=FLAGS.predict_batch_size,
-                  predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
+  cli.run_task(task, strategy)
 
 
 if __name__ == "__main__":
