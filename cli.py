@@ -250,12 +250,17 @@ def require_one_of(*names: str) -> None:
     raise FlagError("At least one of %s must be set" % ", ".join("--" + n for n in names))
 
 
+def define_data_dir_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `data_dir`, the directory holding `what`."""
+  _define(flag_values, "string", "data_dir", None, "Directory with the data files (%s)." % what)
+
+
 def define_data_file_flags(what: str, train_file: str, dev_file: str, test_file: str,
                            flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `data_dir` (holding `what`) and the names of its `train_file`, `dev_file` (for
   --do_eval) and `test_file` (for --do_predict), with the given defaults."""
   fv = flag_values
-  _define(fv, "string", "data_dir", None, "Directory with the data files (%s)." % what)
+  define_data_dir_flag(what, fv)
   _define(fv, "string", "train_file", train_file, "Training file name in --data_dir.")
   _define(fv, "string", "dev_file", dev_file, "Evaluation (--do_eval) file name in --data_dir.")
   _define(fv, "string", "test_file", test_file,

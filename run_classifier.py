@@ -25,9 +25,7 @@ def define_flags() -> None:
   """The original run_classifier.py's flags and defaults, plus the shared runtime flags."""
   cli.define_task_flags(128, "`serving_default` on raw text (`text_a`, and `text_b` for pair "
                         "tasks) and `token_ids` on token ids")
-  flags.DEFINE_string("data_dir", None,
-                      "The input data dir. Should contain the .tsv files (or other data files) "
-                      "for the task.")
+  cli.define_data_dir_flag("the task's .tsv files, or other data files")
   flags.DEFINE_string("task_name", None, "The name of the task to train: %s." %
                       ", ".join(classifier.PROCESSORS))
   flags.DEFINE_bool("skip_bad_rows", False,

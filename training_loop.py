@@ -36,6 +36,7 @@ import checkpoints
 import distribution
 import length_buckets
 import optimization
+import progress_log
 
 # Feature key that evaluate() and predict() set to 1 for real examples and 0 for padding rows
 # (the original's name: its classifier TFRecords already carry it for TPU padding).
@@ -292,13 +293,6 @@ def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
       tf.data.experimental.AutoShardPolicy.AUTO):
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
   return strategy.experimental_distribute_dataset(dataset.with_options(options))
-
-
-def _format_duration(seconds: float) -> str:
-  if not math.isfinite(seconds):
-    return "?"
-  seconds = int(seconds)
-  return "%d:%02d:%02d" % (seconds // 3600, seconds // 60 % 60, seconds % 60)
 
 
 # Room in a seed generator's counter for the draws of one step (one per call of a dropout layer).
@@ -659,8 +653,10 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
     raise checkpoints.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
                         (config.output_dir, checkpoints.first_line(error))) from error
   try:
-    first_step, start_time, metrics, prefix, loop_rates = step, time.time(), {}, None, []
+    first_step, metrics, prefix, loop_rates = step, {}, None, []
     seconds_per_step = None
+    progress = progress_log.Progress("Training", config.num_train_steps, "steps",
+                                     interval_seconds=0, initial=step)
     logging.info("Training from step %d to %d, global batch %d (%d micro-batches), %d replicas",
                  step, config.num_train_steps, config.train_batch_size,
                  config.gradient_accumulation_steps, strategy.num_replicas_in_sync)
@@ -682,12 +678,10 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
       examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
       loop_rates.append(examples_per_second)
       _write_summaries(writer, step, metrics, _learning_rate(optimizer), examples_per_second)
-      overall_rate = (step - first_step) / max(time.time() - start_time, 1e-9)
-      logging.info("step %d/%d loss %.4f %s| %.1f examples/s | ETA %s", step,
-                   config.num_train_steps, metrics["loss"],
-                   "".join("%s %.4f " % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
-                   examples_per_second,
-                   _format_duration((config.num_train_steps - step) / max(overall_rate, 1e-9)))
+      progress.update(step, "loss %.4f%s, %.1f examples/s" % (
+          metrics["loss"],
+          "".join(", %s %.4f" % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
+          examples_per_second))
       if step == next_eval:
         evaluations.run(model, step)
         stop = evaluations.should_stop()
@@ -701,10 +695,9 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
                     or stop):
         prefix = checkpoints.save_training_checkpoint(named_variables, config.output_dir, step,
                                           config.keep_checkpoint_max)
-    elapsed = time.time() - start_time
-    rate = (step - first_step) * config.train_batch_size / max(elapsed, 1e-9)
-    logging.info("Trained steps %d-%d in %s (%.1f examples/s); final loss %.4f; checkpoint %s",
-                 first_step + 1, step, _format_duration(elapsed), rate, metrics["loss"], prefix)
+    rate = progress.rate() * config.train_batch_size
+    progress.finish("steps %d-%d, %.1f examples/s; final loss %.4f; checkpoint %s" % (
+        first_step + 1, step, rate, metrics["loss"], prefix))
   finally:
     writer.close()
     if evaluations:
