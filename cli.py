@@ -81,7 +81,8 @@ def define_runtime_flags(flag_values: flags.FlagValues = FLAGS) -> None:
           "compile).")
   _define(fv, "enum", "mixed_precision", "float32",
           "Compute dtype. float16 adds dynamic loss scaling; bfloat16 suits TPUs and CPUs with "
-          "AVX512-BF16. Variables and checkpoints stay float32.", enum_values=distribution.PRECISIONS)
+          "AVX512-BF16. Variables and checkpoints stay float32.",
+          enum_values=distribution.PRECISIONS)
   _define(fv, "integer", "keep_checkpoint_max", 5,
           "How many of the most recent training checkpoints to keep.")
   _define(fv, "integer", "random_seed", 12345,

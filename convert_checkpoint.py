@@ -48,17 +48,20 @@ import modeling
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("hf_model_path", None,
-                    "Hugging Face BERT to convert to Google's format: a directory with "
-                    "config.json and model.safetensors, or a .safetensors file with config.json "
-                    "beside it.")
-flags.DEFINE_string("init_checkpoint", None,
-                    "Google-format checkpoint (prefix such as .../bert_model.ckpt, or a directory) "
-                    "to convert to Hugging Face safetensors.")
-flags.DEFINE_string("bert_config_file", None,
-                    "The bert_config.json of --init_checkpoint (default: bert_config.json in the "
-                    "checkpoint's directory).")
-flags.DEFINE_string("output_dir", None, "Directory to write the converted model to.")
+
+def define_flags() -> None:
+  """The converter's flags."""
+  flags.DEFINE_string("hf_model_path", None,
+                      "Hugging Face BERT to convert to Google's format: a directory with "
+                      "config.json and model.safetensors, or a .safetensors file with config.json "
+                      "beside it.")
+  flags.DEFINE_string("init_checkpoint", None,
+                      "Google-format checkpoint (prefix such as .../bert_model.ckpt, or a "
+                      "directory) to convert to Hugging Face safetensors.")
+  flags.DEFINE_string("bert_config_file", None,
+                      "The bert_config.json of --init_checkpoint (default: bert_config.json in the "
+                      "checkpoint's directory).")
+  flags.DEFINE_string("output_dir", None, "Directory to write the converted model to.")
 
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
 GOOGLE_CONFIG_NAME = "bert_config.json"
@@ -447,5 +450,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("output_dir")
   app.run(main)

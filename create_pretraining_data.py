@@ -23,41 +23,45 @@ import pretraining_data
 
 FLAGS = flags.FLAGS
 
-flags.DEFINE_string("input_file", None,
-                    "Input raw text file (or comma-separated list of files or glob patterns).")
-flags.DEFINE_string("output_file", None,
-                    "Output TFRecord file (or comma-separated list of files).")
-flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
-flags.DEFINE_bool("do_lower_case", True,
-                  "Whether to lower case the input text. True for uncased models.")
-flags.DEFINE_bool("do_whole_word_mask", False,
-                  "Whether to mask all of a word's pieces together rather than each piece alone.")
-flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
-flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per "
-                     "sequence.")
-flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
-flags.DEFINE_integer("dupe_factor", 10, "Number of times to duplicate the input data (with "
-                     "different masks).")
-flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
-flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences which are shorter "
-                   "than the maximum length.")
-flags.DEFINE_string("spm_model_file", None, "Optional SentencePiece model: tokens are its pieces "
-                    "and ids its ids (vocab_file may then be the model's .vocab file).")
-flags.DEFINE_integer("num_workers", None, "Worker processes (default: all cores). The output does "
-                     "not depend on it.")
-flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards, e.g. one per "
-                     "machine; each output file name then gets a -SSSSS-of-NNNNN suffix.")
-flags.DEFINE_integer("shard_index", 0, "Which shard this run creates, in [0, num_shards).")
-flags.DEFINE_integer("chunk_size_kb", 256, "Text per independent chunk of whole documents: the "
-                     "unit of work and of memory, and the pool NotNext segments are drawn from.")
-flags.DEFINE_enum("runner", "local", ["local", "beam"], "local: this machine's processes. beam: "
-                  "an Apache Beam pipeline (pip install -r requirements-beam.txt) writing "
-                  "--num_shards files in one job, globally shuffled; see --beam_pipeline_options.")
-flags.DEFINE_string("beam_pipeline_options", "", "With --runner=beam: Beam's pipeline options, "
-                    "e.g. \"--runner=DataflowRunner --project=P --region=R "
-                    "--temp_location=gs://B/tmp\" (default: the in-process DirectRunner).")
-flags.DEFINE_integer("shuffle_buffer_size", 10000, "Instances held to mix the output across "
-                     "chunks (the original shuffles all instances of the corpus in memory).")
+
+def define_flags() -> None:
+  """The original create_pretraining_data.py's flags and defaults, plus this project's."""
+  flags.DEFINE_string("input_file", None,
+                      "Input raw text file (or comma-separated list of files or glob patterns).")
+  flags.DEFINE_string("output_file", None,
+                      "Output TFRecord file (or comma-separated list of files).")
+  flags.DEFINE_string("vocab_file", None, "The vocabulary file that the BERT model was trained on.")
+  flags.DEFINE_bool("do_lower_case", True,
+                    "Whether to lower case the input text. True for uncased models.")
+  flags.DEFINE_bool("do_whole_word_mask", False,
+                    "Whether to mask all of a word's pieces together rather than each piece alone.")
+  flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+  flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per "
+                       "sequence.")
+  flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
+  flags.DEFINE_integer("dupe_factor", 10, "Number of times to duplicate the input data (with "
+                       "different masks).")
+  flags.DEFINE_float("masked_lm_prob", 0.15, "Masked LM probability.")
+  flags.DEFINE_float("short_seq_prob", 0.1, "Probability of creating sequences which are shorter "
+                     "than the maximum length.")
+  flags.DEFINE_string("spm_model_file", None, "Optional SentencePiece model: tokens are its pieces "
+                      "and ids its ids (vocab_file may then be the model's .vocab file).")
+  flags.DEFINE_integer("num_workers", None,
+                       "Worker processes (default: all cores). The output does not depend on it.")
+  flags.DEFINE_integer("num_shards", 1, "Split the corpus into this many shards, e.g. one per "
+                       "machine; each output file name then gets a -SSSSS-of-NNNNN suffix.")
+  flags.DEFINE_integer("shard_index", 0, "Which shard this run creates, in [0, num_shards).")
+  flags.DEFINE_integer("chunk_size_kb", 256, "Text per independent chunk of whole documents: the "
+                       "unit of work and of memory, and the pool NotNext segments are drawn from.")
+  flags.DEFINE_enum("runner", "local", ["local", "beam"],
+                    "local: this machine's processes. beam: an Apache Beam pipeline (pip "
+                    "install -r requirements-beam.txt) writing --num_shards files in one job, "
+                    "globally shuffled; see --beam_pipeline_options.")
+  flags.DEFINE_string("beam_pipeline_options", "", "With --runner=beam: Beam's pipeline options, "
+                      "e.g. \"--runner=DataflowRunner --project=P --region=R "
+                      "--temp_location=gs://B/tmp\" (default: the in-process DirectRunner).")
+  flags.DEFINE_integer("shuffle_buffer_size", 10000, "Instances held to mix the output across "
+                       "chunks (the original shuffles all instances of the corpus in memory).")
 
 
 def _run_beam(config: pretraining_data.RunConfig) -> dict:
@@ -109,6 +113,7 @@ def main(_):
 
 
 if __name__ == "__main__":
+  define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   flags.mark_flag_as_required("vocab_file")

@@ -415,8 +415,8 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
   """Int32 feature dicts (int64 `unique_ids`) from a TFRecord file.
 
   Training data repeats forever, is shuffled (buffer 100, like the original) and comes in full
-  batches of `batch_size` (of one length bucket each with `bucket_by_length`); prediction data is read once, in order, unbatched (`training_loop.predict`
-  batches it).
+  batches of `batch_size` (of one length bucket each with `bucket_by_length`); prediction data
+  is read once, in order, unbatched (`training_loop.predict` batches it).
   """
   spec = feature_spec(seq_length, is_training)
 

@@ -651,7 +651,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
               tf.summary.create_noop_writer())
   except tf.errors.OpError as error:
     raise checkpoints.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
-                        (config.output_dir, checkpoints.first_line(error))) from error
+                                    (config.output_dir, checkpoints.first_line(error))) from error
   try:
     first_step, metrics, prefix, loop_rates = step, {}, None, []
     seconds_per_step = None
@@ -694,7 +694,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
       if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps
                     or stop):
         prefix = checkpoints.save_training_checkpoint(named_variables, config.output_dir, step,
-                                          config.keep_checkpoint_max)
+                                                      config.keep_checkpoint_max)
     rate = progress.rate() * config.train_batch_size
     progress.finish("steps %d-%d, %.1f examples/s; final loss %.4f; checkpoint %s" % (
         first_step + 1, step, rate, metrics["loss"], prefix))
@@ -735,7 +735,8 @@ def _restore_or_initialize(model, named_variables, config) -> tuple:
     logging.info("Resuming from %s (step %d)", prefix, step)
     return step, prefix
   if config.init_checkpoint:
-    checkpoints.load_init_checkpoint(model, config.init_checkpoint, config.allow_partial_init_checkpoint)
+    checkpoints.load_init_checkpoint(model, config.init_checkpoint,
+                                     config.allow_partial_init_checkpoint)
   return 0, None
 
 
