@@ -557,12 +557,13 @@ PROCESSORS = {
 
 def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "zh",
                   text_a_column: str = "text_a", text_b_column: Optional[str] = None,
-                  label_column: str = "label", has_header: bool = True) -> DataProcessor:
+                  label_column: str = "label", has_header: bool = True,
+                  label_delimiter: Optional[str] = None) -> DataProcessor:
   """Returns the processor of a task (case-insensitive; "sst2" and "stsb" are accepted too).
 
   `skip_bad_rows` applies to every task, `language` only to "xnli", the column options
-  (run_classifier's flags of the same names) only to "generic"; other tasks ignore them, so a
-  script can pass its flags whatever the task.
+  (run_classifier's flags of the same names) and `label_delimiter` (multi-label) only to
+  "generic"; other tasks ignore them, so a script can pass its flags whatever the task.
   """
   name = task_name.lower()
   name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
@@ -570,7 +571,8 @@ def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "
     raise ValueError("--task_name=%s: unknown task (known: %s)" %
                      (task_name, ", ".join(PROCESSORS)))
   if name == "generic":
-    return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows)
+    return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows,
+                            label_delimiter)
   if name == "xnli":
     return XnliProcessor(language, skip_bad_rows)
   return PROCESSORS[name](skip_bad_rows)

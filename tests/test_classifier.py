@@ -613,4 +613,4 @@ def test_features_cache_notes_window_and_label_options(tokenizer, tmp_path):
   assert [r["example_index"] for r in records] == [0, 0, 0, 1]
   assert [r["label_ids"].tolist() for r in records] == [[1, 1]] * 3 + [[0, 0]]
   with open(path + ".json") as f:
-    assert {"doc_stride": 2, "label_delimiter": ","}.items() <= json.load(f).items()
+    assert {"doc_stride": 2, "label_delimiter": ","}.items() <= json.load(f)["settings"].items()

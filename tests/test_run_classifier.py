@@ -152,7 +152,7 @@ def test_bad_flags_and_data_give_clear_errors(tmp_path):
   with pytest.raises(ValueError, match="do_lower_case=True.*cased"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
         init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt", **files)
-  with pytest.raises(ValueError, match="at least one of"):
+  with pytest.raises(ValueError, match="At least one of"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, **files)
   with pytest.raises(classifier.BadInputError, match="no such directory"):
     run(task_name="mrpc", data_dir=str(tmp_path / "absent"), output_dir=output_dir, do_train=True,
