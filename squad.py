@@ -1117,6 +1117,7 @@ class SquadTask(fine_tuning.Task):
   train_file: Optional[str] = None
   predict_file: Optional[str] = None
   bucket_by_length: bool = True  # length_buckets for training and prediction
+  _predict_cache: Optional[tuple] = dataclasses.field(default=None, init=False, repr=False)
 
   def build_model(self) -> SquadModel:
     return build_model(self.bert_config)
@@ -1158,21 +1159,30 @@ class SquadTask(fine_tuning.Task):
     return "predicted %d questions%s" % (len(predictions), "; " + ", ".join(
         "%s %.2f" % item for item in sorted(metrics.items())) if metrics else "")
 
+  def _predict_inputs(self) -> tuple:
+    """(data, examples, features, features file) of the predict file, read, tokenized and written
+    once per task: evaluation during training predicts the same file many times."""
+    if self._predict_cache is None:
+      options = self.options
+      data = load_squad_json(self.predict_file)
+      examples, stats = examples_from_data(data, False, options.version_2_with_negative,
+                                           self.predict_file)
+      if stats.skipped_empty_context:
+        logging.warning("%d questions with an empty context get no prediction",
+                        stats.skipped_empty_context)
+      features = list(convert_examples_to_features(examples, self.tokenizer,
+                                                   options.max_seq_length, options.doc_stride,
+                                                   options.max_query_length, is_training=False))
+      record_path = os.path.join(self.output_dir, "eval.tf_record")
+      write_features_tfrecord(features, record_path, is_training=False)
+      self._predict_cache = (data, examples, features, record_path)
+    return self._predict_cache
+
   def predictions(self, strategy, model, batch_size: int, write_files: bool = True) -> tuple:
     """`predict`'s work: returns (predictions, the official metrics or None). With write_files,
     writes the prediction files and eval_results.txt."""
     options = self.options
-    data = load_squad_json(self.predict_file)
-    examples, stats = examples_from_data(data, False, options.version_2_with_negative,
-                                         self.predict_file)
-    if stats.skipped_empty_context:
-      logging.warning("%d questions with an empty context get no prediction",
-                      stats.skipped_empty_context)
-    features = list(convert_examples_to_features(examples, self.tokenizer,
-                                                 options.max_seq_length, options.doc_stride,
-                                                 options.max_query_length, is_training=False))
-    record_path = os.path.join(self.output_dir, "eval.tf_record")
-    write_features_tfrecord(features, record_path, is_training=False)
+    data, examples, features, record_path = self._predict_inputs()
     logging.info("***** Predicting: %d examples, %d features, batch %d *****", len(examples),
                  len(features), batch_size)
     start_time = time.time()

@@ -620,6 +620,7 @@ class TaggingTask(fine_tuning.Task):
   tag_list: Optional[Sequence[str]] = None
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
   doc_stride: Optional[int] = None
+  _split_cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
@@ -687,8 +688,10 @@ class TaggingTask(fine_tuning.Task):
   def _tag_file(self, strategy, model, split: str, batch_size: int) -> tuple:
     """Predicts one CoNLL file; writes `<split>_predictions.txt` and `<split>_conlleval.txt`.
     Returns (the conlleval evaluation, the mean loss over first sub-tokens)."""
-    sentences = self._read(split)
-    features = self._features(sentences)
+    if split not in self._split_cache:  # Evaluation during training reads the dev file often.
+      sentences = self._read(split)
+      self._split_cache[split] = sentences, self._features(sentences)
+    sentences, features = self._split_cache[split]
     logging.info("%s: %d sentences, %d windows", self._file_name(split), len(sentences),
                  len(features))
     if features:
