@@ -228,8 +228,11 @@ def test_no_tensorflow_import():
   subprocess.run([sys.executable, "-c", code, vocab_file], cwd=REPO_ROOT, check=True)
 
 
-def assert_batch_equals_python(tokenizer, texts):
-  ids, lengths = in_graph_tokenization.BatchTokenizer(tokenizer).tokenize(texts)
+def assert_batch_equals_python(tokenizer, texts, batch_tokenizer=None):
+  """The batch path's ids (a new BatchTokenizer unless one of tokenizer's is given) equal
+  tokenize_to_ids per text, and its padding is zeros."""
+  batch_tokenizer = batch_tokenizer or in_graph_tokenization.BatchTokenizer(tokenizer)
+  ids, lengths = batch_tokenizer.tokenize(texts)
   assert ids.dtype == np.int32 and ids.shape[0] == len(texts)
   for row, text in enumerate(texts):
     assert ids[row, :lengths[row]].tolist() == tokenizer.tokenize_to_ids(text), repr(text)
@@ -251,10 +254,16 @@ def test_batch_path_tricky_texts_and_routing(uncased, chinese):
   assert_batch_equals_python(chinese, texts)
 
 
+@pytest.fixture(scope="module")
+def uncased_batch(uncased):
+  """One BatchTokenizer for every generated example (building one loads the vocab and traces)."""
+  return in_graph_tokenization.BatchTokenizer(uncased)
+
+
 @hypothesis.settings(max_examples=40, deadline=None)
 @hypothesis.given(texts=st.lists(_TEXT, min_size=1, max_size=8))
-def test_property_batch_equals_python(uncased, texts):
-  assert_batch_equals_python(uncased, texts)
+def test_property_batch_equals_python(uncased, uncased_batch, texts):
+  assert_batch_equals_python(uncased, texts, uncased_batch)
 
 
 def test_batch_paths_on_empty_inputs(uncased):
