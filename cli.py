@@ -227,6 +227,27 @@ def define_tokenizer_flags(flag_values: flags.FlagValues = FLAGS) -> None:
           "A SentencePiece model to tokenize with instead of --vocab_file (ALBERT-style models).")
 
 
+def define_dynamic_masking_flags(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines run_pretraining's `dynamic_masking` and the masking flags it shares with
+  create_pretraining_data.py (`vocab_file`, `masked_lm_prob`=0.15, `do_whole_word_mask`=False).
+  Through `_define`, so a process that also defined the tokenizer flags keeps one `vocab_file`."""
+  fv = flag_values
+  _define(fv, "bool", "dynamic_masking", False,
+          "Draw new masked positions each time a record is read (as RoBERTa), instead of "
+          "the masks stored in the records: the stored masks are undone from "
+          "masked_lm_ids, so any pretraining records work (the original's too). Needs "
+          "--vocab_file; uses --masked_lm_prob, --max_predictions_per_seq and "
+          "--do_whole_word_mask as create_pretraining_data.py does. Eval keeps the "
+          "stored masks.")
+  _define(fv, "string", "vocab_file", None,
+          "With --dynamic_masking: the vocab the records were made with (for the ids "
+          "of [CLS], [SEP], [MASK], random replacements and ## word pieces).")
+  _define(fv, "float", "masked_lm_prob", 0.15,
+          "With --dynamic_masking: masked LM probability.")
+  _define(fv, "bool", "do_whole_word_mask", False,
+          "With --dynamic_masking: mask all of a word's pieces together.")
+
+
 def define_export_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `export_dir`: where to write a versioned SavedModel for TF Serving."""
   _define(flag_values, "string", "export_dir", None,
@@ -315,17 +336,16 @@ def tokenizer() -> tokenization.FullTokenizer:
   return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
 
 
-def train_config() -> training_loop.TrainConfig:
+def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
   """The training config the shared flags describe. Fine-tuning scripts give epochs and a warmup
   proportion (the loop turns them into steps from the number of examples); pretraining gives
-  steps."""
-  epochs = FLAGS["num_train_epochs"].value if "num_train_epochs" in FLAGS else None
+  steps (`schedule_in_steps`: --num_train_steps, --num_warmup_steps)."""
   return training_loop.TrainConfig(
       output_dir=FLAGS.output_dir,
-      num_train_steps=FLAGS["num_train_steps"].value if "num_train_steps" in FLAGS else None,
-      num_warmup_steps=FLAGS["num_warmup_steps"].value if "num_warmup_steps" in FLAGS else None,
-      num_train_epochs=epochs,
-      warmup_proportion=FLAGS["warmup_proportion"].value if epochs is not None else None,
+      num_train_steps=FLAGS.num_train_steps if schedule_in_steps else None,
+      num_warmup_steps=FLAGS.num_warmup_steps if schedule_in_steps else None,
+      num_train_epochs=None if schedule_in_steps else FLAGS.num_train_epochs,
+      warmup_proportion=None if schedule_in_steps else FLAGS.warmup_proportion,
       learning_rate=FLAGS.learning_rate,
       optimizer=FLAGS.optimizer,
       train_batch_size=FLAGS.train_batch_size,

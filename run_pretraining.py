@@ -40,19 +40,7 @@ def define_flags() -> None:
                     "Read an input file with a corrupt record (bad checksum, cut short) only up to "
                     "it, with a warning, instead of stopping with an error naming the file. The "
                     "files are scanned once before training.")
-  flags.DEFINE_bool("dynamic_masking", False,
-                    "Draw new masked positions each time a record is read (as RoBERTa), instead of "
-                    "the masks stored in the records: the stored masks are undone from "
-                    "masked_lm_ids, so any pretraining records work (the original's too). Needs "
-                    "--vocab_file; uses --masked_lm_prob, --max_predictions_per_seq and "
-                    "--do_whole_word_mask as create_pretraining_data.py does. Eval keeps the "
-                    "stored masks.")
-  flags.DEFINE_string("vocab_file", None,
-                      "With --dynamic_masking: the vocab the records were made with (for the ids "
-                      "of [CLS], [SEP], [MASK], random replacements and ## word pieces).")
-  flags.DEFINE_float("masked_lm_prob", 0.15, "With --dynamic_masking: masked LM probability.")
-  flags.DEFINE_bool("do_whole_word_mask", False,
-                    "With --dynamic_masking: mask all of a word's pieces together.")
+  cli.define_dynamic_masking_flags()
   flags.DEFINE_string("phase2_input_file", None,
                       "Phase 2 in the same job (the paper trains 90%% of steps at length 128, "
                       "then 10%% at 512): after --num_train_steps steps on --input_file, continue "
@@ -134,7 +122,7 @@ def main(_):
   input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:
-    config = cli.train_config()
+    config = cli.train_config(schedule_in_steps=True)
     phase2_files = _phase2_input_files(bert_config)
     config2 = _phase2_config(config) if phase2_files else None
     masking = _dynamic_masking()

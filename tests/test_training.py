@@ -354,18 +354,42 @@ def test_shared_flags_have_the_original_defaults():
 # ------------------------------------------------------------------------------------------------
 
 
-def run_worker(strategy_name, output_dir):
-  """Runs the scenario under a strategy and prints its summary as JSON."""
+def worker_strategy(strategy_name):
+  """The strategy of a worker process: "mirrored" over two logical CPUs, or one from TF_CONFIG."""
   if strategy_name == "mirrored":
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-  _, summary = train_and_predict(distribution.make_strategy(strategy_name), output_dir)
-  print("RESULT " + json.dumps(summary))
+  return distribution.make_strategy(strategy_name)
 
 
-def _worker_command(strategy_name, output_dir):
-  return [sys.executable, os.path.abspath(__file__), strategy_name, output_dir]
+def _worker_command(strategy_name, output_dir, *init_checkpoint):
+  """This file as a worker: the scenario, or with an init checkpoint one accumulated update."""
+  return [sys.executable, os.path.abspath(__file__), strategy_name, output_dir] + list(
+      init_checkpoint)
+
+
+def _run_two_workers(output_dir, *init_checkpoint):
+  """Runs both workers of a two-process MultiWorkerMirroredStrategy cluster; their results."""
+  workers = ["127.0.0.1:%d" % _free_port() for _ in range(2)]
+  processes = []
+  for index in range(2):
+    env = dict(os.environ, TF_CONFIG=json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
+    processes.append(subprocess.Popen(
+        _worker_command("multi_worker_mirrored", output_dir, *init_checkpoint), env=env,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+  outputs = []
+  try:
+    for process in processes:
+      stdout, stderr = process.communicate(timeout=150)
+      assert process.returncode == 0, stderr[-3000:]
+      outputs.append(_parse_result(stdout))
+  finally:
+    for process in processes:
+      if process.poll() is None:
+        process.kill()
+  return outputs
 
 
 def _parse_result(stdout):
@@ -401,25 +425,7 @@ def test_mirrored_two_cpus_matches_one_device(reference, tmp_path):
 
 
 def test_multi_worker_two_processes_match_one_device(reference, tmp_path):
-  workers = ["127.0.0.1:%d" % _free_port() for _ in range(2)]
-  processes = []
-  for index in range(2):
-    env = dict(os.environ, TF_CONFIG=json.dumps(
-        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
-    processes.append(subprocess.Popen(
-        _worker_command("multi_worker_mirrored", str(tmp_path)), env=env,
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-  outputs = []
-  try:
-    for process in processes:
-      stdout, stderr = process.communicate(timeout=150)
-      assert process.returncode == 0, stderr[-3000:]
-      outputs.append(_parse_result(stdout))
-  finally:
-    for process in processes:
-      if process.poll() is None:
-        process.kill()
-  for result in outputs:
+  for result in _run_two_workers(str(tmp_path)):
     assert result["replicas"] == 2
     _assert_same_training(result, reference[2])
   # Only the chief (worker 0) wrote checkpoints, into the shared output_dir.
@@ -522,10 +528,18 @@ def test_accumulated_micro_batches_equal_one_step_of_the_whole_batch(accumulatio
 def test_accumulation_under_mirrored_two_cpus_equals_one_step_of_the_whole_batch(
     accumulation_init, tmp_path):
   init_checkpoint, expected = accumulation_init
-  run = subprocess.run(_worker_command("mirrored", str(tmp_path)) + [init_checkpoint],
+  run = subprocess.run(_worker_command("mirrored", str(tmp_path), init_checkpoint),
                        capture_output=True, text=True, timeout=120)
   assert run.returncode == 0, run.stderr[-3000:]
   _assert_weights(_parse_result(run.stdout), expected)
+
+
+def test_accumulation_under_multi_worker_equals_one_step_of_the_whole_batch(
+    accumulation_init, tmp_path):
+  """Two worker processes, each 2 micro-batches of 4 per update: the update of all 16."""
+  init_checkpoint, expected = accumulation_init
+  for result in _run_two_workers(str(tmp_path), init_checkpoint):
+    _assert_weights(result, expected)
 
 
 def test_accumulation_with_dropout_resumes_exactly(tmp_path):
@@ -628,13 +642,13 @@ def test_an_unknown_early_stopping_metric_names_the_flag_and_the_metrics(tmp_pat
 
 
 if __name__ == "__main__":
+  worker_strategy_name, worker_output_dir = sys.argv[1], sys.argv[2]
   if len(sys.argv) > 3:  # Gradient accumulation: 2 replicas x 2 micro-batches of 4.
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
-    print("RESULT " + json.dumps(accumulation_step(distribution.make_strategy("mirrored"),
-                                                   sys.argv[2], sys.argv[3], 2)))
+    print("RESULT " + json.dumps(accumulation_step(worker_strategy(worker_strategy_name),
+                                                   worker_output_dir, sys.argv[3], 2)))
   else:
-    run_worker(sys.argv[1], sys.argv[2])
+    _, summary = train_and_predict(worker_strategy(worker_strategy_name), worker_output_dir)
+    print("RESULT " + json.dumps(summary))
 
 
 # ------------------------------------------------------------------------------------------------
