@@ -32,7 +32,6 @@ Issue 18's run:
 import json
 import os
 import shutil
-import sys
 import time
 
 from absl import app
@@ -40,10 +39,7 @@ from absl import flags
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(BENCHMARK_DIR)
-SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
-sys.path.insert(0, REPO_ROOT)
+from benchmark_paths import SHARED_DIR  # Also puts the project on sys.path.
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

@@ -22,7 +22,6 @@ Full run (the issue's shapes):
 """
 import os
 import statistics
-import sys
 import time
 from typing import Callable, Optional
 
@@ -32,7 +31,7 @@ from absl import logging
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchmark_paths  # pylint: disable=unused-import  (puts the project on sys.path)
 
 import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top

@@ -33,8 +33,7 @@ from absl import flags
 from absl import logging
 import numpy as np
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
+from benchmark_paths import REPO_ROOT, SHARED_DIR  # Also puts the project on sys.path.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -54,7 +53,7 @@ flags.DEFINE_integer("loops", 3, "Timed graph calls per measurement (after one w
 flags.DEFINE_list("xla", ["off", "on"], "Time our loop without (off) and/or with (on) XLA.")
 flags.DEFINE_bool("peer", True, "Also time Hugging Face BertForPreTraining (PyTorch) if installed.")
 flags.DEFINE_bool("proof", True, "Run the learning proof on WikiText-2 after the speed table.")
-flags.DEFINE_string("corpus", os.path.join(os.path.dirname(REPO_ROOT), "shared", "corpora",
+flags.DEFINE_string("corpus", os.path.join(SHARED_DIR, "corpora",
                                            "wikitext2_valid.bert.txt"), "Proof corpus.")
 flags.DEFINE_integer("proof_steps", 3000, "Training steps of the proof.")
 flags.DEFINE_integer("proof_batch_size", 32, "Training batch size of the proof.")

@@ -17,7 +17,6 @@ Quick run:
   python benchmarks/bench_serving.py --num_requests=20 --num_batches=2
 """
 import os
-import sys
 import time
 
 from absl import app
@@ -25,10 +24,7 @@ from absl import flags
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(BENCHMARK_DIR)
-SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
-sys.path.insert(0, REPO_ROOT)
+from benchmark_paths import SHARED_DIR  # Also puts the project on sys.path.
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 

@@ -9,13 +9,12 @@ path, the share of lines whose ids equal the original algorithm's.
 
 import os
 import statistics
-import sys
 import time
 
 from absl import app
 from absl import flags
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import benchmark_paths  # pylint: disable=unused-import  (puts the project on sys.path)
 import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
 
 _SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(

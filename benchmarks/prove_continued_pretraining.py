@@ -36,8 +36,7 @@ from absl import app
 from absl import flags
 from absl import logging
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, REPO_ROOT)
+from benchmark_paths import REPO_ROOT, SHARED_DIR  # Also puts the project on sys.path.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -51,7 +50,7 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("hf_model_path", None,
                     "all-MiniLM-L6-v2's Hugging Face directory (model.safetensors, config.json, "
                     "vocab.txt).")
-flags.DEFINE_string("corpus", os.path.join(os.path.dirname(REPO_ROOT), "shared", "corpora",
+flags.DEFINE_string("corpus", os.path.join(SHARED_DIR, "corpora",
                                            "wikitext2_valid.bert.txt"),
                     "One sentence per line, blank lines between articles.")
 flags.DEFINE_string("work_dir", None, "Where everything is written (reused by a rerun).")

@@ -28,9 +28,7 @@ import time
 from absl import app
 from absl import flags
 
-BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
-REPO_ROOT = os.path.dirname(BENCHMARK_DIR)
-SHARED_DIR = os.path.join(os.path.dirname(REPO_ROOT), "shared")
+from benchmark_paths import REPO_ROOT, SHARED_DIR  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("squad_file", os.path.join(SHARED_DIR, "squad", "squad_v1.1_dev_part_a.json"),

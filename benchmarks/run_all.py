@@ -22,7 +22,7 @@ from absl import logging
 
 FLAGS = flags.FLAGS
 
-BENCHMARK_DIR = os.path.dirname(os.path.abspath(__file__))
+from benchmark_paths import BENCHMARK_DIR  # pylint: disable=g-import-not-at-top
 
 flags.DEFINE_string("output", os.path.join(BENCHMARK_DIR, "RESULTS.md"),
                     "Markdown file the report is written to.")
