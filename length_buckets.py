@@ -4,7 +4,7 @@
 The original padded every example to `max_seq_length`; real task text is much shorter, so most of
 what every layer computed was padding. Feature files keep that fixed-length layout (old caches stay
 valid); the input pipeline trims each example here to the smallest *bucket length* that holds its
-tokens (`padded_length_buckets`: 16, 32, 64, ... capped at max_seq_length, the lengths the
+tokens (`padded_length_buckets`: 16, 32, 64, 96, ... capped at max_seq_length, the lengths the
 exports' dynamic padding uses) and batches examples of the same bucket together. A batch then
 costs what its tokens cost, and a graph (or an XLA compilation) exists for at most a handful of
 shapes.
@@ -22,13 +22,14 @@ MASK_KEY = "input_mask"
 
 
 def padded_length_buckets(max_seq_length: int) -> list[int]:
-  """The lengths examples are padded to: 16, 32, 64, ... below max_seq_length, then it."""
-  buckets = []
-  length = 16
-  while length < max_seq_length:
-    buckets.append(length)
-    length *= 2
-  return buckets + [max_seq_length]
+  """The lengths examples are padded to: 16, then every multiple of 32 below max_seq_length, then
+  max_seq_length (16, 32, 64, 96, 128 for 128).
+
+  Steps of 32 rather than doublings: long task text (SQuAD windows of 130 to 380 tokens) would
+  otherwise be padded by up to half its length. At most max_seq_length / 32 + 1 shapes."""
+  if max_seq_length <= 16:
+    return [max_seq_length]
+  return [16] + list(range(32, max_seq_length, 32)) + [max_seq_length]
 
 
 def trim_to_bucket(features: dict) -> dict:

@@ -295,6 +295,14 @@ def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
   return strategy.experimental_distribute_dataset(dataset.with_options(options))
 
 
+def _row_multiple(strategy: tf.distribute.Strategy, batch_size: int) -> int:
+  """What evaluation and prediction pad a last partial batch to a multiple of: the whole batch
+  under TPUStrategy (static shapes), else the number of replicas (an even split)."""
+  if isinstance(strategy, tf.distribute.TPUStrategy):
+    return batch_size
+  return strategy.num_replicas_in_sync
+
+
 # Room in a seed generator's counter for the draws of one step (one per call of a dropout layer).
 _RANDOM_DRAWS_PER_STEP = 1 << 16
 
@@ -764,31 +772,36 @@ _INDEX_KEY = "__index__"
 
 
 def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool,
-                    bucket_by_length: bool = False):
+                    bucket_by_length: bool = False, row_multiple: Optional[int] = None):
   """Batches (features, index) pairs; a partial batch is padded with zero rows, index -1.
 
-  Every batch has exactly `batch_size` rows (static shapes for TPUs, equal splits over replicas),
-  and `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an existing value). With
-  `bucket_by_length` each batch holds examples of one length bucket (`length_buckets`), trimmed
-  to it; `index` gives each row's position in `dataset`.
+  A partial batch is padded to a multiple of `row_multiple` rows (default `batch_size`: every
+  batch then has exactly `batch_size` rows, the static shapes TPUs need; `_row_multiple` gives
+  the number of replicas elsewhere, so a last batch of a few examples costs a few rows, split
+  evenly over the replicas). `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an
+  existing value). With `bucket_by_length` each batch holds examples of one length bucket
+  (`length_buckets`), trimmed to it; `index` gives each row's position in `dataset`.
   """
+  row_multiple = row_multiple or batch_size
+  static_rows = batch_size if row_multiple == batch_size else None
 
   def pad(features):
     features = dict(features)
     index = features.pop(_INDEX_KEY)
     real = tf.shape(index)[0]
+    rows = (real + row_multiple - 1) // row_multiple * row_multiple
 
     def pad_rows(tensor, value=0):
-      paddings = [[0, batch_size - real]] + [[0, 0]] * (len(tensor.shape) - 1)
+      paddings = [[0, rows - real]] + [[0, 0]] * (len(tensor.shape) - 1)
       padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
-      return tf.ensure_shape(padded, [batch_size] + tensor.shape[1:])
+      return tf.ensure_shape(padded, [static_rows] + tensor.shape[1:])
 
     features = {name: pad_rows(value) for name, value in features.items()}
     index = pad_rows(index, -1)
     is_real = tf.cast(index >= 0, tf.float32)
     existing = features.get(REAL_EXAMPLE_KEY)
     if existing is not None:
-      is_real = tf.cast(is_real, existing.dtype) * tf.reshape(existing, [batch_size])
+      is_real = tf.cast(is_real, existing.dtype) * tf.reshape(existing, [rows])
     features[REAL_EXAMPLE_KEY] = is_real
     return features, index
 
@@ -823,7 +836,8 @@ def evaluate(strategy: tf.distribute.Strategy,
   Returns:
     {name: numerator / denominator over all evaluated examples} as floats.
   """
-  batches = _padded_batches(dataset, batch_size, drop_remainder, bucket_by_length)
+  batches = _padded_batches(dataset, batch_size, drop_remainder, bucket_by_length,
+                            _row_multiple(strategy, batch_size))
   if max_steps:
     batches = batches.take(max_steps)
   distributed = _distribute(strategy, batches)
@@ -879,8 +893,8 @@ def predict(strategy: tf.distribute.Strategy,
   Returns:
     {name: np.ndarray with one row per input example}, without padding rows, on every worker.
   """
-  distributed = _distribute(strategy, _padded_batches(dataset, batch_size, False,
-                                                      bucket_by_length))
+  distributed = _distribute(strategy, _padded_batches(
+      dataset, batch_size, False, bucket_by_length, _row_multiple(strategy, batch_size)))
 
   @tf.function(input_signature=[distributed.element_spec])
   def step(inputs):

@@ -145,7 +145,7 @@ def test_special_ids_and_pack(uncased):
 
 
 def test_padded_length_buckets():
-  assert in_graph_tokenization.padded_length_buckets(128) == [16, 32, 64, 128]
+  assert in_graph_tokenization.padded_length_buckets(128) == [16, 32, 64, 96, 128]
   assert in_graph_tokenization.padded_length_buckets(48) == [16, 32, 48]
   assert in_graph_tokenization.padded_length_buckets(16) == [16]
   assert in_graph_tokenization.padded_length_buckets(10) == [10]

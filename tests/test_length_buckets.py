@@ -48,8 +48,10 @@ def by_bucket(length):
 
 
 def test_bucket_lengths():
-  assert length_buckets.padded_length_buckets(128) == [16, 32, 64, 128]
-  assert length_buckets.padded_length_buckets(384) == [16, 32, 64, 128, 256, 384]
+  assert length_buckets.padded_length_buckets(128) == [16, 32, 64, 96, 128]
+  assert length_buckets.padded_length_buckets(384) == [16, 32, 64, 96, 128, 160, 192, 224, 256,
+                                                       288, 320, 352, 384]
+  assert length_buckets.padded_length_buckets(100) == [16, 32, 64, 96, 100]
   assert length_buckets.padded_length_buckets(16) == [16]
   assert length_buckets.padded_length_buckets(10) == [10]
 
