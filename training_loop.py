@@ -772,17 +772,15 @@ _INDEX_KEY = "__index__"
 
 
 def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool,
-                    bucket_by_length: bool = False, row_multiple: Optional[int] = None):
+                    bucket_by_length: bool, row_multiple: int):
   """Batches (features, index) pairs; a partial batch is padded with zero rows, index -1.
 
-  A partial batch is padded to a multiple of `row_multiple` rows (default `batch_size`: every
-  batch then has exactly `batch_size` rows, the static shapes TPUs need; `_row_multiple` gives
-  the number of replicas elsewhere, so a last batch of a few examples costs a few rows, split
-  evenly over the replicas). `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an
+  A partial batch is padded to a multiple of `row_multiple` rows (see `_row_multiple`): with
+  `batch_size` every batch has exactly that many rows, the static shapes TPUs need; with the
+  number of replicas a last batch of a few examples costs a few rows, split evenly. `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an
   existing value). With `bucket_by_length` each batch holds examples of one length bucket
   (`length_buckets`), trimmed to it; `index` gives each row's position in `dataset`.
   """
-  row_multiple = row_multiple or batch_size
   static_rows = batch_size if row_multiple == batch_size else None
 
   def pad(features):

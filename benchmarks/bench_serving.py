@@ -2,7 +2,7 @@ r"""Latency and throughput of a classifier export from raw text, as TF Serving r
 
 Builds a sentence classifier (random weights; the shape set by --model) and exports it twice with
 `classifier.export_saved_model`: padded to max_seq_length (every export before dynamic padding)
-and with dynamic padding (each request padded to its longest row, rounded up to 16, 32, 64, 96, ...).
+and with dynamic padding (each request padded to its longest row, rounded up to 16, 32, 64, 96...).
 Both are loaded with `tf.saved_model.load` and their `serving_default` signature (tokenization in
 the graph included) is timed on real sentences from SST-2's training file:
   - latency of a one-sentence request: p50 and p99 over --num_requests sentences;

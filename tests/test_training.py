@@ -331,13 +331,14 @@ def test_a_last_partial_batch_is_padded_to_a_multiple_of_the_replicas_or_to_the_
   dataset = tf.data.Dataset.from_tensor_slices({"input_ids": np.arange(13 * 3).reshape(13, 3)})
   for row_multiple, last_rows in ((2, 2), (4, 4)):
     batches = list(training_loop._padded_batches(  # pylint: disable=protected-access
-        dataset, 4, False, row_multiple=row_multiple))
+        dataset, 4, False, False, row_multiple))
     assert [len(index) for _, index in batches] == [4, 4, 4, last_rows]
     features, index = batches[-1]
     assert index.numpy().tolist() == [12] + [-1] * (last_rows - 1)
     assert features[training_loop.REAL_EXAMPLE_KEY].numpy().tolist() == [1] + [0] * (last_rows - 1)
     assert features["input_ids"].numpy().tolist() == [[36, 37, 38]] + [[0, 0, 0]] * (last_rows - 1)
-  assert training_loop._row_multiple(tf.distribute.get_strategy(), 32) == 1  # pylint: disable=protected-access
+  default_strategy = tf.distribute.get_strategy()
+  assert training_loop._row_multiple(default_strategy, 32) == 1  # pylint: disable=protected-access
 
 
 def test_eval_results_file_format(tmp_path):
