@@ -287,8 +287,16 @@ def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
 
   Unless the dataset chose a sharding policy itself, every worker reads the same stream and keeps
   its part of each batch (DATA sharding): the global batches are the ones one device would see.
+
+  tf.data's autotuner is off: its thread sleeps in periods that double up to 60 s, and in
+  TensorFlow 2.21 deleting an iterator while the cores are busy usually waits out the current
+  period (the cancellation wakes the thread before the iterator counts as cancelled, so it sleeps
+  again). Every evaluation, prediction and training run lost up to a minute when its iterator
+  ended (`benchmarks/bench_iterator_teardown.py` measures it). Without the autotuner an AUTOTUNE
+  map runs one call per core and an AUTOTUNE prefetch grows its buffer when the consumer waits.
   """
   options = tf.data.Options()
+  options.autotune.enabled = False
   if dataset.options().experimental_distribute.auto_shard_policy == (
       tf.data.experimental.AutoShardPolicy.AUTO):
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA

@@ -325,6 +325,21 @@ def test_evaluate_and_predict_cover_every_example_in_order(reference):
   np.testing.assert_allclose(outputs["logits"], logits, rtol=1e-5, atol=1e-6)
 
 
+def test_the_loops_read_their_input_without_the_tf_data_autotuner():
+  """In TensorFlow 2.21 deleting an autotuned iterator while the cores are busy often waits out the
+  autotuner's sleep, up to 60 s (benchmarks/bench_iterator_teardown.py). Training, evaluation and
+  prediction all read through `_distribute`, which turns the autotuner off and keeps the
+  elements and the DATA sharding."""
+  dataset = tf.data.Dataset.range(10).map(lambda i: i * 3, num_parallel_calls=tf.data.AUTOTUNE)
+  assert dataset.options().autotune.enabled is not False  # TensorFlow's default: on
+  distributed = training_loop._distribute(  # pylint: disable=protected-access
+      tf.distribute.get_strategy(), dataset.prefetch(tf.data.AUTOTUNE))
+  assert distributed.options().autotune.enabled is False
+  assert distributed.options().experimental_distribute.auto_shard_policy == (
+      tf.data.experimental.AutoShardPolicy.DATA)
+  assert [int(value) for value in distributed] == [0, 3, 6, 9, 12, 15, 18, 21, 24, 27]
+
+
 def test_a_last_partial_batch_is_padded_to_a_multiple_of_the_replicas_or_to_the_whole_batch():
   """13 examples in batches of 4: the last batch has 1 real row. Off TPU it is padded only to the
   number of replicas (2 here: 2 rows); under TPU static shapes (row_multiple = batch) to 4."""
