@@ -145,11 +145,15 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     index = self._get_variable_index(variable)
     return dict(zip(checkpoints.SLOT_NAMES, (self._adam_m[index], self._adam_v[index])))
 
+  @tf.autograph.experimental.do_not_convert
   def _backend_update_step(self, grads, trainable_variables, learning_rate):
     """Sums gradients across replicas, clips the sum by global norm, then updates each variable.
 
     Keras clips before its own cross-replica sum (each replica's gradients separately), which would
     make the update depend on the number of replicas; this override keeps it device-independent.
+    Nothing here branches on a tensor, so tf.function traces it as plain Python: AutoGraph's
+    conversion of the per-variable update functions took 1.6 of the 6.7 s that tracing
+    all-MiniLM-L6-v2's training loop took.
     """
     grads = [tf.convert_to_tensor(g) for g in grads]  # Embedding gradients arrive as IndexedSlices.
     replica_context = tf.distribute.get_replica_context()

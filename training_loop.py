@@ -293,7 +293,7 @@ def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
   period (the cancellation wakes the thread before the iterator counts as cancelled, so it sleeps
   again). Every evaluation, prediction and training run lost up to a minute when its iterator
   ended (`benchmarks/bench_iterator_teardown.py` measures it). Without the autotuner an AUTOTUNE
-  map runs one call per core and an AUTOTUNE prefetch grows its buffer when the consumer waits.
+  map keeps its starting parallelism, one call per core (at most 16), and prefetching still runs.
   """
   options = tf.data.Options()
   options.autotune.enabled = False
