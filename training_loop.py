@@ -289,7 +289,7 @@ def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
   its part of each batch (DATA sharding): the global batches are the ones one device would see.
 
   tf.data's autotuner is off: its thread sleeps in periods that double up to 60 s, and in
-  TensorFlow 2.21 deleting an iterator while the cores are busy usually waits out the current
+  TensorFlow 2.21 deleting an iterator while the cores are busy often waits out the current
   period (the cancellation wakes the thread before the iterator counts as cancelled, so it sleeps
   again). Every evaluation, prediction and training run lost up to a minute when its iterator
   ended (`benchmarks/bench_iterator_teardown.py` measures it). Without the autotuner an AUTOTUNE
