@@ -18,6 +18,8 @@ Additions:
 Input is read, run and written batch by batch, so memory does not grow with the input.
 """
 
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
+
 import io
 import itertools
 import json

@@ -11,6 +11,8 @@ SavedModel that TF Serving serves from raw text. Example:
     --export_dir=/tmp/mrpc_export
 """
 
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
+
 from absl import flags
 from absl import logging
 

@@ -12,6 +12,8 @@ serves raw text (a context and its endings). Example:
     --export_dir=/tmp/swag_export
 """
 
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
+
 from absl import flags
 
 import classifier

@@ -13,6 +13,8 @@ saved as `output_dir/tag_list.txt`. Outputs in `output_dir`:
 - with --export_dir: a versioned SavedModel that tags raw text (see `tagging.TaggingTask.export`).
 """
 
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
+
 from absl import flags
 
 import cli

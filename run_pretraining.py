@@ -10,6 +10,8 @@ Running the same command again after a crash continues from the last checkpoint 
 With --phase2_input_file the job continues at another length after --num_train_steps (phase 2).
 """
 
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
+
 import dataclasses
 from typing import Optional
 

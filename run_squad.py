@@ -14,6 +14,8 @@ a question about a raw-text context. Example:
     --output_dir=/tmp/squad_base --export_dir=/tmp/squad_export
 """
 
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
+
 from absl import flags
 
 import cli

@@ -12,8 +12,8 @@ Measures, in one run:
     speed ratio over it.
 Our calls and the peer's alternate (one of ours, one of theirs, ...), so load from other processes
 falls on both alike; the table gives medians and the load average before and after. Every row of a
-batch is full unless `--padded_rows`. Whether TensorFlow's oneDNN kernels are on
-(`TF_ENABLE_ONEDNN_OPTS`; off by default on CPUs without AVX512 VNNI/BF16/AMX) is printed too.
+batch is full unless `--padded_rows`. Whether TensorFlow's oneDNN kernels are on is printed too:
+on, as in the scripts (`tf_defaults`), unless `TF_ENABLE_ONEDNN_OPTS=0` is set.
 
 Quick run:
   python benchmarks/bench_model.py --shapes=128x1 --iterations=2 --modes=inference

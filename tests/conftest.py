@@ -1,4 +1,5 @@
-"""Shared test setup: import path, quiet TensorFlow logs, and access to ../shared fixtures.
+"""Shared test setup: import path, the scripts' TensorFlow settings (`tf_defaults`), quiet
+TensorFlow logs, and access to ../shared fixtures.
 
 Tests that need `../shared` (real vocabs, checkpoint index, corpora) must go through
 `shared_path`, which skips the test with a clear reason when the directory is absent
@@ -18,6 +19,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 if REPO_ROOT not in sys.path:
   sys.path.insert(0, REPO_ROOT)
+import tf_defaults  # pylint: disable=unused-import,wrong-import-position  (the scripts' TF settings)
 
 
 def shared_path(*parts: str) -> str:
