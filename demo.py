@@ -241,7 +241,7 @@ class DemoSize:
 
 
 SIZES = {
-    # About 8 minutes on 2 AVX2 cores: most of it pretraining a 2-layer, 128-wide BERT for 1,500
+    # About 4 minutes on 2 AVX2 cores: most of it pretraining a 2-layer, 128-wide BERT for 1,500
     # steps, then 5 epochs over ~3,000 labeled docstrings. The long warmup matters: the original's
     # Adam has no bias correction, and with a 40-step warmup a 4-layer, 256-wide model collapsed
     # to the same output at every position.
@@ -406,7 +406,7 @@ def define_flags() -> None:
   """Defines the demo's flags (only when run as a script, so importing it defines no flags)."""
   flags.DEFINE_string("output_dir", "demo_output", "Where every artifact of the demo is written.")
   flags.DEFINE_enum("size", "full", ["full", "tiny"],
-                    "`full` takes about 10 minutes on 2 cores; `tiny` takes seconds and only proves "
+                    "`full` takes about 4 minutes on 2 cores; `tiny` takes seconds and only proves "
                     "that every step runs (the tests use it).")
   flags.DEFINE_string("stdlib_dir", None,
                       "Directory of the Python standard library to read. Default: this interpreter's.")
