@@ -4,8 +4,8 @@ Every evaluation, prediction and training run reads its input through one tf.dat
 deletes it at the end. With tf.data's autotuner on (TensorFlow's default), TensorFlow 2.21 often
 blocks that deletion until the autotuner's thread wakes from its current sleep; the sleeps double
 from 10 ms up to 60 s, so a pass of 11 s can end with a wait of 9 s. `training_loop._distribute`
-turns the autotuner off. This measures both in one run, alternating, on the same pipeline (a
-TFRecord-like parse map, AUTOTUNE map and prefetch, as our input functions) while a consumer keeps
+turns the autotuner off. This measures both in one run, alternating, on the same pipeline (an
+AUTOTUNE map, a batch and an AUTOTUNE prefetch, as in our input functions) while a consumer keeps
 the cores busy with matmuls for `--pass_seconds`, then deletes the iterator and times that.
 
 Quick run:
@@ -28,7 +28,7 @@ import training_loop  # pylint: disable=g-import-not-at-top
 FLAGS = flags.FLAGS
 flags.DEFINE_list("pass_seconds", ["5", "11", "25"],
                   "How long each pass reads before its iterator is deleted, in seconds.")
-flags.DEFINE_integer("repeats", 4, "Passes per setting and length (the median is reported).")
+flags.DEFINE_integer("repeats", 4, "Passes per setting and pass length.")
 flags.DEFINE_integer("matrix_size", 768, "Side of the consumer's square matmuls.")
 
 
