@@ -785,9 +785,10 @@ def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: b
 
   A partial batch is padded to a multiple of `row_multiple` rows (see `_row_multiple`): with
   `batch_size` every batch has exactly that many rows, the static shapes TPUs need; with the
-  number of replicas a last batch of a few examples costs a few rows, split evenly. `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an
-  existing value). With `bucket_by_length` each batch holds examples of one length bucket
-  (`length_buckets`), trimmed to it; `index` gives each row's position in `dataset`.
+  number of replicas a last batch of a few examples costs a few rows, split evenly.
+  `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an existing value). With
+  `bucket_by_length` each batch holds examples of one length bucket (`length_buckets`), trimmed
+  to it; `index` gives each row's position in `dataset`.
   """
   static_rows = batch_size if row_multiple == batch_size else None
 

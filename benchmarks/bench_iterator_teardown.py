@@ -69,10 +69,11 @@ def main(argv):
   del argv
   step = consumer(FLAGS.matrix_size)
   strategy = tf.distribute.get_strategy()
+  distribute = training_loop._distribute  # pylint: disable=protected-access
   settings = [
       ("tf.data defaults (autotuner on)", lambda: iter(input_pipeline())),
       ("training_loop._distribute (autotuner off)",
-       lambda: iter(training_loop._distribute(strategy, input_pipeline()))),  # pylint: disable=protected-access
+       lambda: iter(distribute(strategy, input_pipeline()))),
   ]
   one_pass(settings[0][1], step, 1.0)  # traces the consumer
   load_before = os.getloadavg()[0]
