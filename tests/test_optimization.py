@@ -164,7 +164,9 @@ def test_steps_match_numpy(optimizer_name, gradient_scale):
     name = checkpoints.path_below_model(variable)
     np.testing.assert_allclose(variable.numpy(), want, rtol=1e-5, atol=1e-6, err_msg=name)
     np.testing.assert_allclose(slots[name + "/adam_m"].numpy(), want_m, rtol=1e-5, atol=1e-9)
-    np.testing.assert_allclose(slots[name + "/adam_v"].numpy(), want_v, rtol=1e-5, atol=1e-12)
+    # bert_adam and adamw use TensorFlow's fused Adam kernel, which forms 1 - beta_2 from float32
+    # beta_2: 0.00099998713 instead of 0.001, so v's increments differ by 1.3e-5 relative.
+    np.testing.assert_allclose(slots[name + "/adam_v"].numpy(), want_v, rtol=2e-5, atol=1e-12)
 
 
 def test_adamw_is_keras_adamw_with_the_original_exclusions():
