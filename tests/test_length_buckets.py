@@ -48,12 +48,15 @@ def by_bucket(length):
 
 
 def test_bucket_lengths():
-  assert length_buckets.padded_length_buckets(128) == [16, 32, 64, 96, 128]
-  assert length_buckets.padded_length_buckets(384) == [16, 32, 64, 96, 128, 160, 192, 224, 256,
-                                                       288, 320, 352, 384]
-  assert length_buckets.padded_length_buckets(100) == [16, 32, 64, 96, 100]
-  assert length_buckets.padded_length_buckets(16) == [16]
-  assert length_buckets.padded_length_buckets(10) == [10]
+  assert length_buckets.padded_length_buckets(128) == [8, 16, 24, 32, 40, 48, 56, 64, 96, 128]
+  assert length_buckets.padded_length_buckets(384) == [8, 16, 24, 32, 40, 48, 56, 64, 96, 128,
+                                                       160, 192, 224, 256, 288, 320, 352, 384]
+  assert length_buckets.padded_length_buckets(100) == [8, 16, 24, 32, 40, 48, 56, 64, 96, 100]
+  assert length_buckets.padded_length_buckets(72) == [8, 16, 24, 32, 40, 48, 56, 64, 72]
+  assert length_buckets.padded_length_buckets(64) == [8, 16, 24, 32, 40, 48, 56, 64]
+  assert length_buckets.padded_length_buckets(16) == [8, 16]
+  assert length_buckets.padded_length_buckets(10) == [8, 10]
+  assert length_buckets.padded_length_buckets(8) == [8]
 
 
 @pytest.mark.parametrize("drop_remainder", [False, True])
@@ -76,8 +79,9 @@ def test_batches_hold_one_bucket_each_and_every_example_once(drop_remainder):
       assert batch["label_ids"][position] == row * 10  # not per position: unchanged
     seen.extend(rows.tolist())
   assert len(seen) == len(set(seen))
-  if drop_remainder:  # buckets 16: 7 rows, 32: 4, 64: 4 -> 2 + 1 + 1 full batches
-    assert len(seen) == 12
+  # Buckets 8: 4 rows, 16: 3, 24: 2, 32: 1, 40: 2, 56: 1, 64: 2 -> full batches only in 8 and 16.
+  if drop_remainder:
+    assert len(seen) == 6
   else:
     assert sorted(seen) == list(range(len(lengths)))
 
@@ -88,7 +92,7 @@ def test_flag_off_gives_the_original_fixed_shapes():
   off = next(iter(length_buckets.batch(dataset, 4, True, bucket_by_length=False)))
   on = next(iter(length_buckets.batch(dataset, 4, True, bucket_by_length=True)))
   assert off["input_mask"].shape == (4, 64)
-  assert on["input_mask"].shape == (4, 16)
+  assert on["input_mask"].shape == (4, 8)
 
 
 @pytest.mark.parametrize("argv, expected", [([], True), (["--bucket_by_length=false"], False),
@@ -156,7 +160,7 @@ def test_classifier_trains_on_bucketed_batches(tokenizer, tmp_path):
   task = classifier_task(tokenizer, tmp_path, "train", True)
   data = task.train_data()
   widths = {batch["input_ids"].shape[1] for batch in data.dataset_fn(4, 7).take(12)}
-  assert widths <= {16, 32, 64} and len(widths) > 1
+  assert widths <= {8, 16, 24, 32, 40, 48, 56, 64} and len(widths) > 1
   config = training_loop.TrainConfig(output_dir=task.output_dir, num_train_steps=6,
                                      num_warmup_steps=0, train_batch_size=4,
                                      learning_rate=1e-3, iterations_per_loop=3)
@@ -268,8 +272,11 @@ def test_extract_features_bucketed_json_lines_equal_padded_in_input_order(tokeni
   for bucket in (False, True):
     batches = list(extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3,
                                                  bucket_by_length=bucket))
+    for batch in batches:  # Each padded to the multiple of 8 (up to 64) holding its longest row.
+      longest = batch.input_mask.sum(axis=1).max()
+      assert batch.input_ids.shape[1] == (-(-longest // 8) * 8 if bucket else MAX_SEQ_LENGTH)
     widths = {batch.input_ids.shape[1] for batch in batches}
-    assert widths == ({16, 32, 64} if bucket else {MAX_SEQ_LENGTH})
+    assert len(widths) > 1 if bucket else widths == {MAX_SEQ_LENGTH}
     output_file = str(tmp_path / ("bucketed.jsonl" if bucket else "padded.jsonl"))
     assert extract_features.extract(extractor, batches, output_file, "jsonl") == len(lines)
     with open(output_file) as reader:
