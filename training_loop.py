@@ -438,9 +438,13 @@ class _Trainer:
             for name, value in shares.items()}
 
   def _train_steps(self, iterator, num_steps):
-    """Runs `num_steps` (>= 1) steps; returns the sums over steps of loss and metrics."""
-    totals = self._step(iterator)
-    for _ in tf.range(num_steps - 1):
+    """Runs `num_steps` (>= 1) steps; returns the sums over steps of loss and metrics.
+
+    The step is called once, inside the loop: a second call site (to start the sums from the
+    first step's values) made Grappler inline and optimize the whole step twice."""
+    outputs = self._step.get_concrete_function(iterator).structured_outputs
+    totals = {name: tf.zeros(value.shape, value.dtype) for name, value in outputs.items()}
+    for _ in tf.range(num_steps):
       step = self._step(iterator)
       totals = {name: totals[name] + step[name] for name in totals}
     return totals
