@@ -47,6 +47,7 @@ from benchmark_paths import SHARED_DIR  # Also puts the project on sys.path.
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
+import length_buckets  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import squad  # pylint: disable=g-import-not-at-top
 import tagging  # pylint: disable=g-import-not-at-top
@@ -75,7 +76,8 @@ flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (warmup 10%, then 
 flags.DEFINE_string("optimizer", "adamw", "Our optimizer (bert_adam, adamw, lamb).")
 flags.DEFINE_integer("threads", 0, "CPU threads for TensorFlow and PyTorch; 0: all cores.")
 flags.DEFINE_string("work_dir", "/tmp/bench_finetune", "Where data splits and outputs go.")
-flags.DEFINE_integer("seed", 12345, "Training shuffle seed.")
+flags.DEFINE_integer("seed", 12345, "Seed of the new output layer, dropout and the training "
+                     "order (all systems).")
 flags.DEFINE_bool("fresh_process", True,
                   "Run each task and system in a fresh Python process. In one process a system "
                   "run after another starts warm (5 s less for the bucketed SST-2 training after "
@@ -251,6 +253,8 @@ class HuggingFace:
     self.torch = torch
     self.transformers = transformers
     self.setup = setup
+    self.positions = None  # computed_positions of the last predict
+    torch.manual_seed(FLAGS.seed)  # The new output layer's initial weights, as ours (--seed).
     kind = setup.name.split("_")[0]
     if kind == "sst2":
       self.model = transformers.BertForSequenceClassification.from_pretrained(FLAGS.hf_dir,
@@ -307,6 +311,7 @@ class HuggingFace:
     """Outputs in input order; per-position outputs widened to max_seq_length with -inf."""
     self.model.eval()
     count, length = arrays["input_ids"].shape
+    self.positions = computed_positions(arrays["input_mask"], length)
     per_position = not self.setup.name.startswith("sst2")
     results = [None] * len(names)
     with self.torch.inference_mode():
@@ -321,6 +326,19 @@ class HuggingFace:
             results[k] = np.full(shape, -np.inf, np.float32)
           results[k][rows, :value.shape[1]] = value
     return results
+
+
+def computed_positions(input_mask: np.ndarray, max_seq_length: int) -> dict:
+  """Positions the model computes over these rows (padding included): `bucketed` pads each row to
+  its length bucket (each of our batches holds one bucket), `hf` pads consecutive batches of
+  --eval_batch_size rows to their longest row. At equal speed per position, prediction time
+  (model part) is in this ratio."""
+  lengths = input_mask.sum(axis=1)
+  buckets = np.array(length_buckets.padded_length_buckets(max_seq_length))
+  batches = [lengths[start:start + FLAGS.eval_batch_size]
+             for start in range(0, len(lengths), FLAGS.eval_batch_size)]
+  return {"bucketed": int(buckets[np.searchsorted(buckets, lengths)].sum()),
+          "hf": int(sum(batch.max() * len(batch) for batch in batches))}
 
 
 def run_hf(setup: Setup) -> dict:
@@ -352,6 +370,7 @@ def run_hf(setup: Setup) -> dict:
         classify, processor.get_dev_examples(setup.data_dir))
     row["metric"] = 100 * float(np.mean(np.asarray(predicted) == np.asarray(labels)))
     _, row["predict_s"] = timed(classify, processor.get_test_examples(setup.data_dir))
+    row["predict_positions"] = peer.positions
     row["eval_n"] = row["predict_n"] = len(labels)
   elif setup.name == "conll":
     features = task._features(task._read("train"))  # pylint: disable=protected-access
@@ -369,6 +388,7 @@ def run_hf(setup: Setup) -> dict:
     (evaluation, row["eval_n"]), row["eval_s"] = timed(tag, "eval")
     row["metric"] = 100 * tagging.evaluation_to_dict(evaluation)["eval_f1"]
     (_, row["predict_n"]), row["predict_s"] = timed(tag, "test")
+    row["predict_positions"] = peer.positions
   else:
     path, _, _ = squad.cached_train_features(setup.train_file, task.output_dir, tokenizer,
                                              setup.options)
@@ -394,6 +414,7 @@ def run_hf(setup: Setup) -> dict:
       return squad.evaluate_v1(data, predictions)
 
     metrics, row["predict_s"] = timed(answer)
+    row["predict_positions"] = peer.positions
     row["predict_n"], row["metric"] = FLAGS.squad_dev_questions, metrics["f1"]
   return row
 
@@ -472,6 +493,10 @@ def main(_):
               ratio(hf.get("predict_s"), bucketed.get("predict_s")),
               ratio(padded.get("predict_s"), bucketed.get("predict_s")),
               difference(hf), difference(padded)))
+    if "predict_positions" in hf:
+      positions = hf["predict_positions"]
+      print("    positions computed in prediction: bucketed %d, hf %d (%s)" % (
+          positions["bucketed"], positions["hf"], ratio(positions["hf"], positions["bucketed"])))
 
 
 if __name__ == "__main__":
