@@ -5,9 +5,9 @@ The original padded every example to `max_seq_length`; real task text is much sh
 what every layer computed was padding. Feature files keep that fixed-length layout (old caches stay
 valid); the input pipeline trims each example here to the smallest *bucket length* that holds its
 tokens (`padded_length_buckets`: 8, 16, ..., 64, then 96, 128, ... capped at max_seq_length, the
-lengths the exports' dynamic padding uses) and batches examples of the same bucket together. A batch then
-costs what its tokens cost, and a graph (or an XLA compilation) exists for at most a handful of
-shapes.
+lengths the exports' dynamic padding uses) and batches examples of the same bucket together. A
+batch then costs what its tokens cost, and a graph (or an XLA compilation) exists for at most a
+handful of shapes.
 
 Values at the real positions do not depend on padding (attention is masked), and positions below
 the bucket length are computed exactly as with full padding, so results equal the padded path's

@@ -355,7 +355,7 @@ class _Trainer:
     # Dropout draws from Keras seed generators (variables outside the checkpoint); each step
     # sets their counters from the step, so a step replayed after a resume draws the same masks.
     self._seed_states = [v for v in model.variables if v.name == "seed_generator_state"]
-    # Traced once and called twice by _train_steps (before and inside its loop).
+    # Traced once, called before and inside the accumulation loop of _replica_accumulated_step.
     self._micro_step = tf.function(self._micro_batch_gradients)
     # Traced as plain Python (nothing in a step branches on a tensor; the accumulation loop is an
     # explicit tf.while_loop): AutoGraph's conversion of the model, loss and optimizer code took
