@@ -355,7 +355,6 @@ class _Trainer:
     # Dropout draws from Keras seed generators (variables outside the checkpoint); each step
     # sets their counters from the step, so a step replayed after a resume draws the same masks.
     self._seed_states = [v for v in model.variables if v.name == "seed_generator_state"]
-    # Traced once, called before and inside the accumulation loop of _replica_accumulated_step.
     self._micro_step = tf.function(self._micro_batch_gradients)
     # Traced as plain Python (nothing in a step branches on a tensor; the accumulation loop is an
     # explicit tf.while_loop): AutoGraph's conversion of the model, loss and optimizer code took
@@ -411,8 +410,14 @@ class _Trainer:
                        "distribution.replica_weighted_mean (the loss convention)")
     denominators = tf.distribute.get_replica_context().all_reduce(
         tf.distribute.ReduceOp.SUM, denominators)
-    loss, metrics, grads = self._micro_step(features, tf.constant(0), denominators)
+    # The sums start from zeros shaped like a micro-batch's outputs, so that the micro-step is
+    # called once, inside the loop (as _train_steps does with the step).
+    loss, metrics, grads = self._micro_step.get_concrete_function(
+        features, tf.constant(0), denominators).structured_outputs
     has_grad = [g is not None for g in grads]
+
+    def zeros(value):
+      return tf.zeros(value.shape, value.dtype)
 
     def add_micro_batch(micro_batch, loss, metrics, grads):
       more_loss, more_metrics, more_grads = self._micro_step(features, micro_batch, denominators)
@@ -424,7 +429,8 @@ class _Trainer:
     # One micro-batch at a time: parallel iterations would hold several in memory.
     _, loss, metrics, grads = tf.while_loop(
         lambda micro_batch, *_: micro_batch < self.accumulation_steps, add_micro_batch,
-        (tf.constant(1), loss, dict(metrics), [g for g in grads if g is not None]),
+        (tf.constant(0), zeros(loss), {name: zeros(value) for name, value in metrics.items()},
+         [zeros(g) for g in grads if g is not None]),
         parallel_iterations=1)
     grads = iter(grads)
     self._apply([next(grads) if used else None for used in has_grad])
