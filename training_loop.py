@@ -327,6 +327,11 @@ def _split_micro_batches(features: Mapping[str, tf.Tensor], num_micro_batches: i
   return {name: split(tensor) for name, tensor in features.items()}
 
 
+def _zeros_like(output: tf.Tensor) -> tf.Tensor:
+  """Zeros of a traced function's output's shape and dtype: where the training loops' sums start."""
+  return tf.zeros(output.shape, output.dtype)
+
+
 class _Trainer:
   """Owns the compiled multi-step training function for one model and optimizer.
 
@@ -416,9 +421,6 @@ class _Trainer:
         features, tf.constant(0), denominators).structured_outputs
     has_grad = [g is not None for g in grads]
 
-    def zeros(value):
-      return tf.zeros(value.shape, value.dtype)
-
     def add_micro_batch(micro_batch, loss, metrics, grads):
       more_loss, more_metrics, more_grads = self._micro_step(features, micro_batch, denominators)
       more_grads = [g for g in more_grads if g is not None]
@@ -429,8 +431,9 @@ class _Trainer:
     # One micro-batch at a time: parallel iterations would hold several in memory.
     _, loss, metrics, grads = tf.while_loop(
         lambda micro_batch, *_: micro_batch < self.accumulation_steps, add_micro_batch,
-        (tf.constant(0), zeros(loss), {name: zeros(value) for name, value in metrics.items()},
-         [zeros(g) for g in grads if g is not None]),
+        (tf.constant(0), _zeros_like(loss),
+         {name: _zeros_like(value) for name, value in metrics.items()},
+         [_zeros_like(g) for g in grads if g is not None]),
         parallel_iterations=1)
     grads = iter(grads)
     self._apply([next(grads) if used else None for used in has_grad])
@@ -449,7 +452,7 @@ class _Trainer:
     The step is called once, inside the loop: a second call site (to start the sums from the
     first step's values) made Grappler inline and optimize the whole step twice."""
     outputs = self._step.get_concrete_function(iterator).structured_outputs
-    totals = {name: tf.zeros(value.shape, value.dtype) for name, value in outputs.items()}
+    totals = {name: _zeros_like(value) for name, value in outputs.items()}
     for _ in tf.range(num_steps):
       step = self._step(iterator)
       totals = {name: totals[name] + step[name] for name in totals}

@@ -370,7 +370,6 @@ def run_hf(setup: Setup) -> dict:
         classify, processor.get_dev_examples(setup.data_dir))
     row["metric"] = 100 * float(np.mean(np.asarray(predicted) == np.asarray(labels)))
     _, row["predict_s"] = timed(classify, processor.get_test_examples(setup.data_dir))
-    row["predict_positions"] = peer.positions
     row["eval_n"] = row["predict_n"] = len(labels)
   elif setup.name == "conll":
     features = task._features(task._read("train"))  # pylint: disable=protected-access
@@ -388,7 +387,6 @@ def run_hf(setup: Setup) -> dict:
     (evaluation, row["eval_n"]), row["eval_s"] = timed(tag, "eval")
     row["metric"] = 100 * tagging.evaluation_to_dict(evaluation)["eval_f1"]
     (_, row["predict_n"]), row["predict_s"] = timed(tag, "test")
-    row["predict_positions"] = peer.positions
   else:
     path, _, _ = squad.cached_train_features(setup.train_file, task.output_dir, tokenizer,
                                              setup.options)
@@ -414,8 +412,8 @@ def run_hf(setup: Setup) -> dict:
       return squad.evaluate_v1(data, predictions)
 
     metrics, row["predict_s"] = timed(answer)
-    row["predict_positions"] = peer.positions
     row["predict_n"], row["metric"] = FLAGS.squad_dev_questions, metrics["f1"]
+  row["predict_positions"] = peer.positions  # of the last predict: the test split's
   return row
 
 

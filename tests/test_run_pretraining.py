@@ -118,9 +118,7 @@ def test_mismatched_records_name_the_flag(tmp_path):
   pretraining.check_first_record(mixed, SEQ_LENGTH, MAX_PREDICTIONS)
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"mixed\.tfrecord has 20 values .*"
                      r"--max_seq_length=16"):
-    for _, _ in zip(range(20), pretraining.train_dataset([mixed], 2, 0, SEQ_LENGTH,
-                                                        MAX_PREDICTIONS)):
-      pass
+    list(pretraining.train_dataset([mixed], 2, 0, SEQ_LENGTH, MAX_PREDICTIONS).take(20))
 
 
 def numpy_eval_metrics(model, records, batch_size):
