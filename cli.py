@@ -159,7 +159,8 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `bucket_by_length` (default true): batches of similar length, padded to buckets."""
   _define(flag_values, "bool", "bucket_by_length", True,
           "Batch examples of similar length together and pad each batch only to the smallest of "
-          "8, 16, 24, ..., 64 (steps of 8), 96, 128, ... (steps of 32), max_seq_length that "
+          "4, 8, ..., 32 (steps of 4), 40, ..., 64 (steps of 8), 96, 128, ... (steps of 32), "
+          "max_seq_length that "
           "holds it, instead of to "
           "--max_seq_length (same results, less work on short texts; training still sees a "
           "shuffled stream). false reproduces the original's fixed-length batches. Off with "

@@ -436,7 +436,7 @@ class BertInputEncoder(tf.Module):
     max_seq_length: the most tokens per row (longer inputs are truncated); with
       `dynamic_padding=False` also the fixed length of the outputs of `__call__` and `pack`.
     dynamic_padding: pad every batch only to its longest row, rounded up to the next of
-      `padded_length_buckets(max_seq_length)` (8, 16, ..., 64, 96, 128, ... up to max_seq_length), so a short
+      `padded_length_buckets(max_seq_length)` (4, 8, ..., 32, 40, ..., 64, 96, 128, ... up to max_seq_length), so a short
       request costs what its tokens cost while the number of distinct shapes (and of cached
       kernels) stays small. The values at real positions do not depend on the padding.
     cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent; with a

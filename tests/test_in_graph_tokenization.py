@@ -145,9 +145,9 @@ def test_special_ids_and_pack(uncased):
 
 
 def test_padded_length_buckets():
-  assert in_graph_tokenization.padded_length_buckets(128) == [8, 16, 24, 32, 40, 48, 56, 64, 96,
-                                                              128]
-  assert in_graph_tokenization.padded_length_buckets(48) == [8, 16, 24, 32, 40, 48]
+  assert in_graph_tokenization.padded_length_buckets(128) == [4, 8, 12, 16, 20, 24, 28, 32, 40,
+                                                              48, 56, 64, 96, 128]
+  assert in_graph_tokenization.padded_length_buckets(48) == [4, 8, 12, 16, 20, 24, 28, 32, 40, 48]
 
 
 def test_dynamic_padding_pads_to_the_bucket_of_the_longest_row(uncased_vocab, uncased):
@@ -156,8 +156,8 @@ def test_dynamic_padding_pads_to_the_bucket_of_the_longest_row(uncased_vocab, un
   encoder = in_graph_tokenization.BertInputEncoder(uncased_vocab, True, max_seq_length=48,
                                                    dynamic_padding=True)
   # [CLS] hi there . [SEP]: 5 tokens; 15 words + 2: 17; 15 + 24 + 3: 42.
-  for texts_a, texts_b, length in [(["Hi there."], None, 8), ([""], None, 8),
-                                   (["one two three " * 5, "x"], None, 24),
+  for texts_a, texts_b, length in [(["Hi there."], None, 8), ([""], None, 4),
+                                   (["one two three " * 5, "x"], None, 20),
                                    (["one two three " * 5], ["four five six " * 8], 48),
                                    (["word " * 100], None, 48)]:
     features = encoder(tf.constant(texts_a), None if texts_b is None else tf.constant(texts_b))

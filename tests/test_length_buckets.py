@@ -48,20 +48,22 @@ def by_bucket(length):
 
 
 def test_bucket_lengths():
-  assert length_buckets.padded_length_buckets(128) == [8, 16, 24, 32, 40, 48, 56, 64, 96, 128]
-  assert length_buckets.padded_length_buckets(384) == [8, 16, 24, 32, 40, 48, 56, 64, 96, 128,
-                                                       160, 192, 224, 256, 288, 320, 352, 384]
-  assert length_buckets.padded_length_buckets(100) == [8, 16, 24, 32, 40, 48, 56, 64, 96, 100]
-  assert length_buckets.padded_length_buckets(72) == [8, 16, 24, 32, 40, 48, 56, 64, 72]
-  assert length_buckets.padded_length_buckets(64) == [8, 16, 24, 32, 40, 48, 56, 64]
-  assert length_buckets.padded_length_buckets(16) == [8, 16]
-  assert length_buckets.padded_length_buckets(10) == [8, 10]
-  assert length_buckets.padded_length_buckets(8) == [8]
+  short = [4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64]
+  assert length_buckets.padded_length_buckets(128) == short + [96, 128]
+  assert length_buckets.padded_length_buckets(384) == short + [96, 128, 160, 192, 224, 256, 288,
+                                                               320, 352, 384]
+  assert length_buckets.padded_length_buckets(100) == short + [96, 100]
+  assert length_buckets.padded_length_buckets(72) == short + [72]
+  assert length_buckets.padded_length_buckets(64) == short
+  assert length_buckets.padded_length_buckets(36) == [4, 8, 12, 16, 20, 24, 28, 32, 36]
+  assert length_buckets.padded_length_buckets(16) == [4, 8, 12, 16]
+  assert length_buckets.padded_length_buckets(10) == [4, 8, 10]
+  assert length_buckets.padded_length_buckets(4) == [4]
 
 
 @pytest.mark.parametrize("drop_remainder", [False, True])
 def test_batches_hold_one_bucket_each_and_every_example_once(drop_remainder):
-  lengths = [1, 17, 64, 5, 16, 33, 2, 31, 40, 63, 9, 12, 20, 7, 50]
+  lengths = [1, 17, 64, 5, 16, 33, 6, 31, 40, 63, 8, 13, 14, 7, 50]
   masks = np.array([[1] * n + [0] * (MAX_SEQ_LENGTH - n) for n in lengths], np.int32)
   ids = masks * np.arange(1, MAX_SEQ_LENGTH + 1)
   dataset = tf.data.Dataset.from_tensor_slices(
@@ -79,7 +81,7 @@ def test_batches_hold_one_bucket_each_and_every_example_once(drop_remainder):
       assert batch["label_ids"][position] == row * 10  # not per position: unchanged
     seen.extend(rows.tolist())
   assert len(seen) == len(set(seen))
-  # Buckets 8: 4 rows, 16: 3, 24: 2, 32: 1, 40: 2, 56: 1, 64: 2 -> full batches only in 8 and 16.
+  # Buckets 4: 1 row, 8: 4, 16: 3, 20: 1, 32: 1, 40: 2, 56: 1, 64: 2 -> full batches only in 8, 16.
   if drop_remainder:
     assert len(seen) == 6
   else:
@@ -92,7 +94,7 @@ def test_flag_off_gives_the_original_fixed_shapes():
   off = next(iter(length_buckets.batch(dataset, 4, True, bucket_by_length=False)))
   on = next(iter(length_buckets.batch(dataset, 4, True, bucket_by_length=True)))
   assert off["input_mask"].shape == (4, 64)
-  assert on["input_mask"].shape == (4, 8)
+  assert on["input_mask"].shape == (4, 4)
 
 
 @pytest.mark.parametrize("argv, expected", [([], True), (["--bucket_by_length=false"], False),
@@ -160,7 +162,7 @@ def test_classifier_trains_on_bucketed_batches(tokenizer, tmp_path):
   task = classifier_task(tokenizer, tmp_path, "train", True)
   data = task.train_data()
   widths = {batch["input_ids"].shape[1] for batch in data.dataset_fn(4, 7).take(12)}
-  assert widths <= {8, 16, 24, 32, 40, 48, 56, 64} and len(widths) > 1
+  assert widths <= {4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64} and len(widths) > 1
   config = training_loop.TrainConfig(output_dir=task.output_dir, num_train_steps=6,
                                      num_warmup_steps=0, train_batch_size=4,
                                      learning_rate=1e-3, iterations_per_loop=3)
@@ -272,9 +274,10 @@ def test_extract_features_bucketed_json_lines_equal_padded_in_input_order(tokeni
   for bucket in (False, True):
     batches = list(extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3,
                                                  bucket_by_length=bucket))
-    for batch in batches:  # Each padded to the multiple of 8 (up to 64) holding its longest row.
+    for batch in batches:  # Padded to the multiple of 4 (to 32), else of 8, holding its longest row.
       longest = batch.input_mask.sum(axis=1).max()
-      assert batch.input_ids.shape[1] == (-(-longest // 8) * 8 if bucket else MAX_SEQ_LENGTH)
+      step = 4 if longest <= 32 else 8
+      assert batch.input_ids.shape[1] == (-(-longest // step) * step if bucket else MAX_SEQ_LENGTH)
     widths = {batch.input_ids.shape[1] for batch in batches}
     assert len(widths) > 1 if bucket else widths == {MAX_SEQ_LENGTH}
     output_file = str(tmp_path / ("bucketed.jsonl" if bucket else "padded.jsonl"))
