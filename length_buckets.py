@@ -11,8 +11,10 @@ handful of shapes.
 
 Values at the real positions do not depend on padding (attention is masked), and positions below
 the bucket length are computed exactly as with full padding, so results equal the padded path's
-to float rounding. A feature is per position when its first dimension equals `input_mask`'s
-(`input_ids`, `segment_ids`, NER `label_ids`, ...); other features (labels, ids) pass unchanged.
+to float rounding. A feature is per position when its shape is `input_mask`'s: [max_seq_length]
+(`input_ids`, `segment_ids`, NER `label_ids`, ...), or [num_choices, max_seq_length] for multiple
+choice, whose example is trimmed to the bucket of its longest choice; other features (labels,
+ids, the choice mask) pass unchanged.
 """
 
 import tensorflow as tf
@@ -37,17 +39,19 @@ def padded_length_buckets(max_seq_length: int) -> list[int]:
 
 
 def trim_to_bucket(features: dict) -> dict:
-  """Cuts the per-position features of one (unbatched) example to its bucket length."""
-  max_seq_length = features[MASK_KEY].shape[0]
-  if max_seq_length is None:
-    raise ValueError("length bucketing needs %s of a fixed length" % MASK_KEY)
+  """Cuts the per-position features of one (unbatched) example to its bucket length (the last
+  dimension; for multiple choice, the bucket of the longest choice)."""
   mask = features[MASK_KEY]
-  # One past the last real position (a mask that is not a prefix of ones still keeps every token).
+  if not mask.shape.is_fully_defined():
+    raise ValueError("length bucketing needs %s of a fixed length" % MASK_KEY)
+  max_seq_length = mask.shape[-1]
+  # One past the last real position in any row (a mask that is not a prefix of ones still keeps
+  # every token).
   length = tf.reduce_max(tf.where(mask != 0, tf.range(1, max_seq_length + 1), 0))
   buckets = tf.constant(padded_length_buckets(max_seq_length), tf.int32)
   bucket_length = buckets[tf.searchsorted(buckets, [length], side="left")[0]]
-  return {name: value[:bucket_length] if value.shape.rank and value.shape[0] == max_seq_length
-          else value for name, value in features.items()}
+  return {name: value[..., :bucket_length] if value.shape == mask.shape else value
+          for name, value in features.items()}
 
 
 def batch_by_length(dataset: tf.data.Dataset, batch_size: int,
@@ -62,7 +66,7 @@ def batch_by_length(dataset: tf.data.Dataset, batch_size: int,
   """
 
   def bucket_key(features):
-    return tf.cast(tf.shape(features[MASK_KEY])[0], tf.int64)
+    return tf.cast(tf.shape(features[MASK_KEY])[-1], tf.int64)
 
   return dataset.map(trim_to_bucket, num_parallel_calls=tf.data.AUTOTUNE).group_by_window(
       key_func=bucket_key,

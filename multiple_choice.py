@@ -19,7 +19,9 @@ record per (context, ending) pair, an example's pairs consecutive, every example
 split's largest number of endings with padding pairs; `label_ids` is 1 for the right ending, 0 for
 the others (and for every ending of an unlabeled example), 2 for a padding pair. Reading groups the
 records back into [num_choices, seq] examples with a `choice_mask`. Padded choices get a -inf logit,
-so their probability is 0 and they never win.
+so their probability is 0 and they never win. With `bucket_by_length` (default; `--bucket_by_length`)
+an example is cut to the length bucket of its longest pair and batched with examples of the same
+bucket (`length_buckets`), as the other tasks are.
 """
 
 import dataclasses
@@ -35,6 +37,7 @@ import distribution
 import export
 import fine_tuning
 import in_graph_tokenization
+import length_buckets
 import modeling
 import tfrecord_files
 import tokenization
@@ -245,7 +248,7 @@ class MultipleChoiceTask(fine_tuning.Task):
   def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
                data_dir: Optional[str], output_dir: str, max_seq_length: int,
                train_file: str = "train.csv", dev_file: str = "val.csv",
-               test_file: str = "test.csv"):
+               test_file: str = "test.csv", bucket_by_length: bool = True):
     classifier.check_max_seq_length(max_seq_length, is_pair=True)
     self.bert_config = bert_config
     self.tokenizer = tokenizer
@@ -253,6 +256,8 @@ class MultipleChoiceTask(fine_tuning.Task):
     self.output_dir = output_dir
     self.max_seq_length = max_seq_length
     self.files = {"train": train_file, "dev": dev_file, "test": test_file}
+    # Each example padded only to the length bucket of its longest (context, ending) pair.
+    self.bucket_by_length = bucket_by_length
 
   def build_model(self) -> BertMultipleChoice:
     model = BertMultipleChoice(self.bert_config)
@@ -296,7 +301,8 @@ class MultipleChoiceTask(fine_tuning.Task):
 
     def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
       dataset = examples_dataset.repeat().shuffle(min(num_examples, 10000), seed=seed)
-      return dataset.batch(batch_size, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+      return length_buckets.batch(dataset, batch_size, True, self.bucket_by_length).prefetch(
+          tf.data.AUTOTUNE)
 
     return fine_tuning.TrainData(dataset_fn, num_examples, [path])
 
@@ -304,7 +310,8 @@ class MultipleChoiceTask(fine_tuning.Task):
                      examples: Sequence[MultipleChoiceExample], batch_size: int) -> dict:
     dataset, path = self._examples_dataset(record_name, examples)
     with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
-      return training_loop.predict(strategy, model, self.predict_outputs, dataset, batch_size)
+      return training_loop.predict(strategy, model, self.predict_outputs, dataset, batch_size,
+                                   self.bucket_by_length)
 
   def evaluate(self, strategy, model, batch_size: int) -> dict:
     """eval_accuracy (right ending ranked first) and eval_loss over the dev file."""

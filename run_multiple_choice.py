@@ -41,7 +41,8 @@ def main(_):
   strategy, tokenizer, bert_config = cli.setup_task_script()
   task = multiple_choice.MultipleChoiceTask(
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
-      train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file)
+      train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
+      bucket_by_length=cli.bucket_by_length())
   cli.run_task(task, strategy)
 
 

@@ -16,6 +16,7 @@ import tensorflow as tf
 from conftest import write_model_files
 import checkpoints
 import distribution
+import length_buckets
 import modeling
 import multiple_choice
 import run_multiple_choice
@@ -165,6 +166,59 @@ def test_probabilities_sum_to_one_over_real_endings_and_zero_on_padding():
   # A padding row of an eval batch (no real choice) stays finite.
   empty = multiple_choice.probabilities(tf.constant([[-np.inf, -np.inf]], tf.float32)).numpy()
   assert np.all(np.isfinite(empty))
+
+
+def bucket_of(length: int, max_seq_length: int) -> int:
+  """The smallest of 4, 8, ..., 32, 40, ..., 64, then max_seq_length that holds `length`."""
+  for bucket in list(range(4, 33, 4)) + list(range(40, 65, 8)):
+    if length <= bucket < max_seq_length:
+      return bucket
+  return max_seq_length
+
+
+def test_bucketed_examples_padded_to_their_longest_choice_give_the_padded_probabilities(tmp_path):
+  """Each example is cut to the bucket of its longest (context, ending) pair; probabilities equal
+  full padding's, in input order."""
+  rng = random.Random(7)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  records = [{"context": " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 6))),
+              "endings": [" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 30)))
+                          for _ in range(rng.randint(2, 4))], "label": 0} for _ in range(23)]
+  write_jsonl(data_dir / "dev.jsonl", records)
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  tokenizer = tokenization.FullTokenizer(vocab_file, True)
+  max_seq_length = 48
+  # [CLS] context [SEP] ending [SEP]: every word of WORDS is one token; nothing is truncated.
+  longest = [max(len(r["context"].split()) + len(e.split()) + 3 for e in r["endings"])
+             for r in records]
+  assert max(longest) <= max_seq_length
+  tf.keras.utils.set_random_seed(3)
+  model = None
+  outputs = {}
+  for bucket in (False, True):
+    task = multiple_choice.MultipleChoiceTask(
+        tiny_config(), tokenizer, str(data_dir), str(tmp_path / str(bucket)), max_seq_length,
+        dev_file="dev.jsonl", bucket_by_length=bucket)
+    os.makedirs(task.output_dir)
+    model = model or task.build_model()
+    examples = task.read_split("dev")
+    dataset, _ = task._examples_dataset("eval", examples)  # pylint: disable=protected-access
+    batches = list(length_buckets.batch(dataset, 4, False, bucket))
+    assert sorted(len(b["label_ids"]) for b in batches)[-1] == 4
+    for batch in batches:
+      mask = batch["input_mask"].numpy()
+      widths = {bucket_of(int(length), max_seq_length) for length in mask.sum(axis=2).max(axis=1)}
+      assert widths == {mask.shape[2]} if bucket else mask.shape[2] == max_seq_length
+    outputs[bucket] = task._predict_split(  # pylint: disable=protected-access
+        tf.distribute.get_strategy(), model, "eval", examples, 4)
+  assert {bucket_of(n, max_seq_length) for n in longest} != {max_seq_length}  # several widths
+  np.testing.assert_allclose(outputs[True]["probabilities"], outputs[False]["probabilities"],
+                             atol=1e-5)
+  np.testing.assert_allclose(outputs[True]["per_example_loss"],
+                             outputs[False]["per_example_loss"], rtol=1e-5, atol=1e-6)
+  assert [len(r["endings"]) for r in records] == [
+      int(np.sum(row > 0)) for row in outputs[True]["probabilities"]]
 
 
 # --------------------------------------------------------------------------------------------------
