@@ -7,7 +7,7 @@ find their way.
 Data files are read in the layouts GLUE and XNLI ship them in. A row that cannot be used (wrong
 number of columns, unknown label, unparsable score) raises `BadInputError` naming the file and line,
 or, when the processor was built with `skip_bad_rows=True`, is skipped and counted in
-`processor.skipped_rows`.
+`processor.skipped_rows` (`BadRows`, which multiple choice's readers use too).
 """
 
 import collections
@@ -98,6 +98,41 @@ class SplitLayout:
   jsonl_keys: tuple[str, ...] = ()
 
 
+class BadRows:
+  """What a reader does with a data row it cannot use (`--skip_bad_rows`).
+
+  Without `skip`, `reject` raises BadInputError naming the file and line. With it, the first bad
+  row of each file is logged, every one is skipped and counted per file in `skipped`, and
+  `log_summary()` logs the counts at the end of the run.
+  """
+
+  def __init__(self, skip: bool = False):
+    self.skip = skip
+    self.skipped: collections.Counter[str] = collections.Counter()
+
+  def reject(self, path: str, line_number: int, reason: str) -> None:
+    if not self.skip:
+      raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
+                          (path, line_number, reason))
+    if not self.skipped[path]:
+      logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number,
+                      reason)
+    self.skipped[path] += 1
+
+  def no_examples_error(self, path: str, what: str) -> BadInputError:
+    """The error for a file that gave no examples (saying how many bad rows were skipped)."""
+    skipped = self.skipped[path]
+    return BadInputError("%s: no examples in the %s%s" % (
+        path, what, " (%d bad rows skipped)" % skipped if skipped else ""))
+
+  def log_summary(self) -> None:
+    """Logs how many rows were skipped in all and per file (nothing when none was)."""
+    total = sum(self.skipped.values())
+    if total:
+      logging.info("Skipped %d bad rows (--skip_bad_rows): %s", total, ", ".join(
+          "%s %d" % (path, count) for path, count in self.skipped.items() if count))
+
+
 class DataProcessor:
   """Base class of the task processors: reads the train/dev/test splits of one task.
 
@@ -115,9 +150,12 @@ class DataProcessor:
   layouts: dict[str, SplitLayout] = {}
 
   def __init__(self, skip_bad_rows: bool = False):
-    self.skip_bad_rows = skip_bad_rows
-    # Skipped rows per file, for the summary (only grows when skip_bad_rows is set).
-    self.skipped_rows: collections.Counter[str] = collections.Counter()
+    self.bad_rows = BadRows(skip_bad_rows)
+
+  @property
+  def skipped_rows(self) -> collections.Counter:
+    """Bad rows skipped per file (only grows with skip_bad_rows)."""
+    return self.bad_rows.skipped
 
   def get_train_examples(self, data_dir: str) -> list[InputExample]:
     """Returns the examples of the training split."""
@@ -181,16 +219,14 @@ class DataProcessor:
         example = self._create_example(layout, row, "%s-%d" % (split, len(examples)),
                                        check_labels)
       except BadInputError as e:
-        self._reject(path, line_number, str(e))
+        self.bad_rows.reject(path, line_number, str(e))
         continue
       if example is not None:
         examples.append(example)
     if self.skipped_rows[path]:
       logging.warning("%s: skipped %d bad rows", path, self.skipped_rows[path])
     if not examples:
-      raise BadInputError("%s: no examples in the %s split%s" % (
-          path, split, " (%d bad rows skipped)" % self.skipped_rows[path]
-          if self.skipped_rows[path] else ""))
+      raise self.bad_rows.no_examples_error(path, "%s split" % split)
     return examples
 
   def _create_example(self, layout: SplitLayout, row: "Row", guid: str,
@@ -221,15 +257,6 @@ class DataProcessor:
           raise BadInputError("unknown label %r (labels: %s)" % (name,
                                                                  ", ".join(self.get_labels())))
     return label
-
-  def _reject(self, path: str, line_number: int, reason: str) -> None:
-    if not self.skip_bad_rows:
-      raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
-                          (path, line_number, reason))
-    if not self.skipped_rows[path]:
-      logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number,
-                      reason)
-    self.skipped_rows[path] += 1
 
 
 class Row:

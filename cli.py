@@ -280,6 +280,13 @@ def define_data_dir_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> No
   _define(flag_values, "string", "data_dir", None, "Directory with the data files (%s)." % what)
 
 
+def define_skip_bad_rows_flag(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `skip_bad_rows` (default false; `classifier.BadRows`)."""
+  _define(flag_values, "bool", "skip_bad_rows", False,
+          "Skip (and count) data rows with a wrong number of columns or an unknown label instead "
+          "of stopping with an error naming the file and line.")
+
+
 def define_data_file_flags(what: str, train_file: str, dev_file: str, test_file: str,
                            flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `data_dir` (holding `what`) and the names of its `train_file`, `dev_file` (for

@@ -72,24 +72,28 @@ class MultipleChoiceExample:
     return [(self.question + " " + ending) if self.question else ending for ending in self.endings]
 
 
-def read_examples(path: str, split: str = "data") -> list[MultipleChoiceExample]:
+def read_examples(path: str, split: str = "data",
+                  bad_rows: Optional[classifier.BadRows] = None) -> list[MultipleChoiceExample]:
   """Reads SWAG CSV (`.csv`) or JSON Lines (`.jsonl`, `.json`) examples; BadInputError naming the
-  file (and line) for a missing file, an unknown extension, a bad row or no examples."""
+  file (and line) for a missing file, an unknown extension, a bad row (unless `bad_rows` skips
+  it: `--skip_bad_rows`) or no examples."""
   if not os.path.isfile(path):
     raise BadInputError("%s: no such file (the %s file)" % (path, split))
+  bad_rows = bad_rows or classifier.BadRows()
   extension = os.path.splitext(path)[1].lower()
   if extension == ".csv":
-    examples = read_swag_csv(path, split)
+    examples = read_swag_csv(path, split, bad_rows)
   elif extension in (".jsonl", ".json"):
-    examples = read_jsonl(path, split)
+    examples = read_jsonl(path, split, bad_rows)
   else:
     raise BadInputError("%s: unknown format: use SWAG's .csv or JSON Lines (.jsonl)" % path)
   if not examples:
-    raise BadInputError("%s: no examples in the %s file" % (path, split))
+    raise bad_rows.no_examples_error(path, "%s file" % split)
   return examples
 
 
-def read_swag_csv(path: str, split: str = "data") -> list[MultipleChoiceExample]:
+def read_swag_csv(path: str, split: str,
+                  bad_rows: classifier.BadRows) -> list[MultipleChoiceExample]:
   """SWAG's CSV files, columns found by header name; `label` optional (test file)."""
   header = classifier.read_header(path, "csv")
   missing = [name for name in SWAG_REQUIRED if name not in header]
@@ -107,7 +111,8 @@ def read_swag_csv(path: str, split: str = "data") -> list[MultipleChoiceExample]
       row.check_columns(layout)
       label = None if label_column is None else _label_index(row.get(label_column).strip(), 4)
     except BadInputError as e:
-      raise BadInputError("%s:%d: %s" % (path, line_number, e)) from None
+      bad_rows.reject(path, line_number, str(e))
+      continue
     examples.append(MultipleChoiceExample(
         "%s-%d" % (split, len(examples)), row.get(column["sent1"]),
         [row.get(column[name]) for name in SWAG_ENDINGS], row.get(column["sent2"]), label))
@@ -127,7 +132,7 @@ def _label_index(label, num_endings: int) -> int:
   return index
 
 
-def read_jsonl(path: str, split: str = "data") -> list[MultipleChoiceExample]:
+def read_jsonl(path: str, split: str, bad_rows: classifier.BadRows) -> list[MultipleChoiceExample]:
   """JSON Lines objects `{"context", "question"?, "endings": [...], "label"?}`, blank lines
   skipped."""
   examples = []
@@ -138,7 +143,7 @@ def read_jsonl(path: str, split: str = "data") -> list[MultipleChoiceExample]:
       try:
         examples.append(_jsonl_example(line, "%s-%d" % (split, len(examples))))
       except BadInputError as e:
-        raise BadInputError("%s:%d: %s" % (path, line_number, e)) from None
+        bad_rows.reject(path, line_number, str(e))
   return examples
 
 
@@ -248,7 +253,8 @@ class MultipleChoiceTask(fine_tuning.Task):
   def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
                data_dir: Optional[str], output_dir: str, max_seq_length: int,
                train_file: str = "train.csv", dev_file: str = "val.csv",
-               test_file: str = "test.csv", bucket_by_length: bool = True):
+               test_file: str = "test.csv", bucket_by_length: bool = True,
+               skip_bad_rows: bool = False):
     classifier.check_max_seq_length(max_seq_length, is_pair=True)
     self.bert_config = bert_config
     self.tokenizer = tokenizer
@@ -258,6 +264,7 @@ class MultipleChoiceTask(fine_tuning.Task):
     self.files = {"train": train_file, "dev": dev_file, "test": test_file}
     # Each example padded only to the length bucket of its longest (context, ending) pair.
     self.bucket_by_length = bucket_by_length
+    self.bad_rows = classifier.BadRows(skip_bad_rows)
 
   def build_model(self) -> BertMultipleChoice:
     model = BertMultipleChoice(self.bert_config)
@@ -282,7 +289,7 @@ class MultipleChoiceTask(fine_tuning.Task):
   def read_split(self, split: str) -> list[MultipleChoiceExample]:
     """The examples of the train, dev or test file of data_dir."""
     classifier.check_data_dir(self.data_dir)
-    return read_examples(os.path.join(self.data_dir, self.files[split]), split)
+    return read_examples(os.path.join(self.data_dir, self.files[split]), split, self.bad_rows)
 
   def _examples_dataset(self, record_name: str, examples: Sequence[MultipleChoiceExample]
                         ) -> tuple[tf.data.Dataset, str]:

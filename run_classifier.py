@@ -14,7 +14,6 @@ SavedModel that TF Serving serves from raw text. Example:
 import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
 
 from absl import flags
-from absl import logging
 
 import classifier
 import cli
@@ -30,9 +29,7 @@ def define_flags() -> None:
   cli.define_data_dir_flag("the task's .tsv files, or other data files")
   flags.DEFINE_string("task_name", None, "The name of the task to train: %s." %
                       ", ".join(classifier.PROCESSORS))
-  flags.DEFINE_bool("skip_bad_rows", False,
-                    "Skip (and count) data rows with a wrong number of columns or an unknown "
-                    "label instead of stopping with an error naming the file and line.")
+  cli.define_skip_bad_rows_flag()
   flags.DEFINE_string("xnli_language", "zh", "The XNLI language to train and evaluate on.")
   flags.DEFINE_string("text_a_column", "text_a",
                       "task_name=generic: the column (header name, JSON key, or 0-based index "
@@ -83,10 +80,7 @@ def main(_):
   except ValueError as error:  # A flag value the task cannot use; the message names the flag.
     raise cli.FlagError(str(error)) from error
   cli.run_task(task, strategy)
-  skipped = sum(processor.skipped_rows.values())
-  if skipped:
-    logging.info("Skipped %d bad rows (--skip_bad_rows): %s", skipped, ", ".join(
-        "%s %d" % (path, count) for path, count in processor.skipped_rows.items() if count))
+  processor.bad_rows.log_summary()
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ def define_flags() -> None:
                          "ids [batch, endings, length]")
   cli.define_data_file_flags("SWAG CSV (.csv) or JSON Lines (.jsonl)", "train.csv", "val.csv",
                              "test.csv")
+  cli.define_skip_bad_rows_flag()
 
 
 def main(_):
@@ -42,8 +43,9 @@ def main(_):
   task = multiple_choice.MultipleChoiceTask(
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
       train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
-      bucket_by_length=cli.bucket_by_length())
+      bucket_by_length=cli.bucket_by_length(), skip_bad_rows=FLAGS.skip_bad_rows)
   cli.run_task(task, strategy)
+  task.bad_rows.log_summary()
 
 
 if __name__ == "__main__":

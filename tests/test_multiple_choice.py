@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from conftest import write_model_files
 import checkpoints
+import classifier
 import distribution
 import length_buckets
 import modeling
@@ -76,6 +77,27 @@ def test_bad_swag_rows_name_file_and_line(tmp_path, rows, message):
   path = write(tmp_path / "train.csv", SWAG_HEADER + "\n" + rows)
   with pytest.raises(multiple_choice.BadInputError, match=message):
     multiple_choice.read_examples(path, "train")
+
+
+def test_skip_bad_rows_skips_and_counts_them_per_file(tmp_path):
+  csv_path = write(tmp_path / "train.csv", SWAG_HEADER + "\n0,v,1,s,c1,q,g,a,b,c,d,1\n"
+                   "1,v,1,s,c,q,g,a,b,c,1\n2,v,1,s,c3,q,g,a,b,c,d,3\n3,v,1,s,c,q,g,a,b,c,d,x\n")
+  jsonl_path = write(tmp_path / "dev.jsonl", '{"context": "c", "endings": []}\n'
+                     '{"context": "ok", "endings": ["a", "b"], "label": 1}\n')
+  bad_rows = classifier.BadRows(skip=True)
+  first, second = multiple_choice.read_examples(csv_path, "train", bad_rows)
+  (only,) = multiple_choice.read_examples(jsonl_path, "dev", bad_rows)
+  assert [(e.guid, e.context, e.label) for e in (first, second, only)] == [
+      ("train-0", "c1", 1), ("train-1", "c3", 3), ("dev-0", "ok", 1)]
+  assert bad_rows.skipped == {csv_path: 2, jsonl_path: 1}
+  all_bad = write(tmp_path / "test.jsonl", '["c"]\n{"endings": ["a"]}\n')
+  with pytest.raises(multiple_choice.BadInputError,
+                     match=r"test\.jsonl: no examples in the test file \(2 bad rows skipped\)"):
+    multiple_choice.read_examples(all_bad, "test", bad_rows)
+  # Without skipping, the first bad row stops the run and the message says how to skip it.
+  with pytest.raises(multiple_choice.BadInputError,
+                     match=r"train\.csv:3: 11 columns, expected 12 \(pass --skip_bad_rows"):
+    multiple_choice.read_examples(csv_path, "train")
 
 
 def test_swag_header_without_endings_is_named(tmp_path):
@@ -301,7 +323,14 @@ def test_cli_bad_row_is_one_line_naming_file_and_line(tmp_path):
        "--max_seq_length=16"], capture_output=True, text=True, timeout=300)
   assert completed.returncode == 1
   assert completed.stderr.strip().splitlines()[-1] == (
-      "run_multiple_choice.py: error: %s:3: 11 columns, expected 12" % (data_dir / "train.csv"))
+      "run_multiple_choice.py: error: %s:3: 11 columns, expected 12 (pass --skip_bad_rows to "
+      "skip such rows)" % (data_dir / "train.csv"))
+  # With --skip_bad_rows it trains on the one good row: 2 epochs of batch 1 are 2 steps.
+  output_dir = str(tmp_path / "skipping")
+  run(vocab_file=vocab_file, bert_config_file=config_file, data_dir=str(data_dir),
+      output_dir=output_dir, do_train=True, max_seq_length=16, skip_bad_rows=True,
+      train_batch_size=1, num_train_epochs=2.0)
+  assert tf.train.latest_checkpoint(output_dir).endswith("model.ckpt-2")
 
 
 # --------------------------------------------------------------------------------------------------
