@@ -910,6 +910,7 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
   if windowed:
     name_to_features["example_index"] = tf.io.FixedLenFeature([], tf.int64)
 
+  @tf.autograph.experimental.do_not_convert
   def decode(record):
     example = tf.io.parse_single_example(record, name_to_features)
     return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t for name, t in example.items()}

@@ -38,6 +38,7 @@ def padded_length_buckets(max_seq_length: int) -> list[int]:
                 {length for length in range(96, max_seq_length, 32)} | {max_seq_length})
 
 
+@tf.autograph.experimental.do_not_convert
 def trim_to_bucket(features: dict) -> dict:
   """Cuts the per-position features of one (unbatched) example to its bucket length (the last
   dimension; for multiple choice, the bucket of the longest choice)."""

@@ -191,6 +191,7 @@ def group_choices(records: tf.data.Dataset, num_choices: int) -> tf.data.Dataset
   """Unbatched pair records -> unbatched examples: ids [num_choices, seq], `choice_mask`
   [num_choices] (1 for real endings), `label_ids` (the right ending; 0 when unlabeled)."""
 
+  @tf.autograph.experimental.do_not_convert
   def to_example(pairs):
     label_ids = pairs["label_ids"]
     return {"input_ids": pairs["input_ids"], "input_mask": pairs["input_mask"],

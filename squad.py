@@ -420,6 +420,7 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
   """
   spec = feature_spec(seq_length, is_training)
 
+  @tf.autograph.experimental.do_not_convert
   def parse(record):
     parsed = tf.io.parse_single_example(record, spec)
     return {name: value if name == "unique_ids" else tf.cast(value, tf.int32)

@@ -808,6 +808,7 @@ def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: b
   """
   static_rows = batch_size if row_multiple == batch_size else None
 
+  @tf.autograph.experimental.do_not_convert
   def pad(features):
     features = dict(features)
     index = features.pop(_INDEX_KEY)
@@ -828,8 +829,8 @@ def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: b
     features[REAL_EXAMPLE_KEY] = is_real
     return features, index
 
-  indexed = dataset.enumerate().map(
-      lambda index, features: dict(features, **{_INDEX_KEY: tf.cast(index, tf.int32)}))
+  indexed = dataset.enumerate().map(tf.autograph.experimental.do_not_convert(
+      lambda index, features: dict(features, **{_INDEX_KEY: tf.cast(index, tf.int32)})))
   return length_buckets.batch(indexed, batch_size, drop_remainder, bucket_by_length).map(pad)
 
 
@@ -866,7 +867,7 @@ def evaluate(strategy: tf.distribute.Strategy,
   distributed = _distribute(strategy, batches)
 
   # Traced once for the element spec (length buckets leave the sequence dimension unknown).
-  @tf.function(input_signature=[distributed.element_spec])
+  @tf.function(input_signature=[distributed.element_spec], autograph=False)
   def step(inputs):
     features, _ = inputs
     shares = strategy.run(lambda f: dict(metric_fn(model, f)), args=(features,))
@@ -919,7 +920,7 @@ def predict(strategy: tf.distribute.Strategy,
   distributed = _distribute(strategy, _padded_batches(
       dataset, batch_size, False, bucket_by_length, _row_multiple(strategy, batch_size)))
 
-  @tf.function(input_signature=[distributed.element_spec])
+  @tf.function(input_signature=[distributed.element_spec], autograph=False)
   def step(inputs):
     features, index = inputs
     outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), **{_INDEX_KEY: i}),
