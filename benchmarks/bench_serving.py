@@ -1,8 +1,9 @@
 r"""Latency and throughput of a classifier export from raw text, as TF Serving runs it.
 
 Builds a sentence classifier (random weights; the shape set by --model) and exports it twice with
-`classifier.export_saved_model`: padded to max_seq_length (every export before dynamic padding)
-and with dynamic padding (each request padded to its longest row, rounded up to 16, 32, 64, 96...).
+`ClassifierTask.export` (what run_classifier --export_dir writes): padded to max_seq_length (every
+export before dynamic padding) and with dynamic padding (each request padded to its longest row,
+rounded up to a length bucket: 4, 8, ..., 32, 40, ..., 64, 96, ...).
 Both are loaded with `tf.saved_model.load` and their `serving_default` signature (tokenization in
 the graph included) is timed on real sentences from SST-2's training file:
   - latency of a one-sentence request: p50 and p99 over --num_requests sentences;
@@ -30,6 +31,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
+import tokenization  # pylint: disable=g-import-not-at-top
 import bench_model  # pylint: disable=g-import-not-at-top  (this directory: load_peer, BERT_BASE)
 
 FLAGS = flags.FLAGS
@@ -62,14 +64,12 @@ def read_sentences(path: str) -> list[str]:
   return [sentences[i] for i in order]
 
 
-def export_classifier(model, dynamic_padding: bool) -> str:
-  """Exports the model with the SST-2 processor; returns the SavedModel directory."""
+def export_classifier(task: classifier.ClassifierTask, model, dynamic_padding: bool) -> str:
+  """Exports the model as run_classifier does (SST-2's labels); returns the SavedModel directory."""
   export_dir = os.path.join(FLAGS.export_root, "dynamic" if dynamic_padding else "padded")
   if tf.io.gfile.exists(export_dir):
     tf.io.gfile.rmtree(export_dir)
-  return classifier.export_saved_model(
-      model, classifier.get_processor("sst-2"), export_dir, FLAGS.vocab_file, True, None,
-      FLAGS.max_seq_length, dynamic_padding=dynamic_padding)
+  return task.export(model, export_dir, dynamic_padding=dynamic_padding)
 
 
 class ExportRunner:
@@ -120,11 +120,14 @@ def main(argv):
   tf.config.threading.set_inter_op_parallelism_threads(threads)
   sentences = read_sentences(FLAGS.sst2_file)
   config = modeling.BertConfig.from_dict(bench_model.BERT_BASE if FLAGS.model == "base" else MINILM)
-  model = classifier.BertClassifier(config, 2)
-  model.build()
+  task = classifier.ClassifierTask(config, classifier.get_processor("sst-2"),
+                                   tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
+                                   FLAGS.export_root, FLAGS.max_seq_length)
+  model = task.build_model()
   runners = {
-      "ours, padded to max_seq_length (before)": ExportRunner(export_classifier(model, False)),
-      "ours, dynamic padding (after)": ExportRunner(export_classifier(model, True))}
+      "ours, padded to max_seq_length (before)": ExportRunner(export_classifier(task, model,
+                                                                                False)),
+      "ours, dynamic padding (after)": ExportRunner(export_classifier(task, model, True))}
   peer = bench_model.load_peer()
   if peer:
     peer[0].set_num_threads(threads)
