@@ -103,7 +103,9 @@ class BadRows:
 
   Without `skip`, `reject` raises BadInputError naming the file and line. With it, the first bad
   row of each file is logged, every one is skipped and counted per file in `skipped`, and
-  `log_summary()` logs the counts at the end of the run.
+  `log_summary()` logs the counts at the end of the run. A reader calls `start_file` before a
+  file's rows (a file read again, e.g. the dev file at each evaluation, is counted once) and
+  `finish_file` after them.
   """
 
   def __init__(self, skip: bool = False):
@@ -119,11 +121,19 @@ class BadRows:
                       reason)
     self.skipped[path] += 1
 
-  def no_examples_error(self, path: str, what: str) -> BadInputError:
-    """The error for a file that gave no examples (saying how many bad rows were skipped)."""
+  def start_file(self, path: str) -> None:
+    self.skipped[path] = 0
+
+  def finish_file(self, path: str, examples: list, what: str) -> list:
+    """Logs the file's skipped rows; returns its examples, or raises BadInputError naming the file
+    (`what`: e.g. "train split") when it gave none."""
     skipped = self.skipped[path]
-    return BadInputError("%s: no examples in the %s%s" % (
-        path, what, " (%d bad rows skipped)" % skipped if skipped else ""))
+    if skipped:
+      logging.warning("%s: skipped %d bad rows", path, skipped)
+    if not examples:
+      raise BadInputError("%s: no examples in the %s%s" % (
+          path, what, " (%d bad rows skipped)" % skipped if skipped else ""))
+    return examples
 
   def log_summary(self) -> None:
     """Logs how many rows were skipped in all and per file (nothing when none was)."""
@@ -212,7 +222,7 @@ class DataProcessor:
       raise BadInputError("%s: no such file (the %s split of task %s)" %
                           (path, split, type(self).__name__))
     examples = []
-    self.skipped_rows[path] = 0
+    self.bad_rows.start_file(path)
     for line_number, row in read_rows(path, layout.file_format, layout.has_header,
                                       layout.jsonl_keys):
       try:
@@ -223,11 +233,7 @@ class DataProcessor:
         continue
       if example is not None:
         examples.append(example)
-    if self.skipped_rows[path]:
-      logging.warning("%s: skipped %d bad rows", path, self.skipped_rows[path])
-    if not examples:
-      raise self.bad_rows.no_examples_error(path, "%s split" % split)
-    return examples
+    return self.bad_rows.finish_file(path, examples, "%s split" % split)
 
   def _create_example(self, layout: SplitLayout, row: "Row", guid: str,
                       check_labels: bool = True) -> Optional[InputExample]:

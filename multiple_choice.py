@@ -80,6 +80,7 @@ def read_examples(path: str, split: str = "data",
   if not os.path.isfile(path):
     raise BadInputError("%s: no such file (the %s file)" % (path, split))
   bad_rows = bad_rows or classifier.BadRows()
+  bad_rows.start_file(path)
   extension = os.path.splitext(path)[1].lower()
   if extension == ".csv":
     examples = read_swag_csv(path, split, bad_rows)
@@ -87,9 +88,7 @@ def read_examples(path: str, split: str = "data",
     examples = read_jsonl(path, split, bad_rows)
   else:
     raise BadInputError("%s: unknown format: use SWAG's .csv or JSON Lines (.jsonl)" % path)
-  if not examples:
-    raise bad_rows.no_examples_error(path, "%s file" % split)
-  return examples
+  return bad_rows.finish_file(path, examples, "%s file" % split)
 
 
 def read_swag_csv(path: str, split: str,

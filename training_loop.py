@@ -829,8 +829,11 @@ def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: b
     features[REAL_EXAMPLE_KEY] = is_real
     return features, index
 
-  indexed = dataset.enumerate().map(tf.autograph.experimental.do_not_convert(
-      lambda index, features: dict(features, **{_INDEX_KEY: tf.cast(index, tf.int32)})))
+  @tf.autograph.experimental.do_not_convert
+  def add_index(index, features):
+    return dict(features, **{_INDEX_KEY: tf.cast(index, tf.int32)})
+
+  indexed = dataset.enumerate().map(add_index)
   return length_buckets.batch(indexed, batch_size, drop_remainder, bucket_by_length).map(pad)
 
 

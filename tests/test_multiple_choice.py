@@ -90,6 +90,8 @@ def test_skip_bad_rows_skips_and_counts_them_per_file(tmp_path):
   assert [(e.guid, e.context, e.label) for e in (first, second, only)] == [
       ("train-0", "c1", 1), ("train-1", "c3", 3), ("dev-0", "ok", 1)]
   assert bad_rows.skipped == {csv_path: 2, jsonl_path: 1}
+  multiple_choice.read_examples(csv_path, "train", bad_rows)  # Read again (as each evaluation):
+  assert bad_rows.skipped == {csv_path: 2, jsonl_path: 1}  # its rows count once.
   all_bad = write(tmp_path / "test.jsonl", '["c"]\n{"endings": ["a"]}\n')
   with pytest.raises(multiple_choice.BadInputError,
                      match=r"test\.jsonl: no examples in the test file \(2 bad rows skipped\)"):
