@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import errors
 
 CHECKPOINT_BASENAME = "model.ckpt"
 # The optimizer's per-variable slots, stored as `<variable name>/<slot>`, as the original's.
@@ -38,7 +39,7 @@ SLOT_NAMES = ("adam_m", "adam_v")
 GLOBAL_STEP = "global_step"
 
 
-class TrainingError(RuntimeError):
+class TrainingError(errors.InputError):
   """A run cannot continue: the loss became NaN or Inf, no checkpoint is readable, the output
   directory is in use or cannot be written, `--init_checkpoint` does not fit the model. The
   message says what to do; `cli.run_script` prints it as one line."""

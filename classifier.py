@@ -26,6 +26,7 @@ import tensorflow as tf
 
 import atomic_files
 import distribution
+import errors
 import export
 import feature_cache
 import fine_tuning
@@ -42,7 +43,7 @@ import windowing
 LABEL_LIST_FILE = "label_list.txt"
 
 
-class BadInputError(ValueError):
+class BadInputError(errors.InputError):
   """Raised for a data file, row or directory that cannot be used; the message says where."""
 
 

@@ -21,6 +21,7 @@ from absl import flags
 
 import checkpoints
 import distribution
+import errors
 import fine_tuning
 import modeling
 import optimization
@@ -30,7 +31,7 @@ import training_loop
 FLAGS = flags.FLAGS
 
 
-class FlagError(ValueError):
+class FlagError(errors.InputError):
   """A flag is missing, out of range or does not fit another: the message names the flag."""
 
 
@@ -119,6 +120,11 @@ def define_common_flags(max_seq_length: int = 128,
           "their random initial values). Without it that is an error listing them.")
   _define(fv, "string", "output_dir", None,
           "Where checkpoints, summaries and results are written.")
+  _define(fv, "bool", "allow_changed_settings", False,
+          "Resume a run in --output_dir whose recorded training settings (batch size, learning "
+          "rate, schedule, optimizer, model config, max_seq_length, ...) differ from these flags, "
+          "with a WARNING listing the differences. Without it such a resume is an error naming "
+          "each one.")
   _define(fv, "bool", "do_train", False, "Whether to run training.")
   _define(fv, "integer", "train_batch_size", 32,
           "Global batch size for training: the examples of one optimizer update.")
@@ -367,6 +373,7 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
       use_xla=FLAGS.use_xla,
       random_seed=FLAGS.random_seed,
       allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint,
+      allow_changed_settings=FLAGS.allow_changed_settings,
       **{name: FLAGS[name].value for name in _EVAL_DURING_TRAINING_FLAGS if name in FLAGS})
 
 
@@ -385,15 +392,38 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
       predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
 
 
-def run_script(main: Callable[[list], Any], input_errors: Sequence[type] = ()) -> None:
-  """`app.run(main)` for a script; a FlagError, a TrainingError, or one of the script's
-  `input_errors` (bad input files, whose messages name the file and line), ends it with one line
-  on stderr (`<script>: error: <message>`, exit status 1) instead of a traceback."""
+# Set to 1 to see the traceback behind a one-line error (for debugging; users need not).
+TRACEBACK_VARIABLE = "BERT_TRACEBACK"
+
+
+def _exit_with_error(message: str) -> None:
+  """Ends the script with `<script>: error: <message>` on one line and exit status 1."""
+  first_line = " ".join(str(message).split("\n"))
+  raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]), first_line))
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's parse of argv, with a value of the wrong type (or an unknown flag) ended as one line
+  naming the flag, like every other bad input."""
+  try:
+    return FLAGS(argv)
+  except flags.Error as error:
+    _exit_with_error(str(error).replace("flag --", "--", 1))
+
+
+def run_script(main: Callable[[list], Any]) -> None:
+  """`app.run(main)` for a script. Bad input, `errors.InputError` from any module (a flag, a file,
+  a line: `FlagError`, `TrainingError`, `BadInputError`, ...), ends it with one line on stderr
+  (`<script>: error: <message>`, exit status 1) instead of a traceback; set the environment
+  variable BERT_TRACEBACK=1 to see the traceback too. Anything else is a bug and keeps its
+  traceback."""
 
   def main_with_clear_errors(argv):
     try:
       return main(argv)
-    except (FlagError, checkpoints.TrainingError) + tuple(input_errors) as error:
-      raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]), error)) from None
+    except errors.InputError as error:
+      if os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0"):
+        raise
+      _exit_with_error(str(error))
 
-  app.run(main_with_clear_errors)
+  app.run(main_with_clear_errors, flags_parser=_parse_flags)

@@ -44,6 +44,7 @@ import tensorflow as tf
 
 import atomic_files
 import checkpoints
+import errors
 import modeling
 
 FLAGS = flags.FLAGS
@@ -88,7 +89,7 @@ BERT_SCOPES = ("embeddings", "encoder", "pooler")
 _LAYER_NORM_LEAVES = {"weight": "gamma", "bias": "beta", "gamma": "gamma", "beta": "beta"}
 
 
-class UnknownTensorError(ValueError):
+class UnknownTensorError(errors.InputError):
   """A tensor name that is not part of BERT (or its pretraining heads)."""
 
 

@@ -19,7 +19,6 @@ from absl import flags
 import classifier
 import cli
 import multiple_choice
-import tfrecord_files
 
 FLAGS = flags.FLAGS
 
@@ -50,4 +49,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main, input_errors=(classifier.BadInputError, tfrecord_files.CorruptRecordError))
+  cli.run_script(main)

@@ -45,4 +45,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main, input_errors=(tagging.ConllFormatError,))
+  cli.run_script(main)

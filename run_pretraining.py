@@ -21,7 +21,6 @@ from absl import logging
 import cli
 import modeling
 import pretraining
-import tfrecord_files
 import training_loop
 
 FLAGS = flags.FLAGS
@@ -155,4 +154,4 @@ def main(_):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
-  cli.run_script(main, input_errors=(tfrecord_files.CorruptRecordError,))
+  cli.run_script(main)

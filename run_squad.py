@@ -20,7 +20,6 @@ from absl import flags
 
 import cli
 import squad
-import tfrecord_files
 
 FLAGS = flags.FLAGS
 
@@ -80,4 +79,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main, input_errors=(squad.SquadFormatError, tfrecord_files.CorruptRecordError))
+  cli.run_script(main)

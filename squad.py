@@ -25,6 +25,7 @@ import tensorflow_text as tf_text
 
 import atomic_files
 import distribution
+import errors
 import export
 import feature_cache
 import fine_tuning
@@ -40,7 +41,7 @@ import windowing
 FIRST_UNIQUE_ID = 1000000000
 
 
-class SquadFormatError(ValueError):
+class SquadFormatError(errors.InputError):
   """A SQuAD JSON file is malformed; the message names the file and the place."""
 
 

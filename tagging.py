@@ -25,6 +25,7 @@ import tensorflow as tf
 
 import atomic_files
 import distribution
+import errors
 import export
 import fine_tuning
 import in_graph_tokenization
@@ -41,7 +42,7 @@ IGNORE_LABEL = -1
 TAG_LIST_FILE = "tag_list.txt"
 
 
-class ConllFormatError(ValueError):
+class ConllFormatError(errors.InputError):
   """A CoNLL file cannot be read; the message names the file (and line)."""
 
 

@@ -18,6 +18,8 @@ from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import errors
+
 # Bytes of framing around each record: length (8), its checksum (4), the data's checksum (4).
 _FRAMING_BYTES = 16
 
@@ -26,7 +28,7 @@ _FRAMING_BYTES = 16
 REBUILD_CACHE_HINT = "delete it and its .json note to rebuild it from the data"
 
 
-class CorruptRecordError(ValueError):
+class CorruptRecordError(errors.InputError):
   """A TFRecord file holds a record that fails its checksum or is cut short."""
 
 

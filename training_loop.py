@@ -216,6 +216,8 @@ class TrainConfig:
   use_xla: bool = False
   random_seed: int = 12345
   allow_partial_init_checkpoint: bool = False
+  # Resume although the run's recorded settings differ from these (a WARNING lists them).
+  allow_changed_settings: bool = False
   num_train_epochs: Optional[float] = None
   warmup_proportion: Optional[float] = None
   # The step a later phase of the job starts at (pretraining's phase 2 resumes phase 1's
