@@ -374,7 +374,17 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
       random_seed=FLAGS.random_seed,
       allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint,
       allow_changed_settings=FLAGS.allow_changed_settings,
+      model_settings=_model_settings(),
       **{name: FLAGS[name].value for name in _EVAL_DURING_TRAINING_FLAGS if name in FLAGS})
+
+
+def _model_settings() -> dict:
+  """What shapes the trained model besides the training config: `--bert_config_file`'s values
+  and `--max_seq_length` (recorded with the run; a resume must match them)."""
+  settings = {"max_seq_length": FLAGS.max_seq_length}
+  if FLAGS.bert_config_file:
+    settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
+  return settings
 
 
 _EVAL_DURING_TRAINING_FLAGS = ("eval_every_steps", "early_stopping_patience",

@@ -218,6 +218,9 @@ class TrainConfig:
   allow_partial_init_checkpoint: bool = False
   # Resume although the run's recorded settings differ from these (a WARNING lists them).
   allow_changed_settings: bool = False
+  # Settings outside this config that shape what is trained (the model config, max_seq_length):
+  # recorded in output_dir with the training settings and checked on resume like them.
+  model_settings: Mapping[str, Any] = dataclasses.field(default_factory=dict)
   num_train_epochs: Optional[float] = None
   warmup_proportion: Optional[float] = None
   # The step a later phase of the job starts at (pretraining's phase 2 resumes phase 1's
