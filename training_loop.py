@@ -656,6 +656,12 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
     named_variables = checkpoints.training_state_variables(model, optimizer)
 
   step, restored = _restore_or_initialize(model, named_variables, config)
+  if step < config.phase_start_step:
+    raise checkpoints.TrainingError(
+        "%s is at step %d, before this phase's first step %d: finish the previous phase first" %
+        (restored or config.output_dir, step, config.phase_start_step))
+  if chief:
+    _check_and_record_settings(config, step)
   evaluations = (_Evaluations(config, evaluate_fn, step) if evaluate_fn is not None and
                  config.evaluates_during_training else None)
 
@@ -670,10 +676,6 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
                  ", stopped early" if step < config.num_train_steps else "")
     return TrainResult(model, step, restored, {}, 0.0, **evaluation_results())
 
-  if step < config.phase_start_step:
-    raise checkpoints.TrainingError(
-        "%s is at step %d, before this phase's first step %d: finish the previous phase first" %
-        (restored or config.output_dir, step, config.phase_start_step))
   # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
   dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
       step - config.phase_start_step)
@@ -775,6 +777,103 @@ def _restore_or_initialize(model, named_variables, config) -> tuple:
     checkpoints.load_init_checkpoint(model, config.init_checkpoint,
                                      config.allow_partial_init_checkpoint)
   return 0, None
+
+
+SETTINGS_FILE = "training_settings.json"
+
+# The TrainConfig fields that shape what is trained; with `model_settings` they are recorded and
+# checked on resume. Not gradient_accumulation_steps (the same updates in less memory), nor the
+# checkpointing, XLA and evaluation options, nor init_checkpoint (a resume does not read it).
+_RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "num_train_steps",
+                    "num_warmup_steps", "num_train_epochs", "warmup_proportion", "random_seed")
+# The flag a model setting comes from, where its name differs.
+_SETTING_FLAGS = {"bert_config": "bert_config_file"}
+
+
+def _recorded_settings(config: TrainConfig) -> dict:
+  """The run's settings as JSON values: the fields of _RECORDED_FIELDS that are set, and
+  `model_settings`."""
+  settings = {name: getattr(config, name) for name in _RECORDED_FIELDS
+              if getattr(config, name) is not None}
+  return json.loads(json.dumps(dict(settings, **config.model_settings)))
+
+
+def _flatten(settings: Mapping[str, Any], prefix: str = "") -> dict:
+  """{"bert_config": {"hidden_size": 768}} -> {"bert_config.hidden_size": 768}."""
+  flat = {}
+  for name, value in settings.items():
+    if isinstance(value, Mapping):
+      flat.update(_flatten(value, prefix + name + "."))
+    else:
+      flat[prefix + name] = value
+  return flat
+
+
+def _setting_name(key: str, in_epochs: bool) -> str:
+  """The flag a difference names (a field of a config file in parentheses); the step counts of
+  a schedule in epochs come from the epochs and the number of examples, not from a flag."""
+  if in_epochs and key in ("num_train_steps", "num_warmup_steps"):
+    return "%s (from the epochs and the number of examples)" % key
+  setting, _, field = key.partition(".")
+  flag = "--" + _SETTING_FLAGS.get(setting, setting)
+  return "%s (%s)" % (flag, field) if field else flag
+
+
+def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any],
+                          in_epochs: bool) -> list:
+  """`<flag>: recorded X, now Y` for each setting that differs (`unset` for a missing one)."""
+  recorded, current = _flatten(recorded), _flatten(current)
+  shown = lambda value: "unset" if value is None else value
+  return ["%s: recorded %s, now %s" % (_setting_name(key, in_epochs), shown(recorded.get(key)),
+                                       shown(current.get(key)))
+          for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
+
+
+def _read_settings(path: str) -> dict:
+  """{first step of a phase (str): its settings} from a settings file ({} when there is none)."""
+  if not tf.io.gfile.exists(path):
+    return {}
+  with tf.io.gfile.GFile(path) as f:
+    try:
+      return dict(json.load(f)["phases"])
+    except (ValueError, KeyError, TypeError) as error:
+      raise checkpoints.TrainingError(
+          "%s is not a record of training settings (%s); remove it to record this run's" %
+          (path, error)) from None
+
+
+def _check_and_record_settings(config: TrainConfig, step: int) -> None:
+  """Records the settings of this phase of training in `output_dir/training_settings.json`
+  and, when it resumes (it has trained past its first step), checks them first.
+
+  A resume with other settings than the recorded ones is an error naming each difference, or
+  with `allow_changed_settings` a WARNING (the new ones are recorded). Phases are keyed by their
+  first step (`phase_start_step`), so pretraining's phase 2 starts with settings of its own. An
+  output_dir trained without a record (by an older version) resumes and records these.
+  """
+  path = os.path.join(config.output_dir, SETTINGS_FILE)
+  phases = _read_settings(path)
+  phase = str(config.phase_start_step)
+  recorded, current = phases.get(phase), _recorded_settings(config)
+  if step > config.phase_start_step and recorded is None:
+    logging.info("%s has no settings for the training resumed at step %d (it was started by an "
+                 "older version): recording these", path, step)
+  elif step > config.phase_start_step:
+    differences = _settings_differences(recorded, current, config.num_train_epochs is not None)
+    where = "" if phase == "0" else " for the phase that starts at step %s" % phase
+    if differences and not config.allow_changed_settings:
+      raise checkpoints.TrainingError(
+          "--output_dir=%s was trained with other settings (recorded in %s%s): %s. Resume with "
+          "the recorded values, use another --output_dir, or pass --allow_changed_settings to "
+          "continue this run with the new ones" % (config.output_dir, path, where,
+                                                   "; ".join(differences)))
+    if differences:
+      logging.warning("Resuming %s with settings that differ from those recorded%s "
+                      "(--allow_changed_settings): %s", config.output_dir, where,
+                      "; ".join(differences))
+  if recorded != current:
+    phases[phase] = current
+    atomic_files.write_text(path, json.dumps({"phases": phases}, indent=1, sort_keys=True) + "\n")
 
 
 # TensorBoard's scalar plugin metadata, so scalars are written without importing tensorboard

@@ -107,10 +107,14 @@ def dataset_fn_of(data):
   return dataset_fn
 
 
+# What cli.train_config records of the model besides the training flags.
+MODEL_SETTINGS = {"max_seq_length": SEQ_LENGTH, "bert_config": CONFIG}
+
+
 def train_config(output_dir, **overrides):
   values = dict(output_dir=output_dir, num_train_steps=6, num_warmup_steps=1, learning_rate=1e-2,
                 train_batch_size=8, save_checkpoints_steps=2, iterations_per_loop=2,
-                keep_checkpoint_max=2)
+                keep_checkpoint_max=2, model_settings=MODEL_SETTINGS)
   values.update(overrides)
   return training_loop.TrainConfig(**values)
 
@@ -167,15 +171,19 @@ def test_checkpoints_hold_google_names_slots_and_step(reference):
   assert not report.missing and not report.unused
 
 
-def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_path):
+def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_path, caplog):
   output_dir, straight, _ = reference
-  # A run that crashed after step 4: only model.ckpt-4 and a state file naming it.
+  # A run that crashed after step 4: only model.ckpt-4 and a state file naming it (no settings
+  # record: an output_dir of an older version).
   for path in tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-4.*")):
     tf.io.gfile.copy(path, str(tmp_path / os.path.basename(path)))
   checkpoints._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-4")])
-  resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
-                           dataset_fn_of(examples(64)), train_config(str(tmp_path)))
+  with caplog.at_level("INFO", logger="absl"):
+    resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                                  dataset_fn_of(examples(64)), train_config(str(tmp_path)))
   assert resumed.global_step == 6
+  assert "(it was started by an older version): recording these" in caplog.text
+  assert recorded_settings(str(tmp_path)) == recorded_settings(output_dir)
   expected = checkpoint_values(straight.checkpoint)
   actual = checkpoint_values(resumed.checkpoint)
   assert set(actual) == set(expected)
@@ -941,3 +949,59 @@ def test_only_the_chief_writes_results(tmp_path, monkeypatch, tf_config, chief):
   path = tmp_path / "eval_results.txt"
   training_loop.write_eval_results(str(path), {"eval_accuracy": 0.5})
   assert path.exists() == chief
+
+
+# ------------------------------------------------------------------------------------------------
+# The run's settings, recorded in output_dir and checked on resume.
+# ------------------------------------------------------------------------------------------------
+
+
+def killed_after_step_4(reference, output_dir):
+  """output_dir as the reference run leaves it when killed after writing model.ckpt-4."""
+  os.makedirs(output_dir)
+  copy_checkpoints(reference[0], output_dir, [4])
+  tf.io.gfile.copy(os.path.join(reference[0], training_loop.SETTINGS_FILE),
+                   os.path.join(output_dir, training_loop.SETTINGS_FILE))
+  return output_dir
+
+
+def resume(output_dir, **overrides):
+  return training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                             dataset_fn_of(examples(64)), train_config(output_dir, **overrides))
+
+
+def recorded_settings(output_dir):
+  with open(os.path.join(output_dir, training_loop.SETTINGS_FILE)) as f:
+    return json.load(f)["phases"]
+
+
+def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(reference, tmp_path,
+                                                                               caplog):
+  assert recorded_settings(reference[0]) == {"0": dict(
+      train_batch_size=8, learning_rate=1e-2, optimizer="bert_adam", num_train_steps=6,
+      num_warmup_steps=1, random_seed=12345, **MODEL_SETTINGS)}
+  output_dir = killed_after_step_4(reference, str(tmp_path / "changed"))
+  changes = dict(learning_rate=2e-2, train_batch_size=4,
+                 model_settings=dict(MODEL_SETTINGS, bert_config=dict(CONFIG, hidden_size=32)))
+  with pytest.raises(checkpoints.TrainingError) as error:
+    resume(output_dir, **changes)
+  message = str(error.value)
+  for difference in ("--learning_rate: recorded 0.01, now 0.02",
+                     "--train_batch_size: recorded 8, now 4",
+                     "--bert_config_file (hidden_size): recorded 16, now 32",
+                     "pass --allow_changed_settings"):
+    assert difference in message
+  assert "\n" not in message and "max_seq_length" not in message
+  assert checkpoints.latest_checkpoint(output_dir) == os.path.join(output_dir, "model.ckpt-4")
+  # The same settings resume.
+  assert resume(killed_after_step_4(reference, str(tmp_path / "same"))).global_step == 6
+  # Accepted: a WARNING lists the differences, the run trains on with them and records them, so
+  # that the old values are now the change.
+  with caplog.at_level("INFO", logger="absl"):
+    changed = resume(output_dir, learning_rate=2e-2, train_batch_size=4,
+                     allow_changed_settings=True)
+  assert changed.global_step == 6
+  assert "--learning_rate: recorded 0.01, now 0.02" in warnings_text(caplog)
+  assert recorded_settings(output_dir)["0"]["learning_rate"] == 2e-2
+  with pytest.raises(checkpoints.TrainingError, match="--learning_rate: recorded 0.02, now 0.01"):
+    resume(output_dir)
