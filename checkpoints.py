@@ -45,6 +45,16 @@ class TrainingError(errors.InputError):
   message says what to do; `cli.run_script` prints it as one line."""
 
 
+class CheckpointError(errors.InputError):
+  """A checkpoint cannot be used: there is none at the path, or its variables do not fit the
+  model (names, shapes, dtypes). The message names the checkpoint and the variable."""
+
+
+class UnreadableCheckpointError(CheckpointError):
+  """A checkpoint's files are missing, cut short or corrupt: damage, which
+  `restore_newest_intact` skips for an older checkpoint."""
+
+
 # ------------------------------------------------------------------------------------------------
 # Names.
 # ------------------------------------------------------------------------------------------------
@@ -140,20 +150,105 @@ def save_checkpoint(model: keras.Model, prefix: str) -> str:
 
 def resolve_checkpoint_path(checkpoint_path: str) -> str:
   """Returns the checkpoint prefix for a prefix, or for a directory (its `checkpoint` file's
-  latest entry, else its only `*.index` file). Raises ValueError when there is none."""
+  latest entry, else its only `*.index` file).
+
+  Raises:
+    UnreadableCheckpointError: the prefix's `.index` file, or the one the `checkpoint` file names
+      as latest, does not exist.
+    CheckpointError: a directory without a `checkpoint` file holds no or several `*.index`
+      files, or its `checkpoint` file names a checkpoint in another directory.
+  """
   if tf.io.gfile.isdir(checkpoint_path):
-    latest = tf.train.latest_checkpoint(checkpoint_path)
-    if latest:
-      return latest
+    state = tf.train.get_checkpoint_state(checkpoint_path)
+    if state is not None and state.model_checkpoint_path:
+      return _existing(_state_entry(checkpoint_path, state.model_checkpoint_path),
+                       "%s names it as the latest checkpoint" % _state_file(checkpoint_path))
     indexes = tf.io.gfile.glob(os.path.join(checkpoint_path, "*.index"))
     if len(indexes) == 1:
       return indexes[0][:-len(".index")]
-    raise ValueError("directory %s has no `checkpoint` file and %d *.index files: pass the "
-                     "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
-                     (checkpoint_path, len(indexes), checkpoint_path))
-  if not tf.io.gfile.exists(checkpoint_path + ".index"):
-    raise ValueError("no checkpoint at %s (expected %s.index)" % (checkpoint_path, checkpoint_path))
-  return checkpoint_path
+    raise CheckpointError("directory %s has no `checkpoint` file and %d *.index files: pass the "
+                          "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
+                          (checkpoint_path, len(indexes), checkpoint_path))
+  return _existing(checkpoint_path, "")
+
+
+def _existing(prefix: str, named_by: str) -> str:
+  """`prefix` if its `.index` file exists, else an UnreadableCheckpointError naming it."""
+  if not tf.io.gfile.exists(prefix + ".index"):
+    raise UnreadableCheckpointError("no checkpoint at %s (%s.index does not exist)%s" % (
+        prefix, prefix, "; " + named_by if named_by else ""))
+  return prefix
+
+
+def _state_file(directory: str) -> str:
+  return os.path.join(directory, "checkpoint")
+
+
+def _same_directory(first: str, second: str) -> bool:
+  """Whether two spellings name one directory (local paths resolved, remote ones normalized)."""
+  if "://" in first or "://" in second:
+    return first.rstrip("/") == second.rstrip("/")
+  return os.path.realpath(first) == os.path.realpath(second)
+
+
+def _state_entry(directory: str, prefix: str) -> str:
+  """A prefix the `checkpoint` file of `directory` names, which must lie in that directory: a
+  state file copied with its run, or edited, must not make us read another run's files."""
+  if not _same_directory(os.path.dirname(prefix) or ".", directory):
+    raise CheckpointError("%s names %s, which is not in %s: checkpoints it lists must be in its "
+                          "own directory (fix or remove the file)" %
+                          (_state_file(directory), prefix, directory))
+  return prefix
+
+
+# What reading a damaged checkpoint raises: TensorFlow errors (missing or corrupt files), and the
+# IndexError of TF's checkpoint reader on a truncated `.data` file ("Read less bytes than
+# requested").
+_CHECKPOINT_READ_ERRORS = (tf.errors.OpError, IndexError, OSError)
+
+
+def open_checkpoint(prefix: str):
+  """`tf.train.load_checkpoint(prefix)`; missing or unreadable files are an
+  UnreadableCheckpointError naming them."""
+  _existing(prefix, "")
+  try:
+    return tf.train.load_checkpoint(prefix)
+  except _CHECKPOINT_READ_ERRORS as error:
+    raise UnreadableCheckpointError("checkpoint %s cannot be read (%s)" %
+                                    (prefix, first_line(error))) from error
+
+
+def read_tensor(reader, prefix: str, name: str) -> np.ndarray:
+  """The value of `name` from `open_checkpoint(prefix)`; a `.data` file that is missing, cut short
+  or corrupt is an UnreadableCheckpointError naming the checkpoint and the variable."""
+  try:
+    return np.asarray(reader.get_tensor(name))
+  except _CHECKPOINT_READ_ERRORS as error:
+    raise UnreadableCheckpointError("checkpoint %s: variable %s cannot be read (%s)" %
+                                    (prefix, name, first_line(error))) from error
+
+
+def _same_kind(stored: tf.DType, wanted: tf.DType) -> bool:
+  """Whether a stored dtype may be converted to a variable's: equal, or both floating point
+  (a half-precision export into float32 weights), or both integers (an int32 `global_step`)."""
+  return stored == wanted or (stored.is_floating and wanted.is_floating) or (
+      stored.is_integer and wanted.is_integer)
+
+
+def check_fits(reader, prefix: str, named_variables: Mapping[str, Any]) -> None:
+  """Checks the shape and dtype of every named variable the checkpoint holds, before any is
+  assigned; a mismatch is a CheckpointError naming the checkpoint, the variable and both."""
+  shapes = reader.get_variable_to_shape_map()
+  dtypes = reader.get_variable_to_dtype_map()
+  for name in sorted(set(named_variables) & set(shapes)):
+    variable = named_variables[name]
+    if tuple(shapes[name]) != tuple(variable.shape):
+      raise CheckpointError("checkpoint %s: variable %s has shape %s in the checkpoint but %s in "
+                            "the model" % (prefix, name, list(shapes[name]), list(variable.shape)))
+    wanted = tf.as_dtype(variable.dtype)
+    if not _same_kind(dtypes[name], wanted):
+      raise CheckpointError("checkpoint %s: variable %s has dtype %s in the checkpoint but %s in "
+                            "the model" % (prefix, name, dtypes[name].name, wanted.name))
 
 
 def is_training_state_name(name: str) -> bool:
@@ -190,22 +285,19 @@ def init_from_checkpoint(model: keras.Model, checkpoint_path: str) -> Checkpoint
     `global_step` are not counted) and missing (variables left at their initial values) names.
 
   Raises:
-    ValueError: on a shape mismatch (naming the variable and both shapes), before any assignment.
+    UnreadableCheckpointError: no checkpoint at the path, or its files cannot be read.
+    CheckpointError: a shape or dtype mismatch (naming the variable and both), before any
+      assignment.
   """
   prefix = resolve_checkpoint_path(checkpoint_path)
-  reader = tf.train.load_checkpoint(prefix)
+  reader = open_checkpoint(prefix)
   checkpoint_shapes = reader.get_variable_to_shape_map()
   variables = checkpoint_variables(model)
+  check_fits(reader, prefix, variables)
   matched = sorted(name for name in variables if name in checkpoint_shapes)
   for name in matched:
-    model_shape = tuple(variables[name].shape)
-    checkpoint_shape = tuple(checkpoint_shapes[name])
-    if model_shape != checkpoint_shape:
-      raise ValueError("checkpoint %s: variable %s has shape %s in the checkpoint but %s in the "
-                       "model" % (prefix, name, list(checkpoint_shape), list(model_shape)))
-  for name in matched:
     variable = variables[name]
-    variable.assign(reader.get_tensor(name).astype(variable.dtype))
+    variable.assign(read_tensor(reader, prefix, name).astype(variable.dtype))
   report = CheckpointLoadReport(
       checkpoint=prefix,
       loaded=matched,
@@ -269,10 +361,6 @@ def training_state_variables(model: keras.Model, optimizer: keras.optimizers.Opt
 # Files of a training checkpoint: `model.ckpt-<step>.index` and `.data-<i>-of-<n>`.
 _CHECKPOINT_FILE = re.compile(r"^(%s-(\d+))\.(index|data-\d{5}-of-(\d{5}))$" %
                               re.escape(CHECKPOINT_BASENAME))
-# What reading a damaged checkpoint raises: TensorFlow errors (missing or corrupt files), and the
-# IndexError of TF's checkpoint reader on a truncated `.data` file ("Read less bytes than
-# requested").
-_CHECKPOINT_READ_ERRORS = (tf.errors.OpError, IndexError, OSError)
 
 
 def checkpoint_prefix(output_dir: str, step: int) -> str:
@@ -281,9 +369,9 @@ def checkpoint_prefix(output_dir: str, step: int) -> str:
 
 def checkpoint_step(prefix: str) -> int:
   """The step of a `model.ckpt-<step>` prefix (its `global_step` entry, else its name)."""
-  reader = tf.train.load_checkpoint(prefix)
+  reader = open_checkpoint(prefix)
   if reader.has_tensor(GLOBAL_STEP):
-    return int(reader.get_tensor(GLOBAL_STEP))
+    return int(read_tensor(reader, prefix, GLOBAL_STEP))
   match = re.search(r"-(\d+)$", prefix)
   return int(match.group(1)) if match else 0
 
@@ -304,7 +392,7 @@ def _state_file_prefixes(output_dir: str) -> list:
   paths = list(state.all_model_checkpoint_paths)
   if state.model_checkpoint_path and state.model_checkpoint_path not in paths:
     paths.append(state.model_checkpoint_path)
-  return paths
+  return [_state_entry(output_dir, path) for path in paths]
 
 
 def _checkpoint_history(output_dir: str) -> list:
@@ -361,8 +449,8 @@ def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Opt
 
   A checkpoint is damaged when a file is missing or reading it fails (truncated or corrupt data):
   each damaged one is named in a warning and the next older one is tried. Errors `load_fn` raises
-  for a readable but unsuitable checkpoint (ValueError: wrong names or shapes) are not damage and
-  propagate.
+  for a readable but unsuitable checkpoint (CheckpointError: wrong names, shapes or dtypes) are
+  not damage and propagate.
 
   Returns:
     The prefix loaded, or None when `output_dir` holds no checkpoint at all.
@@ -376,8 +464,8 @@ def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Opt
     if problem is None:
       try:
         load_fn(prefix)
-      except _CHECKPOINT_READ_ERRORS as error:
-        problem = "cannot be read (%s)" % first_line(error)
+      except (UnreadableCheckpointError,) + _CHECKPOINT_READ_ERRORS as error:
+        problem = "cannot be read (%s)" % first_line(error.__cause__ or error)
     if problem is None:
       if damaged:
         logging.warning("Using %s, the newest intact checkpoint", prefix)
@@ -444,19 +532,17 @@ def save_training_checkpoint(named_variables: Mapping[str, Any], output_dir: str
 
 
 def restore_variables(named_variables: Mapping[str, Any], prefix: str) -> None:
-  """Assigns every named variable from a checkpoint; a missing name or shape is an error."""
-  reader = tf.train.load_checkpoint(prefix)
+  """Assigns every named variable from a checkpoint; a missing name, shape or dtype is a
+  CheckpointError (unreadable files an UnreadableCheckpointError), before any assignment."""
+  reader = open_checkpoint(prefix)
   shapes = reader.get_variable_to_shape_map()
   missing = sorted(name for name in named_variables if name not in shapes)
   if missing:
-    raise ValueError("checkpoint %s lacks %d variables needed to resume, e.g. %s" %
-                     (prefix, len(missing), missing[:5]))
+    raise CheckpointError("checkpoint %s lacks %d variables needed to resume, e.g. %s" %
+                          (prefix, len(missing), missing[:5]))
+  check_fits(reader, prefix, named_variables)
   for name, variable in named_variables.items():
-    if tuple(shapes[name]) != tuple(variable.shape):
-      raise ValueError("checkpoint %s: %s has shape %s, the model needs %s" %
-                       (prefix, name, list(shapes[name]), list(variable.shape)))
-  for name, variable in named_variables.items():
-    variable.assign(np.asarray(reader.get_tensor(name)).astype(variable.dtype))
+    variable.assign(read_tensor(reader, prefix, name).astype(variable.dtype))
 
 
 def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.Model],
@@ -476,7 +562,7 @@ def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras
   def load_complete(prefix):
     report = init_from_checkpoint(model, prefix)
     if report.missing:
-      raise ValueError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
+      raise CheckpointError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
                        (prefix, len(report.missing), ", ".join(report.missing[:5])))
 
   prefix = restore_newest_intact(output_dir, load_complete)
