@@ -5,9 +5,11 @@ names (`InputExample`, `InputFeatures`, `DataProcessor`, `convert_single_example
 find their way.
 
 Data files are read in the layouts GLUE and XNLI ship them in. A row that cannot be used (wrong
-number of columns, unknown label, unparsable score) raises `BadInputError` naming the file and line,
-or, when the processor was built with `skip_bad_rows=True`, is skipped and counted in
-`processor.skipped_rows` (`BadRows`, which multiple choice's readers use too).
+number of columns, empty or unknown label, unparsable score) raises `BadInputError` naming the file
+and line, or, when the processor was built with `skip_bad_rows=True`, is skipped and counted in
+`processor.skipped_rows` (`BadRows`, which multiple choice's readers use too). A row of the test
+file is never skipped: test_results.tsv has one line per test row, in order, so an empty text is
+predicted like any other and a bad test row is always an error.
 """
 
 import collections
@@ -25,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import checkpoints
 import distribution
 import errors
 import export
@@ -106,14 +109,20 @@ class BadRows:
   row of each file is logged, every one is skipped and counted per file in `skipped`, and
   `log_summary()` logs the counts at the end of the run. A reader calls `start_file` before a
   file's rows (a file read again, e.g. the dev file at each evaluation, is counted once) and
-  `finish_file` after them.
+  `finish_file` after them. The rows of a file to predict are never skipped (`start_file`'s
+  `predicted`): its predictions are written one line per row, in order, without an id to match.
   """
 
   def __init__(self, skip: bool = False):
     self.skip = skip
     self.skipped: collections.Counter[str] = collections.Counter()
+    self.predicted: set[str] = set()
 
   def reject(self, path: str, line_number: int, reason: str) -> None:
+    if path in self.predicted:
+      raise BadInputError("%s:%d: %s (a row of the file to predict is never skipped, not even with "
+                          "--skip_bad_rows: the predictions have one line per row, in order; fix "
+                          "the row)" % (path, line_number, reason))
     if not self.skip:
       raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
                           (path, line_number, reason))
@@ -122,8 +131,14 @@ class BadRows:
                       reason)
     self.skipped[path] += 1
 
-  def start_file(self, path: str) -> None:
+  def start_file(self, path: str, predicted: bool = False) -> None:
+    """Starts counting a file's skipped rows; `predicted`: it is the file to predict (the test
+    file), whose bad rows are errors whatever `skip` says."""
     self.skipped[path] = 0
+    if predicted:
+      self.predicted.add(path)
+    else:
+      self.predicted.discard(path)
 
   def finish_file(self, path: str, examples: list, what: str) -> list:
     """Logs the file's skipped rows; returns its examples, or raises BadInputError naming the file
@@ -193,6 +208,15 @@ class DataProcessor:
     del data_dir, output_dir  # The labels of a fixed task are part of its definition.
     return self.get_labels()
 
+  def describe_labels(self) -> str:
+    """The outputs the task expects and where their names come from, for error messages."""
+    if self.is_regression:
+      return "1 output (a score)"
+    return "%d labels (%s)" % (len(self.get_labels()), ", ".join(self.get_labels()))
+
+  def _unknown_label(self, name: str) -> BadInputError:
+    return BadInputError("unknown label %r; expected one of %s" % (name, self.describe_labels()))
+
   @property
   def is_multi_label(self) -> bool:
     """Whether an example has a set of labels (one sigmoid output each) instead of one class."""
@@ -223,7 +247,7 @@ class DataProcessor:
       raise BadInputError("%s: no such file (the %s split of task %s)" %
                           (path, split, type(self).__name__))
     examples = []
-    self.bad_rows.start_file(path)
+    self.bad_rows.start_file(path, predicted=split == "test")
     for line_number, row in read_rows(path, layout.file_format, layout.has_header,
                                       layout.jsonl_keys):
       try:
@@ -251,6 +275,8 @@ class DataProcessor:
       return "0" if self.is_regression else self.get_labels()[0]
     label = row.get(layout.label).strip()
     label = dict(layout.label_aliases).get(label, label)
+    if not label and not self.is_multi_label:  # A multi-label cell may list no label.
+      raise BadInputError("empty label: every training and evaluation row needs one")
     if self.is_regression:
       try:
         score = float(label)
@@ -261,8 +287,7 @@ class DataProcessor:
     elif check_labels:
       for name in self.label_names(label):
         if name not in self.get_labels():
-          raise BadInputError("unknown label %r (labels: %s)" % (name,
-                                                                 ", ".join(self.get_labels())))
+          raise self._unknown_label(name)
     return label
 
 
@@ -285,10 +310,11 @@ class Row:
     width = self.expected_width or layout.num_columns
     needed = 1 + max(c for c in (layout.text_a, layout.text_b, layout.label,
                                  layout.keep_if and layout.keep_if[0]) if c is not None)
+    found = "an empty line" if self.cells == [""] else "%d columns" % len(self.cells)
     if width is not None and len(self.cells) != width:
-      raise BadInputError("%d columns, expected %d" % (len(self.cells), width))
+      raise BadInputError("%s, expected %d columns" % (found, width))
     if len(self.cells) < needed:
-      raise BadInputError("%d columns, expected at least %d" % (len(self.cells), needed))
+      raise BadInputError("%s, expected at least %d columns" % (found, needed))
 
 
 def check_data_dir(data_dir: Optional[str]) -> None:
@@ -308,13 +334,16 @@ MAX_FIELD_CHARS = 16 * 1024 * 1024
 
 def read_rows(path: str, file_format: str, has_header: bool,
               jsonl_keys: Sequence[str] = ()) -> Iterator[tuple[int, Row]]:
-  """Yields (1-based line number, Row) for each non-blank data row of a TSV, CSV or JSONL file.
+  """Yields (1-based line number, Row) for each data row of a TSV, CSV or JSONL file.
 
   TSV is read like the original (tab-separated, no quoting); CSV with standard quoting (a row may
-  then span lines; its first line is reported). A UTF-8 byte order mark is ignored. A JSON Lines row
-  is an object; its cells are the values of `jsonl_keys`, in order (a missing key or invalid JSON
-  makes a row with a `problem`). So does a row with bytes that are not UTF-8. A field over
-  `MAX_FIELD_CHARS` raises BadInputError naming the line.
+  then span lines; its first line is reported). Every line after the header is a row: a blank one
+  is a row of one empty cell (an empty text in a one-column file, too few columns in a wider one).
+  Blank lines before the header, and in JSON Lines (where a row is an object), are no rows. A UTF-8
+  byte order mark is ignored. A JSON Lines row is an object; its cells are the values of
+  `jsonl_keys`, in order (a missing key or invalid JSON makes a row with a `problem`). So does a
+  row with bytes that are not UTF-8. A field over `MAX_FIELD_CHARS` raises BadInputError naming
+  the line.
   """
   with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
     if file_format == "jsonl":
@@ -344,12 +373,11 @@ def _read_delimited(f: Iterable[str], path: str, file_format: str,
     except csv.Error as e:
       raise BadInputError("%s:%d: %s" % (path, start_line, e)) from e
     line_number, start_line = start_line, reader.line_num + 1
-    if not cells or cells == [""]:
-      continue
     if has_header and width is None:
-      width = len(cells)
+      if cells and cells != [""]:
+        width = len(cells)
       continue
-    yield line_number, Row(cells, width)
+    yield line_number, Row(cells or [""], width)
 
 
 def _check_utf8(row: Row) -> Row:
@@ -364,7 +392,8 @@ def _check_utf8(row: Row) -> Row:
 def read_header(path: str, file_format: str) -> list[str]:
   """Returns the cells of the first non-blank line of a TSV or CSV file."""
   for _, row in read_rows(path, file_format, has_header=False):
-    return row.cells
+    if row.cells != [""]:
+      return row.cells
   raise BadInputError("%s: the file is empty" % path)
 
 
@@ -492,7 +521,9 @@ class GenericProcessor(DataProcessor):
   sorted. `load_or_create_label_list` must be called before anything needs them (`get_labels`
   raises until then): it learns them and saves them as output_dir/label_list.txt, or reads that
   file, so that later predictions and exports (which may run without the training file) use the
-  same order.
+  same order. A label list that does not fit (a label of the data not in it, a checkpoint of
+  output_dir with another number of outputs) is an error naming it: output_dir belongs to other
+  labels, and a new one is needed.
   With `label_delimiter` the task is multi-label: a label cell lists labels separated by it, and
   the label list is every label used.
   """
@@ -509,6 +540,7 @@ class GenericProcessor(DataProcessor):
     self.has_header = has_header
     self.is_pair = bool(text_b_column)
     self.labels = ()
+    self.label_list_path: Optional[str] = None  # Where the labels were read from or saved to.
 
   def get_labels(self) -> list[str]:
     if not self.labels:
@@ -519,10 +551,8 @@ class GenericProcessor(DataProcessor):
     """Reads output_dir's label list, or makes it from the training file and saves it there."""
     path = os.path.join(output_dir, LABEL_LIST_FILE)
     if os.path.exists(path):
-      with open(path, encoding="utf-8") as f:
-        self.labels = tuple(line.rstrip("\n") for line in f if line.strip())
-      if not self.labels:
-        raise BadInputError("%s: the label list is empty" % path)
+      self.labels = read_label_list(path)
+      self.label_list_path = path
       return self.get_labels()
     self.labels = ()
     labels = sorted(set(name
@@ -534,7 +564,20 @@ class GenericProcessor(DataProcessor):
     if distribution.is_chief():
       atomic_files.write_text(path, "".join(label + "\n" for label in labels))
     self.labels = tuple(labels)
+    self.label_list_path = path
     return self.get_labels()
+
+  def describe_labels(self) -> str:
+    if self.label_list_path is None:
+      return super().describe_labels()
+    return "%s from %s" % (super().describe_labels(), self.label_list_path)
+
+  def _unknown_label(self, name: str) -> BadInputError:
+    error = super()._unknown_label(name)
+    if self.label_list_path is None:
+      return error
+    return BadInputError("%s, which every run in its output_dir keeps: if the data's labels "
+                         "changed, use a new --output_dir" % error)
 
   def _layout(self, data_dir: str, split: str) -> SplitLayout:
     path, file_format = self._file_of(data_dir, split)
@@ -572,6 +615,22 @@ class GenericProcessor(DataProcessor):
       raise BadInputError("%s: expected exactly one of %s.tsv, %s.csv, %s.jsonl, found %s" % (
           data_dir, split, split, split, [os.path.basename(p) for p, _ in found] or "none"))
     return found[0]
+
+
+def read_label_list(path: str) -> tuple[str, ...]:
+  """The labels of a label_list.txt, one a line; BadInputError naming the file (and line) if it
+  has none, or an empty one (an earlier version took an empty label cell for a class)."""
+  with open(path, encoding="utf-8") as f:
+    labels = tuple(line.rstrip("\r\n") for line in f)
+  if not labels:
+    raise BadInputError("%s: the label list is empty; delete it to learn the labels from the "
+                        "training file" % path)
+  for line_number, label in enumerate(labels, start=1):
+    if not label.strip():
+      raise BadInputError("%s:%d: empty label: this label list was made from a training file with "
+                          "an empty label cell; train again in a new --output_dir" %
+                          (path, line_number))
+  return labels
 
 
 PROCESSORS = {
@@ -1127,9 +1186,27 @@ class ClassifierTask(fine_tuning.Task):
     return self.processor.num_outputs if self.processor.is_multi_label else 0
 
   def build_model(self) -> BertClassifier:
+    """The classifier; BadInputError when output_dir's checkpoint has a head of another size."""
+    self._check_checkpoint_head()
     model = BertClassifier(self.bert_config, self.processor.num_outputs)
     model.build()
     return model
+
+  def _check_checkpoint_head(self) -> None:
+    """Raises BadInputError, naming where the labels come from, when the latest checkpoint of
+    output_dir (which a resume, evaluation, prediction or export restores) has another number of
+    outputs than the task: restoring it would fail on a shape without saying why."""
+    prefix = checkpoints.latest_checkpoint(self.output_dir)
+    if prefix is None:
+      return
+    try:
+      shape = tf.train.load_checkpoint(prefix).get_variable_to_shape_map().get("output_bias")
+    except (tf.errors.OpError, ValueError):
+      return  # A damaged checkpoint: the restore skips it and says so.
+    if shape and shape[0] != self.processor.num_outputs:
+      raise BadInputError("checkpoint %s has a head of %d outputs, but the task has %s: that "
+                          "output_dir was trained for other labels; use a new --output_dir" %
+                          (prefix, shape[0], self.processor.describe_labels()))
 
   def loss(self, model, features, training):
     """Mean (class-weighted) loss over real examples, plus accuracy when single-label."""

@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -313,6 +314,110 @@ def test_generic_column_and_file_errors(tmp_path):
   with pytest.raises(classifier.BadInputError, match="exactly one of dev.tsv, dev.csv, dev.jsonl"):
     processor.get_dev_examples(data_dir)
 
+
+
+def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
+  data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", " "],
+                                                             ["c", "x"])})
+  output_dir = tmp_path / "out"
+  strict = classifier.get_processor("generic", text_a_column="t", label_column="y")
+  with pytest.raises(classifier.BadInputError,
+                     match=r"train\.tsv:3: empty label: .*--skip_bad_rows"):
+    strict.load_or_create_label_list(data_dir, str(output_dir))
+  assert not output_dir.exists()  # No label list was written.
+  skipping = classifier.get_processor("generic", text_a_column="t", label_column="y",
+                                      skip_bad_rows=True)
+  assert skipping.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
+  assert (output_dir / classifier.LABEL_LIST_FILE).read_text() == "x\nz\n"
+  assert triples(skipping.get_train_examples(data_dir)) == [("a", None, "z"), ("c", None, "x")]
+  assert skipping.skipped_rows[os.path.join(data_dir, "train.tsv")] == 1
+  # A task with fixed labels says the same, not "unknown label ''".
+  data_dir = write_files(tmp_path / "sst", {"train.tsv": tsv(["sentence", "label"], ["a", "1"],
+                                                             ["b", ""])})
+  with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: empty label"):
+    classifier.get_processor("sst-2").get_train_examples(data_dir)
+
+
+def test_a_label_list_that_does_not_fit_is_named_with_what_to_do(tmp_path):
+  data_dir = write_files(tmp_path / "data", {
+      "train.tsv": tsv(["t", "y"], ["a", "x"]), "dev.tsv": tsv(["t", "y"], ["a", "x"], ["b", "w"])})
+  output_dir = tmp_path / "out"
+  label_list = output_dir / classifier.LABEL_LIST_FILE
+  write_files(output_dir, {classifier.LABEL_LIST_FILE: "x\nz\n"})
+  processor = classifier.get_processor("generic", text_a_column="t", label_column="y")
+  assert processor.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
+  with pytest.raises(classifier.BadInputError) as error:
+    processor.get_dev_examples(data_dir)
+  assert str(error.value).startswith("%s:3: unknown label 'w'" % os.path.join(data_dir, "dev.tsv"))
+  assert str(label_list) in str(error.value) and "new --output_dir" in str(error.value)
+  # Written by a version that took an empty label cell for a class: its first line is empty.
+  label_list.write_text("\nx\nz\n")
+  with pytest.raises(classifier.BadInputError,
+                     match=r"%s:1: empty label.*new --output_dir" % re.escape(str(label_list))):
+    processor.load_or_create_label_list(data_dir, str(output_dir))
+
+
+def test_head_of_another_size_in_output_dir_names_the_label_list(tmp_path):
+  import modeling  # pylint: disable=g-import-not-at-top
+  import tokenization  # pylint: disable=g-import-not-at-top
+  config = modeling.BertConfig.from_dict(TINY_CONFIG)
+  output_dir = tmp_path / "out"
+  old = classifier.BertClassifier(config, 3)
+  old.build()
+  os.makedirs(output_dir)
+  checkpoints.save_training_checkpoint(checkpoints.checkpoint_variables(old), str(output_dir), 5,
+                                       keep_checkpoint_max=1)
+  write_files(output_dir, {classifier.LABEL_LIST_FILE: "x\nz\n"})
+  processor = classifier.get_processor("generic")
+  processor.load_or_create_label_list(None, str(output_dir))
+  (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
+  task = classifier.ClassifierTask(config, processor,
+                                   tokenization.FullTokenizer(str(tmp_path / "vocab.txt")), None,
+                                   str(output_dir), 16)
+  with pytest.raises(classifier.BadInputError) as error:
+    task.build_model()
+  message = str(error.value)
+  assert str(output_dir / classifier.LABEL_LIST_FILE) in message
+  assert "model.ckpt-5" in message and "3 outputs" in message and "2 labels" in message
+  assert "new --output_dir" in message
+
+
+def test_blank_line_of_a_one_column_file_is_an_empty_text(tmp_path):
+  # Header "t": one column; the blank lines (line 3, and the last) are texts too.
+  data_dir = write_files(tmp_path / "with_header", {"test.tsv": "t\na\n\nc\n\n"})
+  processor = classifier.get_processor("generic", text_a_column="t")
+  processor.labels = ("x",)
+  assert [e.text_a for e in processor.get_test_examples(data_dir)] == ["a", "", "c", ""]
+  data_dir = write_files(tmp_path / "without_header", {"test.csv": "a\n\nc\n"})
+  processor = classifier.get_processor("generic", text_a_column="0", has_header=False)
+  processor.labels = ("x",)
+  assert [e.text_a for e in processor.get_test_examples(data_dir)] == ["a", "", "c"]
+
+
+def test_blank_line_of_a_wider_file_is_a_bad_row(tmp_path):
+  data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["a", "1"]) + "\n" +
+                                    tsv(["b", "0"])})
+  with pytest.raises(classifier.BadInputError,
+                     match=r"train\.tsv:3: an empty line, expected 2 columns"):
+    classifier.get_processor("sst-2").get_train_examples(data_dir)
+  processor = classifier.get_processor("sst-2", skip_bad_rows=True)
+  assert triples(processor.get_train_examples(data_dir)) == [("a", None, "1"), ("b", None, "0")]
+  assert processor.skipped_rows[os.path.join(data_dir, "train.tsv")] == 1
+
+
+@pytest.mark.parametrize("task,test_file", [
+    ("sst-2", tsv(["index", "sentence"], ["0", "a"], ["1"], ["2", "c"])),
+    ("cola", tsv(["index", "sentence"], ["0", "a"]) + "\n" + tsv(["2", "c"])),
+    ("generic", tsv(["text_a"], ["a"], ["b", "extra"], ["c"])),
+])
+def test_a_test_row_is_never_skipped(task, test_file, tmp_path):
+  """test_results.tsv has one line per test row: a bad one is an error even with skip_bad_rows."""
+  data_dir = write_files(tmp_path, {"test.tsv": test_file})
+  processor = classifier.get_processor(task, skip_bad_rows=True)
+  processor.labels = processor.labels or ("x",)
+  with pytest.raises(classifier.BadInputError,
+                     match=r"test\.tsv:3: .*never skipped, not even with --skip_bad_rows"):
+    processor.get_test_examples(data_dir)
 
 # Metrics, against values computed by hand: labels 1 1 0 0 1 0, predictions 1 0 0 1 1 0 give
 # TP=2 TN=2 FP=1 FN=1.
