@@ -34,6 +34,7 @@ from apache_beam.metrics.metric import MetricsFilter
 from apache_beam.options.pipeline_options import PipelineOptions
 
 import atomic_files
+import errors
 import pretraining_data
 
 COUNTER_NAMESPACE = "create_pretraining_data"
@@ -134,13 +135,15 @@ def run(config: pretraining_data.RunConfig, pipeline_args: str = "") -> dict:
   `pipeline_args` are Beam's options as one command-line string (default: the DirectRunner).
 
   `config.num_shards` is the number of output files; `shard_index` must be 0 (one job writes
-  every shard), and `num_workers` and `shuffle_buffer_size` are the runner's business.
+  every shard), and `num_workers` and `shuffle_buffer_size` are the runner's business. What the
+  user can fix (those flags, an input without instances) raises `errors.InputError`, which the
+  script prints as one line.
   """
   if "," in config.output_file:
-    raise ValueError("--runner=beam writes --num_shards files named after one --output_file; "
-                     "got a comma-separated list %r" % config.output_file)
+    raise errors.InputError("--runner=beam writes --num_shards files named after one "
+                            "--output_file; got a comma-separated list %r" % config.output_file)
   if config.shard_index != 0:
-    raise ValueError("--runner=beam writes every shard in one job: leave --shard_index at 0")
+    raise errors.InputError("--runner=beam writes every shard in one job: leave --shard_index at 0")
   input_files, processor = pretraining_data.prepare(config)
   output_files = [shard_path(config.output_file, shard, config.num_shards)
                   for shard in range(config.num_shards)]
@@ -157,9 +160,10 @@ def run(config: pretraining_data.RunConfig, pipeline_args: str = "") -> dict:
     counts[counter.key.metric.name] += value
   if not counts["instances"]:
     _remove_files(output_files)
-    raise ValueError("no instances were created from --input_file %s (%d documents, %d empty "
-                     "files): nothing written" % (pretraining_data.describe_files(input_files),
-                                 counts["documents"], counts["empty_files"]))
+    raise errors.InputError(
+        "no instances were created from --input_file %s (%d documents, %d empty files): "
+        "nothing written" % (pretraining_data.describe_files(input_files), counts["documents"],
+                             counts["empty_files"]))
   summary = pretraining_data.make_summary(config, input_files, output_files, total_bytes, counts,
                                           time.monotonic() - start)
   summary["shard"] = "all %d (beam)" % config.num_shards
