@@ -329,7 +329,7 @@ def _phase1_config(output_dir):
       train_batch_size=8, save_checkpoints_steps=10, iterations_per_loop=10, keep_checkpoint_max=10)
 
 
-def _two_phases(output_dir, phase1_file, phase2_file):
+def _two_phases(output_dir, phase1_file, phase2_file, phase2_learning_rate=5e-4):
   """Phase 1 then phase 2 in one process, as run_pretraining.py's main runs them."""
   bert_config = modeling.BertConfig.from_dict(PHASE2_CONFIG)
   strategy = tf.distribute.get_strategy()
@@ -338,8 +338,8 @@ def _two_phases(output_dir, phase1_file, phase2_file):
                            MAX_PREDICTIONS)
   return pretraining.run_training(
       strategy, bert_config, [phase2_file],
-      pretraining.phase2_config(config, 20, learning_rate=5e-4, num_warmup_steps=4,
-                                train_batch_size=4),
+      pretraining.phase2_config(config, 20, learning_rate=phase2_learning_rate,
+                                num_warmup_steps=4, train_batch_size=4),
       PHASE2_LENGTH, PHASE2_PREDICTIONS)
 
 
@@ -349,9 +349,11 @@ def _checkpoint_tensors(prefix) -> dict:
 
 
 def _copy_checkpoint(source_dir, step, output_dir):
-  """output_dir as a run killed right after writing model.ckpt-<step> leaves it."""
+  """output_dir as a run killed right after writing model.ckpt-<step> leaves it (with the
+  settings both phases recorded)."""
   os.makedirs(output_dir)
-  for path in tf.io.gfile.glob(str(source_dir / ("model.ckpt-%d.*" % step))):
+  for path in tf.io.gfile.glob(str(source_dir / ("model.ckpt-%d.*" % step))) + [
+      str(source_dir / training_loop.SETTINGS_FILE)]:
     tf.io.gfile.copy(path, os.path.join(output_dir, os.path.basename(path)))
   with open(os.path.join(output_dir, "checkpoint"), "w") as f:  # TF's CheckpointState text format.
     f.write('model_checkpoint_path: "model.ckpt-%d"\n' % step)
@@ -396,6 +398,14 @@ def test_phase2_continues_step_and_optimizer_state_at_its_length_and_resumes_in_
     for name, value in at[40].items():
       np.testing.assert_allclose(resumed[name], value, rtol=1e-5, atol=1e-7,
                                  err_msg="%s after a kill at step %d" % (name, step))
+  # Each phase's settings are recorded and checked on its own: a resume in phase 2 with another
+  # phase-2 learning rate is refused (phase 1, finished, has the same settings).
+  changed = tmp_path / "changed_in_phase2"
+  _copy_checkpoint(one_job, 30, changed)
+  with pytest.raises(checkpoints.TrainingError, match=(
+      r"\(recorded in .*training_settings.json for the phase that starts at step 20\): "
+      r"--learning_rate: recorded 0.0005, now 0.001\. ")):
+    _two_phases(changed, phase1_file, phase2_file, phase2_learning_rate=1e-3)
 
 
 def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_path, caplog):
@@ -419,6 +429,26 @@ def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_pa
                                                                   "model.ckpt-20")
   # --do_eval reads --input_file at --max_seq_length with the final model.
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20
+
+
+def test_cli_resume_with_changed_settings_is_a_one_line_error_but_evaluation_is_not_blocked(
+    tmp_path):
+  write_records(tmp_path / "data-0.tfrecord", 64, seed=11)
+  write_config(tmp_path / "bert_config.json")
+  run_main(tmp_path, "--do_train", "--num_train_steps=10")
+  changed = ["--learning_rate=2e-3", "--train_batch_size=4"]
+  run = subprocess.run(_cli(tmp_path, "--do_train", "--num_train_steps=10", *changed),
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and "Traceback" not in run.stderr
+  assert run.stderr.strip().splitlines()[-1] == (
+      "run_pretraining.py: error: --output_dir=%s was trained with other settings (recorded in "
+      "%s): --learning_rate: recorded 0.001, now 0.002; --train_batch_size: recorded 8, now 4. "
+      "Resume with the recorded values, use another --output_dir, or pass "
+      "--allow_changed_settings to continue this run with the new ones" % (
+          tmp_path / "out", tmp_path / "out" / training_loop.SETTINGS_FILE))
+  # Evaluation alone trains nothing: the training flags are not checked.
+  run_main(tmp_path, "--do_eval", *changed)
+  assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 10
 
 
 def test_cli_gradient_accumulation_trains_as_the_whole_batch(tmp_path, caplog):
