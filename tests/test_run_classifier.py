@@ -386,3 +386,42 @@ def test_class_weights_auto_weighs_by_inverse_frequency(tmp_path, monkeypatch):
     run(do_eval=True, class_weights="1,2,3", **flag_values)
   with pytest.raises(ValueError, match="--multi_label needs --task_name=generic"):
     run(do_eval=True, multi_label=True, **dict(flag_values, task_name="sst-2"))
+
+
+def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path):
+  """An empty label cell stops training at its line before anything is written, or is skipped
+  with --skip_bad_rows; every test row is predicted, in order, a blank line as an empty text; a
+  label list that does not fit output_dir's checkpoints is named, not a shape mismatch."""
+  rng = random.Random(3)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  rows = generated_rows(rng, 24)
+  rows[5] = (rows[5][0], "")  # Line 7 of train.tsv.
+  write_tsv(data_dir / "train.tsv", ["sentence", "label"], rows)
+  texts = ["good day", "", "bad night", "good day", ""]
+  (data_dir / "test.tsv").write_text("sentence\n" + "\n".join(texts) + "\n")
+  output_dir = tmp_path / "out"
+  label_list = output_dir / classifier.LABEL_LIST_FILE
+  flag_values = dict(tiny_model_files(str(tmp_path)), task_name="generic", data_dir=str(data_dir),
+                     text_a_column="sentence", output_dir=str(output_dir), max_seq_length=16,
+                     train_batch_size=8, num_train_epochs=1.0)
+  with pytest.raises(classifier.BadInputError,
+                     match=r"train\.tsv:7: empty label: .*--skip_bad_rows"):
+    run(do_train=True, **flag_values)
+  assert not label_list.exists()
+  run(do_train=True, do_predict=True, skip_bad_rows=True, **flag_values)
+  assert label_list.read_text() == "neg\npos\n"
+  probabilities = read_test_results(output_dir)
+  assert len(probabilities) == len(texts)  # One line per test row.
+  # Rows 0 and 3, 1 and 4 are the same texts: each line holds its own row's prediction.
+  np.testing.assert_allclose(probabilities[[3, 4]], probabilities[[0, 1]], rtol=1e-5)
+  assert not np.allclose(probabilities[0], probabilities[1])
+  # A label list of other labels than output_dir's checkpoints (here: another number of them).
+  label_list.write_text("neg\npos\nzzz\n")
+  with pytest.raises(classifier.BadInputError) as error:
+    run(do_predict=True, **flag_values)
+  assert str(label_list) in str(error.value) and "new --output_dir" in str(error.value)
+  # The label list an earlier version wrote from the empty cell: "" first, then the others.
+  label_list.write_text("\nneg\npos\n")
+  with pytest.raises(classifier.BadInputError, match=r"label_list\.txt:1: empty label"):
+    run(do_predict=True, **flag_values)
