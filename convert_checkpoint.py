@@ -26,15 +26,21 @@ model built from the config, so a converted checkpoint always loads into `modeli
 `modeling.BertPretrainingModel`.
 
 Pickle-based PyTorch files (`pytorch_model.bin`) are refused: unpickling runs arbitrary code.
+Nothing a file says about itself is taken on trust: each safetensors header is checked against the
+file's size before a tensor is read (`read_safetensors_header`), a sharded index must name shards
+inside its directory that hold exactly the tensors it places there, and every tensor must fit the
+config. Bad input is a `ConversionError` naming the file, printed as one line by `cli.run_script`.
 """
 
 import json
+import math
 import os
+import posixpath
 import re
+import struct
 import time
 from typing import Dict, Mapping, Optional, Tuple
 
-from absl import app
 from absl import flags
 from absl import logging
 import numpy as np
@@ -44,6 +50,7 @@ import tensorflow as tf
 
 import atomic_files
 import checkpoints
+import cli
 import errors
 import modeling
 
@@ -89,7 +96,17 @@ BERT_SCOPES = ("embeddings", "encoder", "pooler")
 _LAYER_NORM_LEAVES = {"weight": "gamma", "bias": "beta", "gamma": "gamma", "beta": "beta"}
 
 
-class UnknownTensorError(errors.InputError):
+# Bytes per element of the safetensors dtypes this converter reads, by the format's names.
+SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "F16": 2, "U32": 4,
+                           "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+
+
+class ConversionError(errors.InputError):
+  """A file to convert is missing, malformed, says one thing and holds another, or does not fit
+  the model's config; the message names the file (and the tensor)."""
+
+
+class UnknownTensorError(ConversionError):
   """A tensor name that is not part of BERT (or its pretraining heads)."""
 
 
@@ -169,32 +186,33 @@ def google_config_from_hf(hf_config: Mapping, source: str) -> modeling.BertConfi
   """Builds a Google-style BertConfig from a Hugging Face BERT config.json, dropping HF-only keys.
 
   Raises:
-    ValueError: naming `source` and the key, for configs this architecture cannot represent.
+    ConversionError: naming `source` and the key, for configs this architecture cannot represent.
   """
   model_type = hf_config.get("model_type", "bert")
   if model_type != "bert":
-    raise ValueError("%s: model_type %r is not BERT" % (source, model_type))
+    raise ConversionError("%s: model_type %r is not BERT" % (source, model_type))
   if hf_config.get("position_embedding_type", "absolute") != "absolute":
-    raise ValueError("%s: position_embedding_type %r is not supported (BERT uses absolute "
-                     "position embeddings)" % (source, hf_config["position_embedding_type"]))
+    raise ConversionError("%s: position_embedding_type %r is not supported (BERT uses "
+                          "absolute position embeddings)" %
+                          (source, hf_config["position_embedding_type"]))
   for key in ("is_decoder", "add_cross_attention"):
     if hf_config.get(key):
-      raise ValueError("%s: %s is set; only the BERT encoder is supported" % (source, key))
+      raise ConversionError("%s: %s is set; only the BERT encoder is supported" % (source, key))
   if hf_config.get("layer_norm_eps", 1e-12) != 1e-12:
     logging.warning("%s: layer_norm_eps is %g; the model uses BERT's 1e-12", source,
                     hf_config["layer_norm_eps"])
   missing = [field for field in CONFIG_FIELDS if field not in hf_config]
   if missing:
-    raise ValueError("%s: missing key(s) %s" % (source, ", ".join(missing)))
+    raise ConversionError("%s: missing key(s) %s" % (source, ", ".join(missing)))
   fields = {field: hf_config[field] for field in CONFIG_FIELDS}
   if fields["hidden_act"] not in HF_TO_GOOGLE_ACTIVATION:
-    raise ValueError("%s: hidden_act %r is not supported (known: %s)" %
-                     (source, fields["hidden_act"], ", ".join(sorted(HF_TO_GOOGLE_ACTIVATION))))
+    raise ConversionError("%s: hidden_act %r is not supported (known: %s)" % (
+        source, fields["hidden_act"], ", ".join(sorted(HF_TO_GOOGLE_ACTIVATION))))
   fields["hidden_act"] = HF_TO_GOOGLE_ACTIVATION[fields["hidden_act"]]
   try:
     return modeling.BertConfig.from_dict(fields)
-  except ValueError as e:
-    raise ValueError("%s: %s" % (source, e)) from e
+  except ValueError as e:  # BertConfig's check of the values.
+    raise ConversionError("%s: %s" % (source, e)) from e
 
 
 def hf_config_from_google(config: modeling.BertConfig, with_heads: bool) -> dict:
@@ -240,23 +258,33 @@ def check_tensors(tensors: Mapping[str, np.ndarray], config: modeling.BertConfig
     source: the file being converted, for error messages.
 
   Raises:
-    ValueError: naming the tensors that the model does not have, that have the wrong shape, or
+    ConversionError: naming the tensors that the model does not have, that have the wrong shape, or
       that the encoder needs but `source` lacks.
   """
   shapes = expected_shapes(config)
   unknown = [source_names[name] for name in tensors if name not in shapes]
   if unknown:
-    raise ValueError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
+    raise ConversionError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
   for name, value in sorted(tensors.items()):
     if tuple(value.shape) != shapes[name]:
-      raise ValueError("%s: tensor %s (%s) has shape %s but the config needs %s" %
-                       (source, source_names[name], name, list(value.shape), list(shapes[name])))
+      raise ConversionError("%s: tensor %s (%s) has shape %s but the config needs %s" %
+                            (source, source_names[name], name, list(value.shape),
+                             list(shapes[name])))
+    _check_floating(value, source, source_names[name])
   absent = sorted(set(shapes) - set(tensors))
   absent_encoder = [name for name in absent if name.startswith("bert/")]
   if absent_encoder:
-    raise ValueError("%s lacks encoder tensor(s) the config needs: %s" %
-                     (source, _describe(absent_encoder)))
+    raise ConversionError("%s lacks encoder tensor(s) the config needs: %s" %
+                          (source, _describe(absent_encoder)))
   return absent
+
+
+def _check_floating(value: np.ndarray, source: str, name: str) -> None:
+  """BERT's weights are floating point: an integer or boolean tensor under a weight's name is
+  not one, and casting it would hide that."""
+  if not np.issubdtype(np.asarray(value).dtype, np.floating):
+    raise ConversionError("%s: tensor %s has dtype %s, but BERT's weights are floating point" %
+                          (source, name, np.asarray(value).dtype))
 
 
 def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
@@ -267,7 +295,7 @@ def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
     (Google name -> array, Google name -> Hugging Face name). Buffers are skipped.
 
   Raises:
-    ValueError: naming unknown tensors, or tied copies (decoder weight/bias) that disagree.
+    ConversionError: naming unknown tensors, or tied copies (decoder weight/bias) that disagree.
   """
   tensors, source_names, unknown = {}, {}, []
   for hf_name in sorted(hf_tensors):
@@ -279,18 +307,19 @@ def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
     if translated is None:
       continue
     google_name, transpose = translated
+    _check_floating(hf_tensors[hf_name], source, hf_name)
     value = np.asarray(hf_tensors[hf_name], dtype=np.float32)
     value = np.ascontiguousarray(value.T) if transpose else value
     if google_name in tensors:
       if not np.array_equal(tensors[google_name], value):
-        raise ValueError("%s: %s and %s both map to %s but differ (untied weights cannot be "
-                         "stored in Google's format)" %
-                         (source, source_names[google_name], hf_name, google_name))
+        raise ConversionError("%s: %s and %s both map to %s but differ (untied weights cannot "
+                              "be stored in Google's format)" %
+                              (source, source_names[google_name], hf_name, google_name))
       continue
     tensors[google_name] = value
     source_names[google_name] = hf_name
   if unknown:
-    raise ValueError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
+    raise ConversionError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
   return tensors, source_names
 
 
@@ -310,8 +339,9 @@ def google_to_hf_tensors(tensors: Mapping[str, np.ndarray]) -> Dict[str, np.ndar
 
 
 def refuse_pickle(path: str) -> None:
-  """Raises ValueError for pickle-based PyTorch checkpoints, saying why and what to use instead."""
-  raise ValueError(
+  """Raises ConversionError for pickle-based PyTorch checkpoints, saying why and what to use
+  instead."""
+  raise ConversionError(
       "%s is a pickle-based PyTorch checkpoint. It is not read: unpickling a file can run "
       "arbitrary code from it. Use the model's model.safetensors instead (most hubs publish one), "
       "or convert the file to safetensors once in an environment you trust, e.g. with "
@@ -320,15 +350,18 @@ def refuse_pickle(path: str) -> None:
 
 
 def resolve_hf_files(hf_model_path: str) -> Tuple[list, str]:
-  """Returns (safetensors files, config.json path) for a model directory or a .safetensors file."""
+  """Returns (safetensors files, config.json path) for a model directory or a .safetensors file.
+
+  A sharded model's index is checked against its shards (`_index_shards`).
+  """
   if hf_model_path.endswith(PICKLE_SUFFIXES):
     refuse_pickle(hf_model_path)
   if not tf.io.gfile.isdir(hf_model_path):
     if not tf.io.gfile.exists(hf_model_path):
-      raise ValueError("--hf_model_path %s does not exist" % hf_model_path)
+      raise ConversionError("--hf_model_path %s does not exist" % hf_model_path)
     if not hf_model_path.endswith(".safetensors"):
-      raise ValueError("--hf_model_path %s is neither a directory nor a .safetensors file" %
-                       hf_model_path)
+      raise ConversionError("--hf_model_path %s is neither a directory nor a .safetensors file" %
+                            hf_model_path)
     return [hf_model_path], os.path.join(os.path.dirname(hf_model_path), HF_CONFIG_NAME)
   config_path = os.path.join(hf_model_path, HF_CONFIG_NAME)
   weights_path = os.path.join(hf_model_path, HF_WEIGHTS_NAME)
@@ -336,34 +369,175 @@ def resolve_hf_files(hf_model_path: str) -> Tuple[list, str]:
   if tf.io.gfile.exists(weights_path):
     return [weights_path], config_path
   if tf.io.gfile.exists(index_path):
-    with tf.io.gfile.GFile(index_path) as f:
-      shards = sorted(set(json.load(f)["weight_map"].values()))
-    return [os.path.join(hf_model_path, shard) for shard in shards], config_path
+    return _index_shards(index_path), config_path
   pickles = [name for name in tf.io.gfile.listdir(hf_model_path) if name.endswith(PICKLE_SUFFIXES)]
   if pickles:
     refuse_pickle(os.path.join(hf_model_path, pickles[0]))
-  raise ValueError("%s has no %s or %s" % (hf_model_path, HF_WEIGHTS_NAME, HF_INDEX_NAME))
+  raise ConversionError("%s has no %s or %s" % (hf_model_path, HF_WEIGHTS_NAME, HF_INDEX_NAME))
+
+
+def _index_shards(index_path: str) -> list:
+  """The shard files of a sharded model's `model.safetensors.index.json`, in name order.
+
+  The index's `weight_map` (tensor name -> shard file) must name files inside its directory that
+  exist, and must say exactly which tensors each shard holds (checked against the shards'
+  headers): an index that says one thing while the shards hold another is not used.
+  """
+  index = _read_json(index_path)
+  weight_map = index.get("weight_map") if isinstance(index, dict) else None
+  if not (isinstance(weight_map, dict) and weight_map and
+          all(isinstance(shard, str) for shard in weight_map.values())):
+    raise ConversionError('%s: expected {"weight_map": {tensor name: shard file name, ...}}' %
+                          index_path)
+  paths = []
+  for shard in sorted(set(weight_map.values())):
+    path = _shard_path(index_path, shard)
+    listed = {name for name, named in weight_map.items() if named == shard}
+    held = set(read_safetensors_header(path))
+    if listed - held:
+      raise ConversionError("%s places tensor(s) %s in %s, which does not hold them" %
+                            (index_path, _describe(listed - held), path))
+    if held - listed:
+      raise ConversionError("%s holds tensor(s) %s that %s does not place there" %
+                            (path, _describe(held - listed), index_path))
+    paths.append(path)
+  return paths
+
+
+def _shard_path(index_path: str, shard: str) -> str:
+  """The path of a shard an index names, which must be a file in the index's directory (or below
+  it): `../x`, absolute paths and URLs are refused, so that a downloaded index cannot make us read
+  other files. The check is on the name, not on where symbolic links lead: Hugging Face's cache
+  links each snapshot's files to blobs elsewhere."""
+  normal = posixpath.normpath(shard)
+  if ("://" in shard or "\\" in shard or posixpath.isabs(shard) or os.path.isabs(shard) or
+      normal in (".", "..") or normal.startswith("../")):
+    raise ConversionError("%s: shard %r is not a file name inside the index's directory" %
+                          (index_path, shard))
+  path = os.path.join(os.path.dirname(index_path), normal)
+  if not tf.io.gfile.exists(path) or tf.io.gfile.isdir(path):
+    raise ConversionError("%s names shard %s, which does not exist" % (index_path, path))
+  return path
+
+
+def _unique_keys(pairs: list) -> dict:
+  """A JSON object's pairs as a dict; a repeated key is a ValueError (json keeps the last one)."""
+  names = [name for name, _ in pairs]
+  repeated = sorted({name for name in names if names.count(name) > 1})
+  if repeated:
+    raise ValueError("key %r appears more than once" % repeated[0])
+  return dict(pairs)
+
+
+def _is_size_list(value) -> bool:
+  """Whether a JSON value is a list of non-negative integers."""
+  return isinstance(value, list) and all(
+      isinstance(item, int) and not isinstance(item, bool) and item >= 0 for item in value)
+
+
+def _tensor_entry(path: str, name: str, entry, data_bytes: int) -> tuple:
+  """(dtype, shape, (begin, end)) of a safetensors header entry, checked against the data size."""
+  tensor = "%s: tensor %s" % (path, name)
+  if not (isinstance(entry, dict) and {"dtype", "shape", "data_offsets"} <= set(entry)):
+    raise ConversionError("%s: its header entry lacks dtype, shape or data_offsets" % tensor)
+  dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+  if not isinstance(dtype, str) or dtype not in SAFETENSORS_DTYPE_BYTES:
+    raise ConversionError("%s has dtype %r, not one of %s" %
+                          (tensor, dtype, ", ".join(SAFETENSORS_DTYPE_BYTES)))
+  if not _is_size_list(shape):
+    raise ConversionError("%s has shape %r, not a list of sizes" % (tensor, shape))
+  if not (_is_size_list(offsets) and len(offsets) == 2 and
+          offsets[0] <= offsets[1] <= data_bytes):
+    raise ConversionError("%s has data_offsets %r, not a range within the file's %d bytes of "
+                          "data" % (tensor, offsets, data_bytes))
+  size = math.prod(shape) * SAFETENSORS_DTYPE_BYTES[dtype]
+  if size != offsets[1] - offsets[0]:
+    raise ConversionError("%s: shape %s of %s is %d bytes, but its data_offsets %s hold %d" %
+                          (tensor, shape, dtype, size, offsets, offsets[1] - offsets[0]))
+  return dtype, tuple(shape), tuple(offsets)
+
+
+def _check_no_overlap(path: str, entries: Mapping[str, tuple]) -> None:
+  """Two tensors of one file may not share bytes (each entry is (dtype, shape, (begin, end)))."""
+  spans = sorted((entry[2], name) for name, entry in entries.items())
+  for (first, first_name), (second, second_name) in zip(spans, spans[1:]):
+    if second[0] < first[1]:
+      raise ConversionError("%s: tensors %s (data bytes %d-%d) and %s (data bytes %d-%d) "
+                            "overlap" % (path, first_name, first[0], first[1], second_name,
+                                         second[0], second[1]))
+
+
+def read_safetensors_header(path: str) -> Dict[str, Tuple[str, Tuple[int, ...]]]:
+  """Reads and checks the header of a safetensors file against the file's size.
+
+  The format: an 8-byte little-endian length N, then N bytes of JSON giving each tensor's dtype,
+  shape and `data_offsets` [begin, end) into the data that follows (and optional `__metadata__`
+  strings). Each entry must describe exactly its bytes: a known dtype, a range inside the file
+  that overlaps no other, and a shape whose size times the dtype's width is the range's length.
+
+  Returns:
+    Tensor name -> (dtype, shape).
+
+  Raises:
+    ConversionError: naming the file (and tensor) and what its header gets wrong.
+  """
+  size = tf.io.gfile.stat(path).length
+  with tf.io.gfile.GFile(path, "rb") as f:
+    length_field = f.read(8)
+    if len(length_field) < 8:
+      raise ConversionError("%s: %d bytes is too short for a safetensors file (its header length "
+                            "alone takes 8)" % (path, size))
+    (header_length,) = struct.unpack("<Q", length_field)
+    if header_length > size - 8:
+      raise ConversionError("%s: its header length says %d bytes but only %d follow: not a "
+                            "safetensors file, or cut short" % (path, header_length, size - 8))
+    header_bytes = f.read(header_length)
+  try:
+    header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_unique_keys)
+  except ValueError as error:  # Not UTF-8, not JSON or a repeated name.
+    raise ConversionError("%s: its header is not valid JSON (%s)" % (path, error)) from error
+  if not isinstance(header, dict):
+    raise ConversionError("%s: its header is not a JSON object" % path)
+  metadata = header.pop("__metadata__", {})
+  if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
+    raise ConversionError("%s: its __metadata__ is not an object of strings" % path)
+  data_bytes = size - 8 - header_length
+  entries = {name: _tensor_entry(path, name, entry, data_bytes) for name, entry in header.items()}
+  _check_no_overlap(path, entries)
+  return {name: entry[:2] for name, entry in entries.items()}
 
 
 def read_safetensors(paths) -> Dict[str, np.ndarray]:
-  """Reads every tensor of one or more safetensors files (shards) into NumPy arrays."""
-  tensors = {}
+  """Reads every tensor of one or more safetensors files (shards) into NumPy arrays, each file's
+  header checked first (`read_safetensors_header`); a tensor in two files is an error."""
+  tensors, origins = {}, {}
   for path in paths:
     logging.info("Reading %s", path)
-    with safetensors.safe_open(path, framework="numpy") as f:
-      for name in f.keys():
-        tensors[name] = f.get_tensor(name)
+    names = read_safetensors_header(path)
+    for name in names:
+      if name in origins:
+        raise ConversionError("tensor %s is in both %s and %s" % (name, origins[name], path))
+      origins[name] = path
+    try:
+      with safetensors.safe_open(path, framework="numpy") as f:
+        for name in names:
+          tensors[name] = f.get_tensor(name)
+    except (safetensors.SafetensorError, OSError) as error:
+      raise ConversionError(errors.named(path, error)) from error
   return tensors
 
 
 def _read_json(path: str) -> dict:
+  """A JSON file's value; a missing, unreadable or malformed file is a ConversionError."""
   if not tf.io.gfile.exists(path):
-    raise ValueError("config file %s does not exist" % path)
-  with tf.io.gfile.GFile(path) as f:
-    try:
-      return json.load(f)
-    except json.JSONDecodeError as e:
-      raise ValueError("%s is not valid JSON: %s" % (path, e)) from e
+    raise ConversionError("%s does not exist" % path)
+  try:
+    with tf.io.gfile.GFile(path, "rb") as f:
+      return json.loads(f.read().decode("utf-8"))
+  except ValueError as error:  # Not UTF-8 or not JSON.
+    raise ConversionError("%s is not valid JSON: %s" % (path, error)) from error
+  except tf.errors.OpError as error:
+    raise ConversionError(errors.named(path, error)) from error
 
 
 def _copy_vocab(source_dir: str, output_dir: str) -> None:
@@ -419,8 +593,9 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
   checkpoint_dir = os.path.dirname(prefix)
   bert_config_file = bert_config_file or os.path.join(checkpoint_dir, GOOGLE_CONFIG_NAME)
   config = modeling.BertConfig.from_json_file(bert_config_file)
-  reader = tf.train.load_checkpoint(prefix)
-  tensors = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()
+  reader = checkpoints.open_checkpoint(prefix)
+  tensors = {name: checkpoints.read_tensor(reader, prefix, name)
+             for name in reader.get_variable_to_shape_map()
              if not checkpoints.is_training_state_name(name)}
   absent = check_tensors(tensors, config, {name: name for name in tensors}, prefix)
   with_heads = not any(name.startswith("cls/") for name in absent)
@@ -439,18 +614,15 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
 def main(argv):
   del argv
   if bool(FLAGS.hf_model_path) == bool(FLAGS.init_checkpoint):
-    raise app.UsageError("pass exactly one of --hf_model_path (Hugging Face -> Google) and "
-                         "--init_checkpoint (Google -> Hugging Face)")
-  try:
-    if FLAGS.hf_model_path:
-      convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
-    else:
-      convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file)
-  except ValueError as e:  # Bad input: the message names the file and tensor; no traceback.
-    raise SystemExit("convert_checkpoint: error: %s" % e) from e
+    raise errors.FlagError("pass exactly one of --hf_model_path (Hugging Face -> Google) and "
+                           "--init_checkpoint (Google -> Hugging Face)")
+  if FLAGS.hf_model_path:
+    convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
+  else:
+    convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file)
 
 
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("output_dir")
-  app.run(main)
+  cli.run_script(main)

@@ -6,6 +6,10 @@ expects an `errors.InputError` whose message names the file and what is wrong in
 """
 import json
 import os
+import re
+import struct
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -13,6 +17,8 @@ import pytest
 import tensorflow as tf
 
 import checkpoints
+from conftest import REPO_ROOT
+import convert_checkpoint
 import errors
 
 # --------------------------------------------------------------------------------- checkpoints
@@ -27,14 +33,15 @@ def dense_model() -> keras.Model:
 
 def write_dense_checkpoint(prefix, kernel=None) -> str:
   kernel = np.ones((4, 3), np.float32) if kernel is None else kernel
-  return checkpoints.write_checkpoint({"dense/kernel": kernel, "dense/bias": np.zeros(3, np.float32)},
-                                      str(prefix))
+  return checkpoints.write_checkpoint(
+      {"dense/kernel": kernel, "dense/bias": np.zeros(3, np.float32)}, str(prefix))
 
 
 def test_missing_init_checkpoint_prefix_names_the_path(tmp_path):
   missing = str(tmp_path / "uncased" / "bert_model.ckpt")
   with pytest.raises(checkpoints.UnreadableCheckpointError,
-                     match=r"^no checkpoint at %s \(%s\.index does not exist\)$" % (missing, missing)):
+                     match=r"^no checkpoint at %s \(%s\.index does not exist\)$" %
+                     (missing, missing)):
     checkpoints.init_from_checkpoint(dense_model(), missing)
 
 
@@ -92,3 +99,186 @@ def test_truncated_data_file_names_checkpoint_and_variable(tmp_path):
   with pytest.raises(checkpoints.UnreadableCheckpointError,
                      match=r"^checkpoint %s: variable dense/\w+ cannot be read \(" % prefix):
     checkpoints.init_from_checkpoint(dense_model(), prefix)
+
+
+# ------------------------------------------------------------------ safetensors (convert_checkpoint)
+
+# A Hugging Face BERT config.json small enough for crafted files (vocab 40, hidden 16).
+TINY_HF_CONFIG = {
+    "model_type": "bert", "vocab_size": 40, "hidden_size": 16, "num_hidden_layers": 1,
+    "num_attention_heads": 4, "intermediate_size": 24, "hidden_act": "gelu",
+    "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+    "max_position_embeddings": 12, "type_vocab_size": 2, "initializer_range": 0.02,
+}
+
+
+def safetensors_bytes(header, data: bytes, header_length=None) -> bytes:
+  """A safetensors file as the format defines it: the header's length as an unsigned 64-bit
+  little-endian integer, the header (JSON text, or bytes given as is), then the data."""
+  text = header if isinstance(header, bytes) else json.dumps(header).encode("utf-8")
+  return struct.pack("<Q", len(text) if header_length is None else header_length) + text + data
+
+
+def f32_entry(shape, begin, end=None) -> dict:
+  end = begin + 4 * int(np.prod(shape)) if end is None else end
+  return {"dtype": "F32", "shape": list(shape), "data_offsets": [begin, end]}
+
+
+def floats(*values) -> bytes:
+  return struct.pack("<%df" % len(values), *values)
+
+
+def write_bytes(path, content: bytes) -> str:
+  path.parent.mkdir(parents=True, exist_ok=True)
+  path.write_bytes(content)
+  return str(path)
+
+
+def test_crafted_safetensors_file_is_read_as_its_bytes_say(tmp_path):
+  path = write_bytes(tmp_path / "ok.safetensors", safetensors_bytes(
+      {"__metadata__": {"format": "pt"}, "b": f32_entry([2], 0), "a": f32_entry([1, 2], 8),
+       "ids": {"dtype": "I64", "shape": [2], "data_offsets": [16, 32]}},
+      floats(1.5, -2.0, 3.0, 4.25) + struct.pack("<2q", 7, -1)))
+  tensors = convert_checkpoint.read_safetensors([path])
+  np.testing.assert_array_equal(tensors["b"], [1.5, -2.0])
+  np.testing.assert_array_equal(tensors["a"], [[3.0, 4.25]])
+  np.testing.assert_array_equal(tensors["ids"], [7, -1])
+
+
+@pytest.mark.parametrize("content, expected", [
+    (b"\x05\x00", r"2 bytes is too short for a safetensors file"),
+    (safetensors_bytes({}, b"", header_length=10**6),
+     r"its header length says 1000000 bytes but only 2 follow"),
+    (safetensors_bytes(b"{not json", b""), r"its header is not valid JSON"),
+    (safetensors_bytes(b"\xff\xfe{}", b""), r"its header is not valid JSON"),
+    (safetensors_bytes(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+                       b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}}',
+                       floats(1, 2)), r"key 'a' appears more than once"),
+    (safetensors_bytes([1, 2], b""), r"its header is not a JSON object"),
+    (safetensors_bytes({"a": {"dtype": "Q4", "shape": [2], "data_offsets": [0, 1]}}, b"\0"),
+     r"tensor a has dtype 'Q4', not one of BOOL, U8"),
+    (safetensors_bytes({"a": {"dtype": "F32", "shape": [2]}}, floats(1, 2)),
+     r"tensor a: its header entry lacks dtype, shape or data_offsets"),
+    (safetensors_bytes({"a": f32_entry([2, -3], 0, 8)}, floats(1, 2)),
+     r"tensor a has shape \[2, -3\], not a list of sizes"),
+    (safetensors_bytes({"a": f32_entry([2, 3], 0, 20)}, floats(1, 2, 3, 4, 5)),
+     r"tensor a: shape \[2, 3\] of F32 is 24 bytes, but its data_offsets \[0, 20\] hold 20"),
+    (safetensors_bytes({"a": f32_entry([4], 0)}, floats(1, 2)),
+     r"tensor a has data_offsets \[0, 16\], not a range within the file's 8 bytes of data"),
+    (safetensors_bytes({"a": f32_entry([1], 8, 4)}, floats(1, 2, 3)),
+     r"tensor a has data_offsets \[8, 4\], not a range"),
+    (safetensors_bytes({"a": f32_entry([2], 0), "b": f32_entry([2], 4)}, floats(1, 2, 3)),
+     r"tensors a \(data bytes 0-8\) and b \(data bytes 4-12\) overlap"),
+    # Checks the format's library makes beyond ours (here: a gap) name the file too.
+    (safetensors_bytes({"a": f32_entry([1], 4)}, floats(1, 2)),
+     r"SafetensorError: .*invalid offset"),
+])
+def test_safetensors_file_whose_header_lies_is_refused(tmp_path, content, expected):
+  path = write_bytes(tmp_path / "model.safetensors", content)
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match="^%s: .*%s" % (re.escape(path), expected)) as error:
+    convert_checkpoint.read_safetensors([path])
+  assert "\n" not in str(error.value)
+
+
+def hf_model_dir(directory, files: dict) -> str:
+  """A model directory: config.json and the given files (name -> bytes)."""
+  directory.mkdir(parents=True, exist_ok=True)
+  (directory / "config.json").write_text(json.dumps(TINY_HF_CONFIG))
+  for name, content in files.items():
+    write_bytes(directory / name, content)
+  return str(directory)
+
+
+def test_tensor_that_does_not_fit_the_config_is_named(tmp_path):
+  word_embeddings = {"bert.embeddings.word_embeddings.weight": f32_entry([41, 16], 0)}
+  model = hf_model_dir(tmp_path / "shape", {"model.safetensors": safetensors_bytes(
+      word_embeddings, floats(*[0.0] * 41 * 16))})
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match=r"model\.safetensors: tensor bert\.embeddings\.word_embeddings\.weight "
+                     r"\(bert/embeddings/word_embeddings\) has shape \[41, 16\] but the config "
+                     r"needs \[40, 16\]"):
+    convert_checkpoint.convert_hf_to_google(model, str(tmp_path / "out"))
+  pooler = {"bert.pooler.dense.bias": {"dtype": "I32", "shape": [16], "data_offsets": [0, 64]}}
+  model = hf_model_dir(tmp_path / "dtype", {"model.safetensors": safetensors_bytes(
+      pooler, struct.pack("<16i", *range(16)))})
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match=r"tensor bert\.pooler\.dense\.bias has dtype int32, but BERT's weights "
+                     r"are floating point"):
+    convert_checkpoint.convert_hf_to_google(model, str(tmp_path / "out"))
+  assert not os.path.exists(tmp_path / "out")
+
+
+def shard(*names) -> bytes:
+  """A safetensors shard holding one float per name."""
+  return safetensors_bytes({name: f32_entry([1], 4 * i) for i, name in enumerate(names)},
+                           floats(*range(len(names))))
+
+
+def sharded_model(directory, weight_map, shards) -> str:
+  index = json.dumps({"metadata": {}, "weight_map": weight_map}).encode("utf-8")
+  return hf_model_dir(directory, dict(shards, **{"model.safetensors.index.json": index}))
+
+
+@pytest.mark.parametrize("shard_name, expected", [
+    ("../outside.safetensors", r"shard '\.\./outside\.safetensors' is not a file name inside the "
+     r"index's directory"),
+    ("sub/../../outside.safetensors", r"is not a file name inside the index's directory"),
+    ("/tmp/outside.safetensors", r"shard '/tmp/outside\.safetensors' is not a file name inside"),
+    ("gs://bucket/outside.safetensors", r"is not a file name inside"),
+    ("model-00002-of-00002.safetensors",
+     r"names shard .*model-00002-of-00002\.safetensors, which does not exist"),
+])
+def test_index_naming_a_shard_outside_its_directory_or_missing_is_refused(
+    tmp_path, shard_name, expected):
+  write_bytes(tmp_path / "outside.safetensors", shard("cls.predictions.bias"))
+  model = sharded_model(tmp_path / "model",
+                        {"bert.pooler.dense.bias": "model-00001-of-00002.safetensors",
+                         "cls.predictions.bias": shard_name},
+                        {"model-00001-of-00002.safetensors": shard("bert.pooler.dense.bias")})
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match=r"model\.safetensors\.index\.json.*%s" % expected):
+    convert_checkpoint.resolve_hf_files(model)
+
+
+def test_index_that_misplaces_tensors_or_is_not_an_index_is_refused(tmp_path):
+  first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
+  shards = {first: shard("a"), second: shard("b")}
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match=r"index\.json places tensor\(s\) b in .*%s, which does not hold them" %
+                     first):
+    convert_checkpoint.resolve_hf_files(sharded_model(tmp_path / "m1", {"a": first, "b": first},
+                                                      shards))
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match=r"%s holds tensor\(s\) b that .*index\.json does not place there" %
+                     first):
+    convert_checkpoint.resolve_hf_files(sharded_model(tmp_path / "m2", {"a": first},
+                                                      {first: shard("a", "b")}))
+  assert convert_checkpoint.resolve_hf_files(
+      sharded_model(tmp_path / "m3", {"a": first, "b": second}, shards))[0] == [
+          str(tmp_path / "m3" / first), str(tmp_path / "m3" / second)]
+  for content, expected in ((b"{", "is not valid JSON"), (b'{"weight_map": []}', "expected")):
+    model = hf_model_dir(tmp_path / "m4", {"model.safetensors.index.json": content})
+    with pytest.raises(convert_checkpoint.ConversionError, match="index.json.*" + expected):
+      convert_checkpoint.resolve_hf_files(model)
+
+
+def run_converter(*flags) -> subprocess.CompletedProcess:
+  return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "convert_checkpoint.py")] +
+                        list(flags), capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_converter_reports_bad_input_in_one_line(tmp_path):
+  model = hf_model_dir(tmp_path / "hf", {"model.safetensors": safetensors_bytes(
+      {"a": f32_entry([2, 3], 0, 20)}, floats(1, 2, 3, 4, 5))})
+  result = run_converter("--hf_model_path=" + model, "--output_dir=%s" % (tmp_path / "out"))
+  assert result.returncode == 1
+  assert result.stderr.strip().splitlines()[-1] == (
+      "convert_checkpoint.py: error: %s/model.safetensors: tensor a: shape [2, 3] of F32 is 24 "
+      "bytes, but its data_offsets [0, 20] hold 20" % model)
+  assert "Traceback" not in result.stderr
+  missing = str(tmp_path / "gone" / "model.ckpt-300")
+  result = run_converter("--init_checkpoint=" + missing, "--output_dir=%s" % (tmp_path / "out"))
+  last_line = result.stderr.strip().splitlines()[-1]
+  assert result.returncode == 1 and last_line.startswith("convert_checkpoint.py: error: ")
+  assert "no checkpoint at %s (%s.index does not exist)" % (missing, missing) in last_line
