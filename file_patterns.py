@@ -7,7 +7,7 @@ its matching files, sorted; the patterns' files are concatenated in the order of
 file named twice is read twice, as in the original). Directories are skipped, and so are hidden
 files (names starting with "."; e.g. the temporaries of outputs still being written, see
 atomic_files.py) unless the pattern's own file name starts with ".". A pattern matching no file
-is a ValueError naming the flag and the pattern.
+is an `errors.FlagError` naming the flag and the pattern.
 
 Local patterns are expanded with Python's `glob`; remote ones (`gs://...`, any `scheme://`) with
 `tf.io.gfile.glob`, as the original did. TensorFlow is imported only for a remote pattern, so the
@@ -20,6 +20,8 @@ import os
 import posixpath
 from typing import List
 
+import errors
+
 
 def is_remote(path: str) -> bool:
   """Whether `path` is a URL-like path (gs://, hdfs://, ...) read through tf.io.gfile."""
@@ -30,14 +32,14 @@ def expand(value: str, flag: str = "--input_file") -> List[str]:
   """The files of comma-separated paths or glob patterns, by the rule in the module docstring."""
   patterns = [pattern.strip() for pattern in (value or "").split(",") if pattern.strip()]
   if not patterns:
-    raise ValueError("%s is required: comma-separated files or glob patterns" % flag)
+    raise errors.FlagError("%s is required: comma-separated files or glob patterns" % flag)
   files = []
   for pattern in patterns:
     matches = _remote_files(pattern) if is_remote(pattern) else _local_files(pattern)
     if not posixpath.basename(pattern).startswith("."):
       matches = [path for path in matches if not posixpath.basename(path).startswith(".")]
     if not matches:
-      raise ValueError("%s: %r matches no files" % (flag, pattern))
+      raise errors.FlagError("%s: %r matches no files" % (flag, pattern))
     files.extend(sorted(matches))
   return files
 
