@@ -1,7 +1,10 @@
 """Tests of feature_cache.py: one staleness rule (content digests) for the classifier and SQuAD."""
 import json
 import os
+import pathlib
+import re
 
+import pytest
 import tensorflow as tf
 
 import feature_cache
@@ -55,21 +58,82 @@ def test_squad_cache_follows_content_not_size_and_time(tmp_path):
   assert note["contents"] == {"num_examples": 1, "num_features": 1}
 
 
+def write_records(path, count=3):
+  """Writes `count` TFRecord records; returns the contents a features writer would report."""
+  with tf.io.TFRecordWriter(path) as writer:
+    for i in range(count):
+      writer.write(b"record %d" % i)
+  return {"num_examples": count}
+
+
 def test_reuse_or_write_rule(tmp_path):
   output_file = str(tmp_path / "features")
   writes = []
 
   def write(path):
     writes.append(path)
-    with open(path, "w") as f:
-      f.write("records")
-    return {"num_examples": 3}
+    return write_records(path)
 
   assert feature_cache.reuse_or_write(output_file, {"a": 1}, write) == ({"num_examples": 3}, False)
   assert feature_cache.reuse_or_write(output_file, {"a": 1}, write) == ({"num_examples": 3}, True)
   assert len(writes) == 1 and writes[0] != output_file  # Written under a temporary name.
+  with open(output_file + ".json") as f:  # Each record: 16 bytes of framing and 8 of data.
+    assert json.load(f)["file"] == {"bytes": 3 * (16 + 8), "records": 3}
   assert feature_cache.reuse_or_write(output_file, {"a": 2}, write)[1] is False
   os.remove(output_file + ".json")  # A file without its note (an interrupted run): rebuilt.
   assert feature_cache.reuse_or_write(output_file, {"a": 2}, write)[1] is False
   assert len(writes) == 3
   assert sorted(os.listdir(tmp_path)) == ["features", "features.json"]
+
+
+def edit_note(path, change):
+  with open(path) as f:
+    note = json.load(f)
+  change(note)
+  with open(path, "w") as f:
+    json.dump(note, f)
+
+
+def flip_last_byte(path):
+  with open(path, "r+b") as f:
+    f.seek(-1, os.SEEK_END)
+    last = f.read(1)
+    f.seek(-1, os.SEEK_END)
+    f.write(bytes([last[0] ^ 1]))
+
+
+@pytest.mark.parametrize("damage, expected", [
+    (lambda note, _: pathlib.Path(note).write_text('{"settings": '), r"its note .*\.json is not JSON"),
+    (lambda note, _: pathlib.Path(note).write_bytes(b"\xff\xfe"), r"its note .*\.json is not JSON"),
+    (lambda note, _: edit_note(note, lambda n: n.update(contents={"num_examples": "3"})),
+     r"its note .*\.json is not an object of settings, contents counts and file counts"),
+    (lambda note, _: edit_note(note, lambda n: n.update(contents={"num_examples": True})),
+     r"is not an object of settings"),
+    (lambda note, _: edit_note(note, lambda n: n.update(settings=[["a", 1]])),
+     r"is not an object of settings"),
+    (lambda note, _: edit_note(note, lambda n: n.pop("file")), r"is not an object of settings"),
+    (lambda note, _: pathlib.Path(note).write_text("[]"), r"is not an object of settings"),
+    (lambda note, _: edit_note(note, lambda n: n["file"].update(bytes=71)),
+     r"its note .*\.json says 71 bytes but the file has 72"),
+    (lambda note, _: edit_note(note, lambda n: n["file"].update(records=4)),
+     r"its note .*\.json says 4 records but the file holds 3"),
+    (lambda _, features: flip_last_byte(features),
+     r"features: record 2 \(at byte offset 48 of 72\) is corrupt"),
+])
+def test_damaged_or_lying_note_is_not_believed_the_file_is_rebuilt(tmp_path, caplog, damage,
+                                                                    expected):
+  output_file = str(tmp_path / "features")
+  writes = []
+
+  def write(path):
+    writes.append(path)
+    return write_records(path)
+
+  feature_cache.reuse_or_write(output_file, {"a": 1}, write)
+  damage(output_file + ".json", output_file)
+  with caplog.at_level("WARNING", logger="absl"):
+    assert feature_cache.reuse_or_write(output_file, {"a": 1}, write) == (
+        {"num_examples": 3}, False)
+  assert len(writes) == 2
+  assert re.search(r"Rewriting .*features: .*" + expected, caplog.text), caplog.text
+  assert feature_cache.reuse_or_write(output_file, {"a": 1}, write)[1] is True  # Noted afresh.
