@@ -7,8 +7,9 @@ behaviour to Keras 3 models under any `tf.distribute` strategy (distribution.py)
 - `train()`: a task-agnostic loop that runs up to `iterations_per_loop` steps per call into the
   graph (as TPUEstimator did; on one machine a call also ends after about a minute, so progress
   shows on a CPU), writes Google-format training checkpoints (checkpoints.py) as it goes, resumes
-  from the newest intact one, stops exactly at the last step of the schedule (given in steps, or in
-  epochs of a number of examples), and stops with a clear error when the loss is no longer finite;
+  from the newest intact one (refusing a resume with other settings than those recorded when the
+  run started), stops exactly at the last step of the schedule (given in steps, or in epochs of a
+  number of examples), and stops with a clear error when the loss is no longer finite;
 - `evaluate()` and `predict()`: every example of a fixed-order dataset exactly once, in order,
   with the last partial batch padded for the devices and the padding removed from the results.
 
@@ -628,7 +629,8 @@ def train(strategy: tf.distribute.Strategy,
     checkpoints.TrainingError: the loss became NaN or Inf (the last good checkpoint stays the
       latest); a checkpoint cannot be written; `output_dir` is in use by another job or cannot be
       written; it holds checkpoints but none is readable; `init_checkpoint` lacks encoder
-      variables.
+      variables; a resume has other settings than those recorded in `output_dir` (see
+      `_check_and_record_settings`).
   """
   config = config.with_schedule(num_examples)
   config.validate(strategy.num_replicas_in_sync)
@@ -823,9 +825,8 @@ def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any
                           in_epochs: bool) -> list:
   """`<flag>: recorded X, now Y` for each setting that differs (`unset` for a missing one)."""
   recorded, current = _flatten(recorded), _flatten(current)
-  shown = lambda value: "unset" if value is None else value
-  return ["%s: recorded %s, now %s" % (_setting_name(key, in_epochs), shown(recorded.get(key)),
-                                       shown(current.get(key)))
+  return ["%s: recorded %s, now %s" % (_setting_name(key, in_epochs), recorded.get(key, "unset"),
+                                       current.get(key, "unset"))
           for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
 
 
@@ -849,7 +850,8 @@ def _check_and_record_settings(config: TrainConfig, step: int) -> None:
   A resume with other settings than the recorded ones is an error naming each difference, or
   with `allow_changed_settings` a WARNING (the new ones are recorded). Phases are keyed by their
   first step (`phase_start_step`), so pretraining's phase 2 starts with settings of its own. An
-  output_dir trained without a record (by an older version) resumes and records these.
+  output_dir trained without a record (by an older version) resumes and records these. The chief
+  calls this under the output directory's lock; the other workers follow it.
   """
   path = os.path.join(config.output_dir, SETTINGS_FILE)
   phases = _read_settings(path)
