@@ -310,11 +310,11 @@ class Row:
     width = self.expected_width or layout.num_columns
     needed = 1 + max(c for c in (layout.text_a, layout.text_b, layout.label,
                                  layout.keep_if and layout.keep_if[0]) if c is not None)
-    found = "an empty line" if self.cells == [""] else "%d columns" % len(self.cells)
+    found = ("an empty line: " if self.cells == [""] else "") + "%d columns" % len(self.cells)
     if width is not None and len(self.cells) != width:
-      raise BadInputError("%s, expected %d columns" % (found, width))
+      raise BadInputError("%s, expected %d" % (found, width))
     if len(self.cells) < needed:
-      raise BadInputError("%s, expected at least %d columns" % (found, needed))
+      raise BadInputError("%s, expected at least %d" % (found, needed))
 
 
 def check_data_dir(data_dir: Optional[str]) -> None:

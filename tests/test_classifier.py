@@ -398,7 +398,7 @@ def test_blank_line_of_a_wider_file_is_a_bad_row(tmp_path):
   data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["a", "1"]) + "\n" +
                                     tsv(["b", "0"])})
   with pytest.raises(classifier.BadInputError,
-                     match=r"train\.tsv:3: an empty line, expected 2 columns"):
+                     match=r"train\.tsv:3: an empty line: 1 columns, expected 2"):
     classifier.get_processor("sst-2").get_train_examples(data_dir)
   processor = classifier.get_processor("sst-2", skip_bad_rows=True)
   assert triples(processor.get_train_examples(data_dir)) == [("a", None, "1"), ("b", None, "0")]
