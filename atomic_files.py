@@ -24,6 +24,8 @@ from typing import Iterator
 
 from absl import logging
 
+import errors
+
 _TEMPORARY_MARK = ".tmp-"
 # What follows the mark: host, pid, and for a checkpoint prefix's files a suffix (".index", ...).
 _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
@@ -175,7 +177,7 @@ def write_text(path: str, text: str) -> None:
 def check_writable_directory(directory: str, flag_name: str) -> None:
   """Creates `directory` if needed and checks a file can be written in it, before any work.
 
-  Raises ValueError "--<flag_name>: cannot write in <directory> (<reason>)" otherwise.
+  Raises FlagError "--<flag_name>: cannot write in <directory> (<reason>)" otherwise.
   """
   directory = directory or "."
   probe = temporary_path(os.path.join(directory, "write-check"))
@@ -191,4 +193,5 @@ def check_writable_directory(directory: str, flag_name: str) -> None:
     _remove(probe)
   except Exception as error:  # pylint: disable=broad-except  # OSError or a tf.errors.OpError.
     reason = getattr(error, "message", None) or getattr(error, "strerror", None) or str(error)
-    raise ValueError("--%s: cannot write in %s (%s)" % (flag_name, directory, reason)) from error
+    raise errors.FlagError("--%s: cannot write in %s (%s)" %
+                           (flag_name, directory, reason)) from error

@@ -5,23 +5,23 @@ The original's scripts each defined the same flags and repeated the same setup. 
 defines its flags in `define_flags()`, called from `if __name__ == "__main__"` (so several scripts
 can be imported into one process, as the tests do), from the shared groups below plus its own; its
 `main` then builds what the flags describe with `setup_strategy`, `bert_config`, `tokenizer` and
-`train_config`; `run_script` runs it and ends a bad flag, a bad input file or a failed run in one
-line (`<script>: error: <message>`) instead of a traceback.
+`train_config`; `run_script` runs it after the validation pass (`errors.check_flags` plus the
+checks here that read the config, checkpoint and TF_CONFIG) and ends a bad flag, a bad input file
+or a failed run in one line (`<script>: error: <message>`) instead of a traceback.
 
 Shared definitions are idempotent per name (`_define`), so a test importing two scripts, or a
 script calling two groups that share a flag, defines each flag once.
 """
 
 import os
-import sys
 from typing import Any, Callable, Sequence
 
-from absl import app
 from absl import flags
 
 import checkpoints
 import distribution
 import errors
+import file_patterns
 import fine_tuning
 import modeling
 import optimization
@@ -29,10 +29,6 @@ import tokenization
 import training_loop
 
 FLAGS = flags.FLAGS
-
-
-class FlagError(errors.InputError):
-  """A flag is missing, out of range or does not fit another: the message names the flag."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -272,13 +268,13 @@ def require(*names: str, reason: str = "") -> None:
   """Raises FlagError unless every named flag has a value (`reason`: when it is needed)."""
   for name in names:
     if FLAGS[name].value in (None, ""):
-      raise FlagError("--%s is required%s" % (name, reason))
+      raise errors.FlagError("--%s is required%s" % (name, reason))
 
 
 def require_one_of(*names: str) -> None:
   """Raises FlagError unless at least one of the named (boolean or string) flags is set."""
   if not any(FLAGS[name].value for name in names):
-    raise FlagError("At least one of %s must be set" % ", ".join("--" + n for n in names))
+    raise errors.FlagError("At least one of %s must be set" % ", ".join("--" + n for n in names))
 
 
 def define_data_dir_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None:
@@ -339,7 +335,7 @@ def bert_config() -> modeling.BertConfig:
   try:
     config.check_max_seq_length(FLAGS.max_seq_length)
   except ValueError as error:
-    raise FlagError("--max_seq_length: %s" % error) from None
+    raise errors.FlagError("--max_seq_length: %s" % error) from None
   return config
 
 
@@ -347,7 +343,7 @@ def tokenizer() -> tokenization.FullTokenizer:
   """The tokenizer of `--vocab_file` or `--spm_model_file`, after checking `--do_lower_case`
   against `--init_checkpoint`'s name as the original did."""
   if not (FLAGS.vocab_file or FLAGS.spm_model_file):
-    raise FlagError("--vocab_file (or --spm_model_file) is required")
+    raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
 
@@ -402,38 +398,34 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
       predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir)
 
 
-# Set to 1 to see the traceback behind a one-line error (for debugging; users need not).
-TRACEBACK_VARIABLE = "BERT_TRACEBACK"
+# ------------------------------------------------------------------------------------------------
+# The validation pass and the one-line errors.
+# ------------------------------------------------------------------------------------------------
 
 
-def _exit_with_error(message: str) -> None:
-  """Ends the script with `<script>: error: <message>` on one line and exit status 1."""
-  first_line = " ".join(str(message).split("\n"))
-  raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]), first_line))
-
-
-def _parse_flags(argv: list[str]) -> list[str]:
-  """absl's parse of argv, with a value of the wrong type (or an unknown flag) ended as one line
-  naming the flag, like every other bad input."""
-  try:
-    return FLAGS(argv)
-  except flags.Error as error:
-    _exit_with_error(str(error).replace("flag --", "--", 1))
+def _check_input_paths() -> None:
+  """The files the flags of TensorFlow's scripts name: the config (read and checked against
+  --max_seq_length), the init checkpoint, the input file patterns, the data directory, and the
+  TF_CONFIG variable."""
+  distribution.check_tf_config()
+  if errors.flag_value("bert_config_file"):
+    errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
+    bert_config()
+  init_checkpoint = errors.flag_value("init_checkpoint")
+  if init_checkpoint:
+    try:
+      checkpoints.resolve_checkpoint_path(init_checkpoint)
+    except ValueError as error:
+      raise errors.FlagError("--init_checkpoint=%s: %s" % (init_checkpoint, error)) from None
+  for name in ("input_file", "phase2_input_file"):
+    if errors.flag_value(name):
+      file_patterns.expand(errors.flag_value(name), "--" + name)
+  data_dir = errors.flag_value("data_dir")
+  if data_dir and "://" not in data_dir and not os.path.isdir(data_dir):
+    raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
 
 
 def run_script(main: Callable[[list], Any]) -> None:
-  """`app.run(main)` for a script. Bad input, `errors.InputError` from any module (a flag, a file,
-  a line: `FlagError`, `TrainingError`, `BadInputError`, ...), ends it with one line on stderr
-  (`<script>: error: <message>`, exit status 1) instead of a traceback; set the environment
-  variable BERT_TRACEBACK=1 to see the traceback too. Anything else is a bug and keeps its
-  traceback."""
-
-  def main_with_clear_errors(argv):
-    try:
-      return main(argv)
-    except errors.InputError as error:
-      if os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0"):
-        raise
-      _exit_with_error(str(error))
-
-  app.run(main_with_clear_errors, flags_parser=_parse_flags)
+  """`errors.run_script` for a script that uses these flags: the validation pass also reads
+  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs."""
+  errors.run_script(main, check_input_paths=_check_input_paths)

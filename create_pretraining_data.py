@@ -13,12 +13,11 @@ files. With `--runner=beam` the same chunks and algorithm run as an Apache Beam 
 """
 
 import os
-import sys
 
-from absl import app
 from absl import flags
 from absl import logging
 
+import errors
 import pretraining_data
 
 FLAGS = flags.FLAGS
@@ -70,8 +69,8 @@ def _run_beam(config: pretraining_data.RunConfig) -> dict:
   except ImportError as error:
     if not (error.name or "").startswith("apache_beam"):
       raise
-    raise ValueError("--runner=beam needs Apache Beam (pip install -r requirements-beam.txt): %s"
-                     % error) from error
+    raise errors.FlagError("--runner=beam needs Apache Beam (pip install -r "
+                           "requirements-beam.txt): %s" % error) from error
   return pretraining_data_beam.run(config, FLAGS.beam_pipeline_options)
 
 
@@ -100,15 +99,10 @@ def main(_):
       num_shards=FLAGS.num_shards,
       chunk_bytes=FLAGS.chunk_size_kb * 1024,
       shuffle_buffer_size=FLAGS.shuffle_buffer_size)
-  try:
-    if FLAGS.runner == "beam":
-      summary = _run_beam(config)
-    else:
-      summary = pretraining_data.run(config)
-  except ValueError as error:
-    raise app.UsageError(str(error)) from error
-  except OSError as error:  # E.g. a full disk: one line naming the file, nothing left behind.
-    sys.exit("create_pretraining_data.py: %s" % error)
+  if FLAGS.runner == "beam":
+    summary = _run_beam(config)
+  else:
+    summary = pretraining_data.run(config)
   print(pretraining_data.summary_json(summary))
 
 
@@ -117,4 +111,4 @@ if __name__ == "__main__":
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   flags.mark_flag_as_required("vocab_file")
-  app.run(main)
+  errors.run_script(main)

@@ -23,11 +23,11 @@ import os
 import time
 from typing import Dict, Iterable, List, Sequence, Tuple
 
-from absl import app
 from absl import flags
 from absl import logging
 
 import atomic_files
+import errors
 import file_patterns
 import progress_log
 import tokenization
@@ -125,7 +125,7 @@ def learn_vocab(word_counts: Dict[str, int], vocab_size: int,
   vocab is the largest not above `vocab_size` (within the slack).
   """
   if not word_counts:
-    raise ValueError("No words to learn a vocab from (are the input files empty?).")
+    raise errors.InputError("No words to learn a vocab from (are the input files empty?).")
   learner, params = _learn_params(vocab_size, reserved_tokens, max_token_length,
                                   max_unique_chars, max_input_words, num_iterations, slack_ratio)
   words = learner.get_input_words(list(word_counts.items()), params.reserved_tokens,
@@ -133,7 +133,7 @@ def learn_vocab(word_counts: Dict[str, int], vocab_size: int,
   allowed_chars = learner.get_allowed_chars(words, params.max_unique_chars)
   words = learner.filter_input_words(words, allowed_chars, params.max_input_tokens)
   if not words:
-    raise ValueError("Every word is longer than --max_token_length=%d." % max_token_length)
+    raise errors.InputError("Every word is longer than --max_token_length=%d." % max_token_length)
 
   def learn_at(threshold: int) -> List[str]:
     start = time.time()
@@ -204,8 +204,8 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
   files = file_patterns.expand(input_file, "--input_file")
   reserved = list(SPECIAL_TOKENS) + [t for t in reserved_tokens if t not in SPECIAL_TOKENS]
   if vocab_size < len(reserved):
-    raise ValueError("--vocab_size=%d is smaller than the %d reserved tokens." %
-                     (vocab_size, len(reserved)))
+    raise errors.InputError("--vocab_size=%d is smaller than the %d reserved tokens." %
+                            (vocab_size, len(reserved)))
   word_counts = count_words(files, do_lower_case)
   logging.info("Counted %d words (%d distinct) in %d file(s) in %.1f s",
                sum(word_counts.values()), len(word_counts), len(files), time.time() - start)
@@ -233,4 +233,4 @@ if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
-  app.run(main)
+  errors.run_script(main)

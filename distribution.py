@@ -21,6 +21,7 @@ value one device computes on the effective batch.
 import contextlib
 import json
 import os
+import re
 import threading
 from typing import Optional, Sequence
 
@@ -28,12 +29,58 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+import errors
+
 STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
 PRECISIONS = ("float32", "float16", "bfloat16")
 
 
+class DistributionError(errors.InputError):
+  """A `TF_CONFIG` or strategy flag that cannot describe a run; the message names it."""
+
+
 def _tf_config() -> dict:
-  return json.loads(os.environ.get("TF_CONFIG", "{}") or "{}")
+  """The TF_CONFIG environment variable, parsed and checked ({} when unset)."""
+  text = os.environ.get("TF_CONFIG", "") or "{}"
+  try:
+    config = json.loads(text)
+  except json.JSONDecodeError as error:
+    raise DistributionError("TF_CONFIG is not valid JSON: %s" % error) from None
+  _check_tf_config(config)
+  return config
+
+
+def _check_tf_config(config) -> None:
+  """Raises DistributionError unless `config` has TF_CONFIG's shape: `cluster` maps task types to
+  lists of "host:port" addresses, and `task` names one of them by type and index."""
+  if not isinstance(config, dict):
+    raise DistributionError("TF_CONFIG must be a JSON object, got %s" % type(config).__name__)
+  cluster, task = config.get("cluster", {}), config.get("task", {})
+  if not isinstance(cluster, dict):
+    raise DistributionError("TF_CONFIG: cluster must map task types to address lists")
+  for task_type, addresses in cluster.items():
+    if not (isinstance(addresses, list) and addresses and
+            all(isinstance(a, str) and re.fullmatch(r"[^\s:]+:\d+", a) for a in addresses)):
+      raise DistributionError('TF_CONFIG: cluster["%s"] must be a non-empty list of "host:port" '
+                              "addresses, got %r" % (task_type, addresses))
+  if not isinstance(task, dict):
+    raise DistributionError("TF_CONFIG: task must be an object with type and index")
+  if task:
+    task_type, index = task.get("type"), task.get("index", 0)
+    if task_type == "evaluator":  # TensorFlow's side-car evaluator is not in the cluster.
+      return
+    if task_type not in cluster:
+      raise DistributionError("TF_CONFIG: task type %r is not in the cluster (%s)" %
+                              (task_type, ", ".join(sorted(cluster)) or "empty"))
+    if isinstance(index, bool) or not isinstance(index, int) or not (
+        0 <= index < len(cluster[task_type])):
+      raise DistributionError("TF_CONFIG: task index %r is not in [0, %d) for type %r" %
+                              (index, len(cluster[task_type]), task_type))
+
+
+def check_tf_config() -> None:
+  """Raises DistributionError naming what is wrong with the TF_CONFIG environment variable."""
+  _tf_config()
 
 
 def _tf_config_task_count() -> int:
@@ -62,7 +109,8 @@ def make_strategy(name: str = "auto",
     The strategy. Batch sizes given to `train`, `evaluate` and `predict` are global.
   """
   if name not in STRATEGIES:
-    raise ValueError("--distribution_strategy must be one of %s, got %r" % (STRATEGIES, name))
+    raise DistributionError("--distribution_strategy must be one of %s, got %r" %
+                            (STRATEGIES, name))
   if name == "auto":
     if use_tpu:
       name = "tpu"
@@ -82,8 +130,8 @@ def make_strategy(name: str = "auto",
     return tf.distribute.MirroredStrategy(devices=devices)
   if name == "multi_worker_mirrored":
     if not os.environ.get("TF_CONFIG"):
-      raise ValueError("--distribution_strategy=multi_worker_mirrored needs the TF_CONFIG "
-                       "environment variable (cluster and task of this worker)")
+      raise DistributionError("--distribution_strategy=multi_worker_mirrored needs the TF_CONFIG "
+                              "environment variable (cluster and task of this worker)")
     return tf.distribute.MultiWorkerMirroredStrategy()
   resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
       tpu=tpu_address or "", zone=tpu_zone, project=gcp_project)
@@ -99,7 +147,7 @@ def make_strategy(name: str = "auto",
 def set_precision(precision: str) -> None:
   """Sets Keras's global dtype policy: float32, or mixed float16/bfloat16 (float32 variables)."""
   if precision not in PRECISIONS:
-    raise ValueError("--mixed_precision must be one of %s, got %r" % (PRECISIONS, precision))
+    raise DistributionError("--mixed_precision must be one of %s, got %r" % (PRECISIONS, precision))
   keras.mixed_precision.set_global_policy(
       "float32" if precision == "float32" else "mixed_" + precision)
 

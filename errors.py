@@ -1,18 +1,44 @@
 # coding=utf-8
-"""The one base class of the errors a user can fix: a bad flag, file, line or request.
+"""Errors a user can fix, the checks that find them before any work, and how a script says so.
 
-Every module raises its own subclass (`cli.FlagError`, `classifier.BadInputError`,
-`squad.SquadFormatError`, ...), with a message that names the flag or the file (and line) at
-fault and says what is allowed. `cli.run_script` prints any of them as one line,
-`<script>: error: <message>`, and exits with status 1; anything else is a bug and keeps its
-traceback. Errors of the libraries we call on a user's file (json, TensorFlow's readers,
-safetensors, ...) are caught where the file is known and raised again as an `InputError` that
-names it.
+Every module raises a subclass of `InputError` (`FlagError`, `classifier.BadInputError`,
+`squad.SquadFormatError`, `modeling.ConfigError`, ...) with a message that names the flag or the
+file (and line) at fault and says what is allowed. Errors of the libraries we call on a user's file
+(json, TensorFlow's readers, safetensors, SentencePiece) are caught where the file is known and
+raised again as an `InputError` that names it (`named`).
+
+`run_script` is how every command-line script runs its `main`: it parses the flags, runs the
+validation pass (every numeric flag against `FLAG_RULES`, the flags that go together, the input
+files a script names) and then `main`; any `InputError`, or an `OSError` on a named file, ends
+the script with one line `<script>: error: <message>` and exit status 1, before anything was
+written when the validation pass finds it. Anything else is a bug and keeps its traceback;
+BERT_TRACEBACK=1 shows the traceback of a one-line error too.
+
+This module imports no TensorFlow, so that the data scripts (create_pretraining_data.py,
+create_vocab.py) can use it and still fork their workers; `cli.run_script` adds the checks that
+need TensorFlow (config, checkpoint, TF_CONFIG).
 """
+
+import dataclasses
+import math
+import os
+import stat
+import sys
+from typing import Any, Callable, Optional
+
+from absl import app
+from absl import flags
+
+# Set to 1 to see the traceback behind a one-line error (for debugging; users need not).
+TRACEBACK_VARIABLE = "BERT_TRACEBACK"
 
 
 class InputError(ValueError):
   """Input the user can fix; the message names the flag, file or line and what is allowed."""
+
+
+class FlagError(InputError):
+  """A flag is missing, out of range or does not fit another: the message names the flag."""
 
 
 def named(path: str, error: BaseException) -> str:
@@ -20,3 +46,160 @@ def named(path: str, error: BaseException) -> str:
   what = str(error).strip().splitlines()
   return "%s: %s%s" % (path, type(error).__name__ + ": " if what else type(error).__name__,
                        what[0] if what else "")
+
+
+def check_regular_file(path: str, what: str) -> None:
+  """Raises InputError unless the local `path` is a readable regular file (remote `scheme://`
+  paths are left to their reader): a directory, FIFO or device would hang or fail deep inside a
+  reader. `what` says what the file is for, e.g. "--vocab_file"."""
+  if "://" in path:
+    return
+  if not os.path.exists(path):
+    raise InputError("%s: %s does not exist" % (what, path))
+  if os.path.isdir(path):
+    raise InputError("%s: %s is a directory, not a file" % (what, path))
+  if not stat.S_ISREG(os.stat(path).st_mode):
+    raise InputError("%s: %s is not a regular file (a FIFO, socket or device)" % (what, path))
+  if not os.access(path, os.R_OK):
+    raise InputError("%s: %s cannot be read (permission denied)" % (what, path))
+
+
+# ------------------------------------------------------------------------------------------------
+# The validation pass.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class FlagRule:
+  """What a numeric flag's value must be: `allowed(value)` is true; `what` describes it."""
+  allowed: Callable[[Any], bool]
+  what: str
+
+
+_POSITIVE = FlagRule(lambda v: v >= 1, "an integer >= 1")
+_NON_NEGATIVE = FlagRule(lambda v: v >= 0, "an integer >= 0")
+_POSITIVE_NUMBER = FlagRule(lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+_FRACTION = FlagRule(lambda v: 0 <= v <= 1, "a number in [0, 1]")  # NaN fails every comparison.
+_OPEN_PROBABILITY = FlagRule(lambda v: 0 < v < 1, "a number strictly between 0 and 1")
+_FINITE = FlagRule(math.isfinite, "a finite number")
+_SEED = FlagRule(lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)")
+_SEQ_LENGTH = FlagRule(lambda v: v >= 3, "an integer >= 3 (room for [CLS], a token and [SEP])")
+
+# The rule of every numeric flag of every script, by name: one name means one thing in all of them
+# (tests/test_validation.py checks that no script defines a numeric flag missing
+# here). A flag
+# whose value is None (not given, no default) is not checked.
+FLAG_RULES = {
+    "batch_size": _POSITIVE, "train_batch_size": _POSITIVE, "eval_batch_size": _POSITIVE,
+    "predict_batch_size": _POSITIVE, "phase2_train_batch_size": _POSITIVE,
+    "gradient_accumulation_steps": _POSITIVE, "save_checkpoints_steps": _POSITIVE,
+    "iterations_per_loop": _POSITIVE, "keep_checkpoint_max": _POSITIVE,
+    "num_tpu_cores": _POSITIVE, "max_eval_steps": _POSITIVE, "num_train_steps": _POSITIVE,
+    "num_warmup_steps": _NON_NEGATIVE, "phase2_steps": _NON_NEGATIVE,
+    "phase2_num_warmup_steps": _NON_NEGATIVE, "eval_every_steps": _NON_NEGATIVE,
+    "early_stopping_patience": _NON_NEGATIVE,
+    "max_seq_length": _SEQ_LENGTH, "phase2_max_seq_length": _SEQ_LENGTH,
+    "max_predictions_per_seq": _POSITIVE, "phase2_max_predictions_per_seq": _POSITIVE,
+    "doc_stride": _POSITIVE, "max_query_length": _POSITIVE, "max_answer_length": _POSITIVE,
+    "n_best_size": _POSITIVE, "random_seed": _SEED,
+    "learning_rate": _POSITIVE_NUMBER, "phase2_learning_rate": _POSITIVE_NUMBER,
+    "num_train_epochs": _POSITIVE_NUMBER, "warmup_proportion": _FRACTION,
+    "multi_label_threshold": _OPEN_PROBABILITY, "null_score_diff_threshold": _FINITE,
+    "masked_lm_prob": _FRACTION, "short_seq_prob": _FRACTION,
+    "dupe_factor": _POSITIVE, "num_workers": _POSITIVE, "num_shards": _POSITIVE,
+    "shard_index": _NON_NEGATIVE, "chunk_size_kb": _POSITIVE, "shuffle_buffer_size": _POSITIVE,
+    "vocab_size": _POSITIVE, "max_unique_chars": _POSITIVE, "max_token_length": _POSITIVE,
+    "max_input_words": _POSITIVE, "num_iterations": _POSITIVE,
+    "slack_ratio": FlagRule(lambda v: 0 <= v < 1, "a number in [0, 1)"),
+}
+
+
+def flag_value(name: str) -> Any:
+  """The value of the flag `name`, or None where the running script does not define it."""
+  return flags.FLAGS[name].value if name in flags.FLAGS else None
+
+
+def _check_flag_values() -> None:
+  """Each flag of FLAG_RULES that has a value obeys its rule."""
+  for name, rule in FLAG_RULES.items():
+    value = flag_value(name)
+    if value is not None and not rule.allowed(value):
+      raise FlagError("--%s=%s: must be %s" % (name, value, rule.what))
+
+
+def _check_flag_combinations() -> None:
+  """The rules that tie two flags together."""
+  steps = flag_value("gradient_accumulation_steps")
+  for batch_flag in ("train_batch_size", "phase2_train_batch_size"):
+    batch = flag_value(batch_flag)
+    if steps and batch and batch % steps:
+      raise FlagError("--gradient_accumulation_steps=%d must divide --%s=%d (each update is that "
+                      "many equal micro-batches)" % (steps, batch_flag, batch))
+  shard_index, num_shards = flag_value("shard_index"), flag_value("num_shards")
+  if shard_index is not None and shard_index >= num_shards:
+    raise FlagError("--shard_index=%d must be below --num_shards=%d" % (shard_index, num_shards))
+  for prefix in ("", "phase2_"):
+    predictions = flag_value(prefix + "max_predictions_per_seq")
+    length = flag_value(prefix + "max_seq_length")
+    if predictions and length and predictions > length:
+      raise FlagError("--%smax_predictions_per_seq=%d must not exceed --%smax_seq_length=%d" %
+                      (prefix, predictions, prefix, length))
+
+
+def _check_vocab_paths() -> None:
+  """`--vocab_file` and `--spm_model_file`, where a script has them, are readable files."""
+  for name in ("vocab_file", "spm_model_file"):
+    path = flag_value(name)
+    if path:
+      check_regular_file(path, "--" + name)
+
+
+def check_flags(check_input_paths: Optional[Callable[[], None]] = None) -> None:
+  """The validation pass `run_script` runs before `main`: every numeric flag in range, the flags
+  that go together consistent, the vocab readable, then `check_input_paths` (the script's other
+  files). Raises FlagError (or a reader's InputError) naming the first flag or file at fault."""
+  _check_flag_values()
+  _check_flag_combinations()
+  _check_vocab_paths()
+  if check_input_paths:
+    check_input_paths()
+
+
+# ------------------------------------------------------------------------------------------------
+# Running a script.
+# ------------------------------------------------------------------------------------------------
+
+
+def _exit_with_error(message: str) -> None:
+  """Ends the script with `<script>: error: <message>` on one line and exit status 1."""
+  raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]),
+                                      " ".join(str(message).split("\n"))))
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's parse of argv, with a value of the wrong type (or an unknown flag) ended as one line
+  naming the flag, like every other bad input."""
+  try:
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    _exit_with_error(str(error).replace("flag --", "--", 1))
+
+
+def run_script(main: Callable[[list], Any],
+               check_input_paths: Optional[Callable[[], None]] = None) -> None:
+  """`app.run(main)` after the validation pass (`check_flags(check_input_paths)`). An
+  `InputError` from anywhere, or an `OSError` on a named file (a full disk, a permission), ends
+  the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
+  traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback."""
+
+  def main_with_clear_errors(argv):
+    try:
+      check_flags(check_input_paths)
+      return main(argv)
+    except (InputError, OSError) as error:
+      if (isinstance(error, OSError) and not error.filename or
+          os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")):
+        raise
+      _exit_with_error(str(error))
+
+  app.run(main_with_clear_errors, flags_parser=_parse_flags)

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 import atomic_files
 import cli
+import errors
 import export
 import in_graph_tokenization
 import length_buckets
@@ -109,11 +110,12 @@ def parse_layer_indexes(layers: str, num_hidden_layers: int) -> list[int]:
   try:
     indexes = [int(x) for x in layers.split(",")]
   except ValueError:
-    raise ValueError("--layers=%r must be comma-separated integers" % layers) from None
+    raise errors.FlagError("--layers=%r must be comma-separated integers" % layers) from None
   for index in indexes:
     if not -num_hidden_layers <= index < num_hidden_layers:
-      raise ValueError("--layers: index %d is out of range for a model with %d layers" %
-                       (index, num_hidden_layers))
+      raise errors.FlagError("--layers: index %d is out of range for a model with %d layers "
+                             "(allowed: %d to %d)" % (index, num_hidden_layers,
+                                                     -num_hidden_layers, num_hidden_layers - 1))
   return indexes
 
 
@@ -396,21 +398,18 @@ def main(_):
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
   tokenizer = cli.tokenizer()
   if FLAGS.use_tpu:
-    raise cli.FlagError("extract_features.py runs on the local CPU or GPU; --use_tpu is not "
-                        "supported")
+    raise errors.FlagError("extract_features.py runs on the local CPU or GPU; --use_tpu is not "
+                           "supported")
   total = count_lines(FLAGS.input_file)
   if not total:
-    raise cli.FlagError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
-  try:
-    atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
-  except ValueError as error:
-    raise cli.FlagError(str(error)) from error
+    raise errors.FlagError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
+  atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
   bert = modeling.BertModel(bert_config, name="bert")
   bert.build()
   report = modeling.init_from_checkpoint(bert, FLAGS.init_checkpoint)
   if report.missing:
-    raise ValueError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
-                     (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
+    raise errors.FlagError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
+                           (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
   extractor = FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
   batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
                          FLAGS.batch_size, cli.bucket_by_length())

@@ -23,6 +23,7 @@ import numpy as np
 import tensorflow as tf
 
 import checkpoints
+import errors
 
 # The original's modeling.py was where checkpoints were loaded; they now live in checkpoints.py.
 init_from_checkpoint = checkpoints.init_from_checkpoint
@@ -147,6 +148,16 @@ _INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_
 _PROBABILITY_FIELDS = ("hidden_dropout_prob", "attention_probs_dropout_prob")
 
 
+# A config beyond these bounds is a typo, not a model to build: building it would only hang (a
+# Keras layer per transformer layer) or run out of memory (400 GB of float32 weights).
+MAX_LAYERS = 1000
+MAX_PARAMETERS = 10**11
+
+
+class ConfigError(errors.InputError):
+  """A `bert_config.json` (or config dict) that cannot describe a BERT model; says which field."""
+
+
 class BertConfig:
   """Configuration of a `BertModel`, in the format of Google's `bert_config.json`.
 
@@ -184,26 +195,45 @@ class BertConfig:
     self.validate()
 
   def validate(self) -> None:
-    """Raises ValueError naming the first field that cannot describe a BERT model."""
+    """Raises ConfigError naming the first field that cannot describe a BERT model."""
     for field in _INT_FIELDS:
       value = getattr(self, field)
       if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value <= 0:
-        raise ValueError("BertConfig field %s must be a positive integer, got %r" % (field, value))
+        raise ConfigError("BertConfig field %s must be a positive integer, got %r" %
+                          (field, value))
     for field in _PROBABILITY_FIELDS:
       value = getattr(self, field)
       if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-        raise ValueError("BertConfig field %s must be a probability in [0, 1), got %r" %
-                         (field, value))
+        raise ConfigError("BertConfig field %s must be a probability in [0, 1), got %r" %
+                          (field, value))
     if (isinstance(self.initializer_range, bool) or
         not isinstance(self.initializer_range, (int, float)) or self.initializer_range <= 0):
-      raise ValueError("BertConfig field initializer_range must be a positive number, got %r" %
-                       (self.initializer_range,))
+      raise ConfigError("BertConfig field initializer_range must be a positive number, got %r"
+                        % (self.initializer_range,))
     if self.hidden_size % self.num_attention_heads:
-      raise ValueError("BertConfig field hidden_size (%d) must be a multiple of "
-                       "num_attention_heads (%d)" % (self.hidden_size, self.num_attention_heads))
+      raise ConfigError("BertConfig field hidden_size (%d) must be a multiple of "
+                        "num_attention_heads (%d)" % (self.hidden_size, self.num_attention_heads))
     if not isinstance(self.hidden_act, str) or self.hidden_act.lower() not in _ACTIVATIONS:
-      raise ValueError("BertConfig field hidden_act has unsupported value %r (known: %s)" %
-                       (self.hidden_act, ", ".join(sorted(_ACTIVATIONS))))
+      raise ConfigError("BertConfig field hidden_act has unsupported value %r (known: %s)" %
+                        (self.hidden_act, ", ".join(sorted(_ACTIVATIONS))))
+    if self.num_hidden_layers > MAX_LAYERS:
+      raise ConfigError("BertConfig field num_hidden_layers must be at most %d, got %d" %
+                        (MAX_LAYERS, self.num_hidden_layers))
+    if self.num_parameters() > MAX_PARAMETERS:
+      raise ConfigError("BertConfig describes %.3g parameters (hidden_size=%d, "
+                        "intermediate_size=%d, vocab_size=%d, max_position_embeddings=%d): more "
+                        "than %.0e, so a field is mistyped" % (self.num_parameters(), self.hidden_size,
+                                         self.intermediate_size, self.vocab_size,
+                                         self.max_position_embeddings, MAX_PARAMETERS))
+
+  def num_parameters(self) -> int:
+    """The encoder's weight count (embeddings, layers, pooler), to catch absurd configs before
+    anything is built."""
+    hidden, inner = self.hidden_size, self.intermediate_size
+    positions = self.max_position_embeddings + self.type_vocab_size
+    embeddings = (self.vocab_size + positions + 2) * hidden
+    layer = 4 * (hidden * hidden + hidden) + 2 * hidden * inner + inner + hidden + 4 * hidden
+    return embeddings + self.num_hidden_layers * layer + hidden * hidden + hidden
 
   @property
   def size_per_head(self) -> int:
@@ -214,29 +244,35 @@ class BertConfig:
   def from_dict(cls, json_object: Mapping[str, Any]) -> "BertConfig":
     """Builds a config from a dict such as a parsed `bert_config.json`."""
     if "vocab_size" not in json_object:
-      raise ValueError("BertConfig field vocab_size is missing")
-    return cls(**dict(json_object))
+      raise ConfigError("BertConfig field vocab_size is missing")
+    try:
+      return cls(**dict(json_object))
+    except TypeError as e:  # A field given twice, or a key that is not a valid name.
+      raise ConfigError("BertConfig: %s" % e) from e
 
   @classmethod
   def from_json_file(cls, json_file: str) -> "BertConfig":
     """Reads a `bert_config.json`; errors name the file."""
-    with tf.io.gfile.GFile(json_file, "r") as reader:
-      text = reader.read()
+    try:
+      with tf.io.gfile.GFile(json_file, "r") as reader:
+        text = reader.read()
+    except (tf.errors.OpError, UnicodeDecodeError) as e:
+      raise ConfigError(errors.named(json_file, e)) from e
     try:
       parsed = json.loads(text)
     except json.JSONDecodeError as e:
-      raise ValueError("%s is not valid JSON: %s" % (json_file, e)) from e
+      raise ConfigError("%s is not valid JSON: %s" % (json_file, e)) from e
     if not isinstance(parsed, dict):
-      raise ValueError("%s must hold a JSON object, got %s" % (json_file, type(parsed).__name__))
+      raise ConfigError("%s must hold a JSON object, got %s" % (json_file, type(parsed).__name__))
     try:
       return cls.from_dict(parsed)
-    except (ValueError, TypeError) as e:
-      raise ValueError("%s: %s" % (json_file, e)) from e
+    except ConfigError as e:
+      raise ConfigError("%s: %s" % (json_file, e)) from e
 
   def check_max_seq_length(self, max_seq_length: int) -> None:
     """Raises a ValueError naming `--max_seq_length` when it exceeds the learned positions."""
     if max_seq_length > self.max_position_embeddings:
-      raise ValueError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d: the "
+      raise ConfigError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d: the "
                        "model was only trained up to that length" %
                        (max_seq_length, self.max_position_embeddings))
 

@@ -41,6 +41,7 @@ from absl import logging
 import numpy as np
 
 import atomic_files
+import errors
 import file_patterns
 import progress_log
 import tokenization
@@ -68,19 +69,19 @@ class InstanceOptions:
   do_whole_word_mask: bool = False
 
   def validate(self) -> None:
-    """Raises ValueError naming the flag whose value the algorithm cannot work with."""
+    """Raises InputError naming the flag whose value the algorithm cannot work with."""
     if self.max_seq_length < 5:
-      raise ValueError("max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A and B "
-                       "non-empty), got %d" % self.max_seq_length)
+      raise errors.InputError("--max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A "
+                              "and B non-empty), got %d" % self.max_seq_length)
     if self.max_predictions_per_seq < 0:
-      raise ValueError("max_predictions_per_seq must be >= 0, got %d" %
-                       self.max_predictions_per_seq)
+      raise errors.InputError("max_predictions_per_seq must be >= 0, got %d" %
+                              self.max_predictions_per_seq)
     if not 0.0 <= self.masked_lm_prob <= 1.0:
-      raise ValueError("masked_lm_prob must be in [0, 1], got %r" % self.masked_lm_prob)
+      raise errors.InputError("masked_lm_prob must be in [0, 1], got %r" % self.masked_lm_prob)
     if not 0.0 <= self.short_seq_prob <= 1.0:
-      raise ValueError("short_seq_prob must be in [0, 1], got %r" % self.short_seq_prob)
+      raise errors.InputError("short_seq_prob must be in [0, 1], got %r" % self.short_seq_prob)
     if self.dupe_factor < 1:
-      raise ValueError("dupe_factor must be >= 1, got %d" % self.dupe_factor)
+      raise errors.InputError("dupe_factor must be >= 1, got %d" % self.dupe_factor)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,8 +115,8 @@ class VocabIds:
     needed = SPECIAL_TOKENS + (() if is_sentencepiece else ("[UNK]",))
     missing = [token for token in needed if token not in vocab]
     if missing:
-      raise ValueError("%s has no %s token(s); masked-LM pretraining data needs %s" %
-                       (vocab_description, ", ".join(missing), ", ".join(needed)))
+      raise errors.InputError("%s has no %s token(s); masked-LM pretraining data needs %s" %
+                              (vocab_description, ", ".join(missing), ", ".join(needed)))
     continues_word = bytearray(max(vocab.values()) + 1)
     for token, token_id in vocab.items():
       continues_word[token_id] = _continues_word(token, is_sentencepiece)
@@ -856,7 +857,7 @@ class RoundRobinWriter:
         self.files.append(open_file(path, "wb"))
       except (OSError, IOError) as error:
         self.close()
-        raise ValueError("cannot write output file %r: %s" % (output_file, error)) from error
+        raise errors.InputError("cannot write output file %r: %s" % (output_file, error)) from error
     self.next_file = 0
 
   def write(self, record: bytes) -> None:
@@ -872,7 +873,7 @@ def shard_output_files(output_file: str, shard_index: int, num_shards: int) -> l
   """Output paths of comma-separated `output_file`; with shards, each gets `-SSSSS-of-NNNNN`."""
   paths = [path.strip() for path in output_file.split(",") if path.strip()]
   if not paths:
-    raise ValueError("--output_file is empty")
+    raise errors.InputError("--output_file is empty")
   if num_shards > 1:
     paths = ["%s-%05d-of-%05d" % (path, shard_index, num_shards) for path in paths]
   return paths
@@ -908,12 +909,12 @@ def prepare(config: RunConfig) -> tuple:
   """
   config.options.validate()
   if config.num_workers < 1:
-    raise ValueError("num_workers must be >= 1, got %d" % config.num_workers)
+    raise errors.InputError("num_workers must be >= 1, got %d" % config.num_workers)
   if not 0 <= config.shard_index < config.num_shards:
-    raise ValueError("shard_index must be in [0, num_shards), got %d of %d" %
+    raise errors.InputError("shard_index must be in [0, num_shards), got %d of %d" %
                      (config.shard_index, config.num_shards))
   if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
-    raise ValueError("chunk size and shuffle buffer size must be positive")
+    raise errors.InputError("chunk size and shuffle buffer size must be positive")
   input_files = file_patterns.expand(config.input_file, "--input_file")
   worker_config = WorkerConfig(config.vocab_file, config.do_lower_case, config.spm_model_file,
                                config.options, config.random_seed)
@@ -924,7 +925,7 @@ def check_not_overwriting(input_files: Sequence[str], output_files: Sequence[str
   """A ValueError if an output path is one of the input files."""
   overwritten = set(map(os.path.realpath, input_files)) & set(map(os.path.realpath, output_files))
   if overwritten:
-    raise ValueError("output file would overwrite input file %s" % sorted(overwritten)[0])
+    raise errors.InputError("output file would overwrite input file %s" % sorted(overwritten)[0])
 
 
 def run(config: RunConfig) -> dict:
@@ -952,9 +953,10 @@ def run(config: RunConfig) -> dict:
     finally:
       writer.close()
     if not counts["instances"]:
-      raise ValueError("no instances were created from --input_file %s (%d documents, %d empty "
-                       "files): nothing written" % (describe_files(input_files),
-                                                    counts["documents"], counts["empty_files"]))
+      raise errors.InputError(
+          "no instances were created from --input_file %s (%d documents, %d empty files): "
+          "nothing written" % (describe_files(input_files), counts["documents"],
+                               counts["empty_files"]))
   return make_summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())
 
 

@@ -17,6 +17,7 @@ from absl import flags
 
 import classifier
 import cli
+import errors
 
 FLAGS = flags.FLAGS
 
@@ -62,7 +63,7 @@ def main(_):
   cli.require("task_name")
   strategy, tokenizer, bert_config = cli.setup_task_script()
   if FLAGS.multi_label and FLAGS.task_name.lower() != "generic":
-    raise cli.FlagError("--multi_label needs --task_name=generic (labels from your own files)")
+    raise errors.FlagError("--multi_label needs --task_name=generic (labels from your own files)")
   processor = classifier.get_processor(
       FLAGS.task_name, skip_bad_rows=FLAGS.skip_bad_rows, language=FLAGS.xnli_language,
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
@@ -77,7 +78,7 @@ def main(_):
         doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
         multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
   except ValueError as error:  # A flag value the task cannot use; the message names the flag.
-    raise cli.FlagError(str(error)) from error
+    raise errors.FlagError(str(error)) from error
   cli.run_task(task, strategy)
   processor.bad_rows.log_summary()
 

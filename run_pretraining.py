@@ -19,6 +19,7 @@ from absl import flags
 from absl import logging
 
 import cli
+import errors
 import modeling
 import pretraining
 import training_loop
@@ -69,7 +70,7 @@ def _phase2_input_files(bert_config: modeling.BertConfig) -> Optional[list]:
   phase 1's days of training), or None without --phase2_input_file."""
   if not FLAGS.phase2_input_file:
     if FLAGS.phase2_steps:
-      raise cli.FlagError("--phase2_steps needs --phase2_input_file (phase 2's records)")
+      raise errors.FlagError("--phase2_steps needs --phase2_input_file (phase 2's records)")
     return None
   try:
     input_files = pretraining.expand_input_files(FLAGS.phase2_input_file)
@@ -79,7 +80,7 @@ def _phase2_input_files(bert_config: modeling.BertConfig) -> Optional[list]:
     message = str(error).replace("--input_file", "--phase2_input_file")
     for name in ("max_seq_length", "max_predictions_per_seq"):
       message = message.replace("--%s=" % name, "--phase2_%s=" % name)
-    raise cli.FlagError(message) from None
+    raise errors.FlagError(message) from None
   return input_files
 
 
@@ -93,7 +94,7 @@ def _phase2_config(phase1: training_loop.TrainConfig) -> training_loop.TrainConf
         phase1, steps, FLAGS.phase2_learning_rate or FLAGS.learning_rate, warmup,
         FLAGS.phase2_train_batch_size or FLAGS.train_batch_size)
   except ValueError as error:
-    raise cli.FlagError(str(error)) from None
+    raise errors.FlagError(str(error)) from None
 
 
 def _dynamic_masking():
@@ -101,14 +102,14 @@ def _dynamic_masking():
   if not FLAGS.dynamic_masking:
     return None
   if not FLAGS.vocab_file:
-    raise cli.FlagError("--dynamic_masking needs --vocab_file (the vocab the records were made "
-                         "with)")
+    raise errors.FlagError("--dynamic_masking needs --vocab_file (the vocab the records were "
+                           "made with)")
   try:
     masking = pretraining.DynamicMasking.from_vocab_file(
         FLAGS.vocab_file, FLAGS.masked_lm_prob, FLAGS.max_predictions_per_seq,
         FLAGS.do_whole_word_mask)
   except ValueError as error:
-    raise cli.FlagError(str(error)) from error
+    raise errors.FlagError(str(error)) from error
   logging.info("Dynamic masking: masked_lm_prob=%g, max_predictions_per_seq=%d, whole words: %s",
                masking.masked_lm_prob, masking.max_predictions_per_seq, masking.do_whole_word_mask)
   return masking

@@ -19,6 +19,7 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
+import errors
 import squad
 
 FLAGS = flags.FLAGS
@@ -62,7 +63,7 @@ def main(_):
   try:
     squad.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
   except ValueError as error:
-    raise cli.FlagError(str(error)) from None
+    raise errors.FlagError(str(error)) from None
   options = squad.SquadOptions(
       max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
       max_query_length=FLAGS.max_query_length, n_best_size=FLAGS.n_best_size,

@@ -29,13 +29,20 @@ through tensorflow-text, is `in_graph_tokenization.BatchTokenizer(tokenizer)`.
 """
 
 import collections
-import os
 import re
 import unicodedata
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
+import errors
+
 
 TextLike = Union[str, bytes]
+
+
+class VocabError(errors.InputError):
+  """A vocab or SentencePiece file that cannot be used, or a casing flag that contradicts the
+  checkpoint; the message names the file or flag."""
+
 
 MAX_INPUT_CHARS_PER_WORD = 200
 UNK_TOKEN = "[UNK]"
@@ -70,7 +77,7 @@ _MAX_CACHED_WORDS = 1 << 15
 
 
 def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: Optional[str]) -> None:
-  """Raises ValueError if `do_lower_case` contradicts a known released checkpoint's casing.
+  """Raises VocabError if `do_lower_case` contradicts a known released checkpoint's casing.
 
   The released checkpoints have their model name as the directory of `bert_model.ckpt`, e.g.
   `.../uncased_L-12_H-768_A-12/bert_model.ckpt`. Other paths are not checked.
@@ -87,7 +94,7 @@ def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: Optio
     actual_flag, case_name, opposite_flag = "True", "cased", "False"
   else:
     return
-  raise ValueError(
+  raise VocabError(
       "You passed in `--do_lower_case=%s` with `--init_checkpoint=%s`. However, `%s` seems to be "
       "a %s model, so you should pass in `--do_lower_case=%s` so that the fine-tuning matches how "
       "the model was pre-trained. If this error is wrong, rename the checkpoint directory." %
@@ -124,23 +131,22 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
   tokens and failed later, deep in the model's embedding lookup).
 
   Raises:
-    ValueError: if the file does not exist, holds no token or repeats a token (naming the token and
-      both lines).
+    VocabError: if the path is not a readable file, or the file holds no token or repeats a
+      token (naming the token and both lines).
   """
   if not vocab_file:
-    raise ValueError("No vocab file given (pass --vocab_file).")
-  if "://" not in vocab_file and not os.path.isfile(vocab_file):
-    raise ValueError("Vocab file %s does not exist." % vocab_file)
+    raise VocabError("No vocab file given (pass --vocab_file).")
+  errors.check_regular_file(vocab_file, "--vocab_file")
   vocab = collections.OrderedDict()
   with _open_text(vocab_file) as reader:
     for index, line in enumerate(reader):
       token = convert_to_unicode(line).strip()
       if token and token in vocab:  # Blank lines only keep the ids in step: never produced.
-        raise ValueError("Vocab file %s: token %r on line %d repeats line %d" %
+        raise VocabError("Vocab file %s: token %r on line %d repeats line %d" %
                          (vocab_file, token, index + 1, vocab[token] + 1))
       vocab[token] = index
   if not vocab:
-    raise ValueError("Vocab file %s is empty." % vocab_file)
+    raise VocabError("Vocab file %s is empty." % vocab_file)
   return vocab
 
 
@@ -418,14 +424,14 @@ class FullTokenizer(object):
     return output
 
   def tokenize_to_ids(self, text: TextLike) -> List[int]:
-    """Returns the ids of `tokenize(text)` (ValueError if the vocab lacks "[UNK]" and needs it)."""
+    """Returns the ids of `tokenize(text)` (VocabError if the vocab lacks "[UNK]" and needs it)."""
     text = convert_to_unicode(text)
     if self.sp_model is not None:
       return self.sp_model.encode(self.sentencepiece_text(text), out_type=int)
     output = []
     for pieces, ids in self._cached_chunks(text):
       if ids is None:
-        raise ValueError("The vocab %s has no %s token, which is needed here." %
+        raise VocabError("The vocab %s has no %s token, which is needed here." %
                          (self.vocab_file, UNK_TOKEN))
       output.extend(ids)
     return output
@@ -457,7 +463,7 @@ class FullTokenizer(object):
   def special_token_id(self, token: str) -> int:
     """Returns the id of a special token such as "[CLS]", with a clear error if it is missing."""
     if token not in self.vocab:
-      raise ValueError("The vocab %s has no %s token, which is needed here." %
+      raise VocabError("The vocab %s has no %s token, which is needed here." %
                        (self.spm_model_file or self.vocab_file, token))
     return self.vocab[token]
 
@@ -504,10 +510,12 @@ class FullTokenizer(object):
 def _load_sentencepiece(spm_model_file: str):
   """Loads a SentencePiece model, with a clear error for a missing file."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  if "://" not in spm_model_file and not os.path.isfile(spm_model_file):
-    raise ValueError("SentencePiece model file %s does not exist." % spm_model_file)
+  errors.check_regular_file(spm_model_file, "--spm_model_file")
   with _open_text(spm_model_file) as reader:
     model_proto = reader.read()
   processor = spm.SentencePieceProcessor()
-  processor.load_from_serialized_proto(model_proto)
+  try:
+    processor.load_from_serialized_proto(model_proto)
+  except RuntimeError as error:  # SentencePiece's own message for a file that is not a model.
+    raise VocabError(errors.named(spm_model_file, error)) from error
   return processor
