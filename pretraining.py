@@ -7,17 +7,21 @@ of the weights (+1e-5), plus the mean next-sentence cross-entropy. The training 
 and strategies come from training_loop.py and distribution.py; run_pretraining.py maps the original's flags onto this.
 """
 
+import concurrent.futures
+import contextlib
 import dataclasses
 import os
 import re
-from typing import Callable, Mapping, Optional
+from typing import Callable, Iterator, Mapping, Optional
 
 from absl import logging
+from google.protobuf import message as protobuf_message
 import keras
 import tensorflow as tf
 
 import checkpoints
 import distribution
+import errors
 import file_patterns
 import modeling
 import pretraining_data
@@ -29,6 +33,13 @@ import training_loop
 SHUFFLE_BUFFER_SIZE = 1000
 # Records decoded per call when reading evaluation data (decoding is vectorized).
 EVAL_DECODE_BATCH = 256
+# Input files whose first record is read at once when checking their lengths (remote files).
+_PARALLEL_READS = 16
+
+
+class RecordLengthError(errors.InputError):
+  """Pretraining records whose features have other lengths than the flags say (the records were
+  written with other --max_seq_length or --max_predictions_per_seq), or that are not examples."""
 
 
 def expand_input_files(input_file: str) -> list:
@@ -51,6 +62,12 @@ def _feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> dict:
   }
 
 
+def _expected(name: str, length: int, flag: Optional[str]) -> str:
+  """The end of the message for a record whose feature `name` has other than `length` values."""
+  return " values for feature %s but %s: pass the value the data was written with" % (
+      name, "--%s=%d expects %d" % (flag, length, length) if flag else "%d is expected" % length)
+
+
 def decode_records(filenames: tf.Tensor, serialized: tf.Tensor, max_seq_length: int,
                    max_predictions_per_seq: int) -> dict:
   """Parses a batch of serialized tf.train.Examples into dense features (int64 -> int32).
@@ -68,12 +85,8 @@ def decode_records(filenames: tf.Tensor, serialized: tf.Tensor, max_seq_length: 
     counts = tf.math.bincount(tf.cast(sparse.indices[:, 0], tf.int32), minlength=batch_size,
                               maxlength=batch_size)
     bad = tf.argmax(tf.cast(tf.not_equal(counts, length), tf.int32), output_type=tf.int32)
-    message = tf.strings.join([
-        "a record in ", filenames[bad], " has ", tf.strings.as_string(counts[bad]),
-        " values for feature %s but %s" % (
-            name, "--%s=%d expects %d" % (flag, length, length) if flag else
-            "%d is expected" % length),
-        ": pass the value the data was written with"])
+    message = tf.strings.join(["a record in ", filenames[bad], " has ",
+                               tf.strings.as_string(counts[bad]), _expected(name, length, flag)])
     check = tf.debugging.Assert(tf.reduce_all(tf.equal(counts, length)), [message])
     with tf.control_dependencies([check]):
       values = tf.reshape(sparse.values, [-1, length])
@@ -81,21 +94,52 @@ def decode_records(filenames: tf.Tensor, serialized: tf.Tensor, max_seq_length: 
   return features
 
 
-def check_first_record(input_file: str, max_seq_length: int, max_predictions_per_seq: int) -> None:
-  """Decodes the first record of a file now, turning a length mismatch into a ValueError."""
-  records = tf.data.TFRecordDataset(input_file).take(1)
+def first_record_lengths(input_file: str) -> Optional[dict]:
+  """Feature name -> number of values in the first record of a TFRecord file; None when the file
+  has no readable record (empty, or its first record is corrupt: the input pipeline reports or
+  skips that record)."""
   try:
-    for serialized in records:
-      decode_records(tf.constant([input_file]), serialized[tf.newaxis], max_seq_length,
-                     max_predictions_per_seq)
-      return
-  except tf.errors.InvalidArgumentError as error:
-    mismatch = re.search(r"a record in .* was written with", error.message)
-    raise ValueError(mismatch.group(0) if mismatch else error.message) from None
-  except tf.errors.DataLossError as error:
-    raise ValueError("%s is not a readable TFRecord file: %s" %
-                     (input_file, error.message)) from None
-  raise ValueError("%s holds no complete TFRecord records" % input_file)
+    serialized = [record.numpy() for record in tf.data.TFRecordDataset(input_file).take(1)]
+  except tf.errors.DataLossError:
+    return None
+  except tf.errors.OpError as error:
+    raise RecordLengthError(errors.named(input_file, error)) from None
+  if not serialized:
+    return None
+  try:
+    example = tf.train.Example.FromString(serialized[0])
+  except protobuf_message.DecodeError as error:
+    raise RecordLengthError("%s: its first record is not a tf.train.Example (%s)" %
+                            (input_file, error)) from None
+  return {name: _value_count(feature) for name, feature in example.features.feature.items()}
+
+
+def _value_count(feature: tf.train.Feature) -> int:
+  kind = feature.WhichOneof("kind")
+  return len(getattr(feature, kind).value) if kind else 0
+
+
+def check_first_record(input_file: str, max_seq_length: int, max_predictions_per_seq: int) -> None:
+  """Checks the first record of a file against the flags; a RecordLengthError names the file,
+  the feature, its length and the flag's (an empty file is one too)."""
+  lengths = first_record_lengths(input_file)
+  if lengths is None:
+    raise RecordLengthError("%s holds no complete TFRecord records" % input_file)
+  _check_lengths(input_file, lengths, max_seq_length, max_predictions_per_seq)
+
+
+def _check_lengths(input_file: str, lengths: dict, max_seq_length: int,
+                   max_predictions_per_seq: int, agreeing_file: Optional[str] = None) -> None:
+  """A RecordLengthError for the first feature of `lengths` the flags disagree with; the message
+  names `agreeing_file` (another file of the glob, whose records fit) when given."""
+  for name, (length, flag, _) in _feature_lengths(max_seq_length,
+                                                  max_predictions_per_seq).items():
+    if lengths.get(name) != length:
+      message = "a record in %s has %d%s" % (input_file, lengths.get(name, 0),
+                                             _expected(name, length, flag))
+      if agreeing_file:
+        message += " (%s, also in --input_file, has %d)" % (agreeing_file, length)
+      raise RecordLengthError(message)
 
 
 def _with_filename(filename: tf.Tensor, record_limit: tf.Tensor) -> tf.data.Dataset:
@@ -232,7 +276,8 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
   """Pretrains (or resumes) on the TFRecord files until `config.num_train_steps`.
 
   A corrupt record is a `tfrecord_files.CorruptRecordError` naming its file, unless
-  `skip_corrupt_records`: then each file is read only up to its first corrupt record. With
+  `skip_corrupt_records`: then each file is read only up to its first corrupt record; a record of
+  other lengths than the flags is a `RecordLengthError` naming its file. With
   `masking`, every batch read gets new masks (seeded by the pipeline seed). `model_fn` builds the
   model (default `build_model(bert_config)`), e.g. one with a frozen encoder.
   """
@@ -246,7 +291,7 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
                             max_predictions_per_seq, record_limits=record_limits)
     return batches if masking is None else masking.apply(batches, seed)
 
-  with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
+  with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT), naming_length_mismatches():
     result = training_loop.train(strategy, model_fn or (lambda: build_model(bert_config)),
                                  loss_fn, dataset_fn, config)
   if skipped:
@@ -288,7 +333,7 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
         strategy, lambda: build_model(bert_config), output_dir, init_checkpoint,
         allow_partial_init_checkpoint)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
-  with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT):
+  with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT), naming_length_mismatches():
     results = training_loop.evaluate(
         strategy, model, metric_fn,
         eval_dataset(input_files, max_seq_length, max_predictions_per_seq, record_limits),
@@ -302,12 +347,36 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
 
 def check_input_lengths(bert_config: modeling.BertConfig, input_files: list, max_seq_length: int,
                         max_predictions_per_seq: int) -> None:
-  """A ValueError now if the model cannot take `max_seq_length` or the first record of the files
-  has other lengths than the flags say (a mismatch in a later record fails when it is read)."""
+  """A ValueError now if the model cannot take `max_seq_length`, and a RecordLengthError if the
+  first record of any file has other lengths than the flags say, naming the file, both lengths
+  and a file that fits (files of a glob written with other lengths are found here, not deep in
+  tf.data; a later record that disagrees within a file fails when it is read, named as well)."""
   bert_config.check_max_seq_length(max_seq_length)
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")
-  check_first_record(input_files[0], max_seq_length, max_predictions_per_seq)
+  with concurrent.futures.ThreadPoolExecutor(_PARALLEL_READS) as pool:
+    lengths = list(pool.map(first_record_lengths, input_files))
+  readable = [(path, found) for path, found in zip(input_files, lengths) if found is not None]
+  if not readable:
+    raise RecordLengthError("--input_file: none of its %d files holds a complete TFRecord record "
+                            "(first: %s)" % (len(input_files), input_files[0]))
+  agreeing = None
+  for path, found in readable:
+    _check_lengths(path, found, max_seq_length, max_predictions_per_seq, agreeing)
+    agreeing = agreeing or path
+
+
+@contextlib.contextmanager
+def naming_length_mismatches() -> Iterator[None]:
+  """Re-raises the failed length check of `decode_records` (a later record of a file written with
+  other lengths) as a RecordLengthError with its message, instead of TensorFlow's traceback."""
+  try:
+    yield
+  except tf.errors.InvalidArgumentError as error:
+    mismatch = re.search(r"a record in .* was written with", error.message)
+    if mismatch is None:
+      raise
+    raise RecordLengthError(mismatch.group(0)) from None
 
 
 # --------------------------------------------------------------------------------------------------

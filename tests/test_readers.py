@@ -20,6 +20,8 @@ import checkpoints
 from conftest import REPO_ROOT
 import convert_checkpoint
 import errors
+import modeling
+import pretraining
 
 # --------------------------------------------------------------------------------- checkpoints
 
@@ -282,3 +284,69 @@ def test_converter_reports_bad_input_in_one_line(tmp_path):
   last_line = result.stderr.strip().splitlines()[-1]
   assert result.returncode == 1 and last_line.startswith("convert_checkpoint.py: error: ")
   assert "no checkpoint at %s (%s.index does not exist)" % (missing, missing) in last_line
+
+
+# ------------------------------------------------------------------- pretraining records (glob)
+
+SEQ, PREDICTIONS = 16, 4
+TINY_BERT = modeling.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1,
+                                num_attention_heads=2, intermediate_size=16,
+                                max_position_embeddings=32)
+
+
+def pretraining_record(seq_length=SEQ, predictions=PREDICTIONS) -> bytes:
+  """A serialized tf.train.Example with the features of create_pretraining_data.py's records."""
+  def ints(count):
+    return tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * count))
+
+  return tf.train.Example(features=tf.train.Features(feature={
+      "input_ids": ints(seq_length), "input_mask": ints(seq_length),
+      "segment_ids": ints(seq_length), "masked_lm_positions": ints(predictions),
+      "masked_lm_ids": ints(predictions), "next_sentence_labels": ints(1),
+      "masked_lm_weights": tf.train.Feature(float_list=tf.train.FloatList(
+          value=[1.0] * predictions)),
+  })).SerializeToString()
+
+
+def record_file(path, *records) -> str:
+  with tf.io.TFRecordWriter(str(path)) as writer:
+    for record in records:
+      writer.write(record)
+  return str(path)
+
+
+def test_glob_whose_files_were_written_with_other_lengths_names_file_and_both_lengths(tmp_path):
+  fits = record_file(tmp_path / "a.tfrecord", pretraining_record())
+  empty = record_file(tmp_path / "b.tfrecord")
+  longer = record_file(tmp_path / "c.tfrecord", pretraining_record(seq_length=20))
+  more = record_file(tmp_path / "d.tfrecord", pretraining_record(predictions=6))
+  with pytest.raises(pretraining.RecordLengthError,
+                     match=r"^a record in %s has 20 values for feature input_ids but "
+                     r"--max_seq_length=16 expects 16: .* \(%s, also in --input_file, has 16\)$" %
+                     (longer, fits)):
+    pretraining.check_input_lengths(TINY_BERT, [fits, empty, longer], SEQ, PREDICTIONS)
+  with pytest.raises(pretraining.RecordLengthError,
+                     match=r"a record in %s has 6 values for feature masked_lm_positions but "
+                     r"--max_predictions_per_seq=4 expects 4" % more):
+    pretraining.check_input_lengths(TINY_BERT, [fits, more], SEQ, PREDICTIONS)
+  pretraining.check_input_lengths(TINY_BERT, [empty, fits, fits], SEQ, PREDICTIONS)
+  with pytest.raises(pretraining.RecordLengthError, match=r"none of its 2 files holds a complete"):
+    pretraining.check_input_lengths(TINY_BERT, [empty, empty], SEQ, PREDICTIONS)
+  not_example = record_file(tmp_path / "e.tfrecord", b"\xff\xff not a protocol buffer")
+  with pytest.raises(pretraining.RecordLengthError,
+                     match=r"^%s: its first record is not a tf\.train\.Example" % not_example):
+    pretraining.check_input_lengths(TINY_BERT, [fits, not_example], SEQ, PREDICTIONS)
+
+
+def test_later_record_of_other_length_is_named_not_a_tensorflow_traceback(tmp_path):
+  mixed = record_file(tmp_path / "mixed.tfrecord", pretraining_record(),
+                      pretraining_record(seq_length=20))
+  pretraining.check_input_lengths(TINY_BERT, [mixed], SEQ, PREDICTIONS)  # Its first record fits.
+  model = pretraining.build_model(TINY_BERT)
+  with pytest.raises(pretraining.RecordLengthError,
+                     match=r"^a record in %s has 20 values for feature input_ids but "
+                     r"--max_seq_length=16 expects 16" % mixed):
+    pretraining.run_evaluation(tf.distribute.get_strategy(), TINY_BERT, [mixed], str(tmp_path),
+                               None, eval_batch_size=1, max_eval_steps=2, max_seq_length=SEQ,
+                               max_predictions_per_seq=PREDICTIONS, model=model, global_step=0)
+  assert not os.path.exists(tmp_path / "eval_results.txt")
