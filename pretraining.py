@@ -4,7 +4,9 @@
 The records are those create_pretraining_data.py writes (feature names in DESIGN.md). The loss is
 the original's: masked-LM cross-entropy weighted by `masked_lm_weights` and normalized by the sum
 of the weights (+1e-5), plus the mean next-sentence cross-entropy. The training loop, checkpoints
-and strategies come from training_loop.py and distribution.py; run_pretraining.py maps the original's flags onto this.
+and strategies come from training_loop.py and distribution.py; run_pretraining.py maps the
+original's flags onto this. Records are checked against the flags before training: the first
+record of every input file, and every later one as it is decoded (`RecordLengthError`).
 """
 
 import concurrent.futures

@@ -103,7 +103,8 @@ def flip_last_byte(path):
 
 
 @pytest.mark.parametrize("damage, expected", [
-    (lambda note, _: pathlib.Path(note).write_text('{"settings": '), r"its note .*\.json is not JSON"),
+    (lambda note, _: pathlib.Path(note).write_text('{"settings": '),
+     r"its note .*\.json is not JSON"),
     (lambda note, _: pathlib.Path(note).write_bytes(b"\xff\xfe"), r"its note .*\.json is not JSON"),
     (lambda note, _: edit_note(note, lambda n: n.update(contents={"num_examples": "3"})),
      r"its note .*\.json is not an object of settings, contents counts and file counts"),

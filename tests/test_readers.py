@@ -103,7 +103,7 @@ def test_truncated_data_file_names_checkpoint_and_variable(tmp_path):
     checkpoints.init_from_checkpoint(dense_model(), prefix)
 
 
-# ------------------------------------------------------------------ safetensors (convert_checkpoint)
+# ---------------------------------------------------------- safetensors (convert_checkpoint)
 
 # A Hugging Face BERT config.json small enough for crafted files (vocab 40, hidden 16).
 TINY_HF_CONFIG = {
@@ -286,7 +286,7 @@ def test_converter_reports_bad_input_in_one_line(tmp_path):
   assert "no checkpoint at %s (%s.index does not exist)" % (missing, missing) in last_line
 
 
-# ------------------------------------------------------------------- pretraining records (glob)
+# -------------------------------------------------------------- pretraining records (glob)
 
 SEQ, PREDICTIONS = 16, 4
 TINY_BERT = modeling.BertConfig(vocab_size=30, hidden_size=8, num_hidden_layers=1,
