@@ -115,8 +115,8 @@ def read_tag_list(directory: str) -> list[str]:
   """Reads the tag list written by `write_tag_list`."""
   path = os.path.join(directory, TAG_LIST_FILE)
   if not os.path.exists(path):
-    raise FileNotFoundError("%s not found: train first (--do_train) with this --output_dir, or "
-                            "copy the tag list of the model there" % path)
+    raise ConllFormatError("%s not found: train first (--do_train) with this --output_dir, or "
+                           "copy the tag list of the model there" % path)
   with open(path, encoding="utf-8") as reader:
     return [line.rstrip("\n") for line in reader if line.strip()]
 
@@ -206,11 +206,11 @@ def convert_sentences_to_features(sentences: Sequence[TaggedSentence], tag_list:
   of pieces (`stride_windows`), where every window trains on the tags of its words and prediction
   reads each word in its max-context window.
   Sentences without tags (prediction on raw text) get tag id 0 on first sub-tokens; that value is
-  never read, only its position. Raises ValueError for a tag missing from `tag_list`.
+  never read, only its position. Raises ConllFormatError for a tag missing from `tag_list`.
   """
   if max_seq_length < 3:
-    raise ValueError("max_seq_length=%d leaves no room for a word between [CLS] and [SEP]" %
-                     max_seq_length)
+    raise errors.FlagError("--max_seq_length=%d leaves no room for a word between [CLS] and [SEP]"
+                           % max_seq_length)
   tag_ids = {tag: index for index, tag in enumerate(tag_list)}
   cls_id = tokenizer.special_token_id(tokenization.CLS_TOKEN)
   sep_id = tokenizer.special_token_id(tokenization.SEP_TOKEN)
@@ -625,7 +625,7 @@ class TaggingTask(fine_tuning.Task):
 
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
-      raise ValueError("--doc_stride must be positive, got %d" % self.doc_stride)
+      raise errors.FlagError("--doc_stride must be positive, got %d" % self.doc_stride)
 
   def tags(self) -> list[str]:
     """The tag list: given, learned from the training file, or read from output_dir."""
@@ -638,11 +638,11 @@ class TaggingTask(fine_tuning.Task):
 
   def _read(self, split: str) -> list[TaggedSentence]:
     if not self.data_dir:
-      raise ValueError("--data_dir is required for --do_train, --do_eval and --do_predict")
+      raise errors.FlagError("--data_dir is required for --do_train, --do_eval and --do_predict")
     path = os.path.join(self.data_dir, self._file_name(split))
     if not os.path.exists(path):
-      raise FileNotFoundError("%s not found (--data_dir=%s, file name flag %r)" %
-                              (path, self.data_dir, self._file_name(split)))
+      raise ConllFormatError("%s not found (--data_dir=%s, file name flag %r)" %
+                             (path, self.data_dir, self._file_name(split)))
     return read_conll(path)
 
   def _features(self, sentences: Sequence[TaggedSentence]) -> list[TaggingFeature]:

@@ -52,7 +52,7 @@ def test_tag_list_puts_o_first_and_round_trips(tmp_path):
 
 
 def test_read_tag_list_missing_says_what_to_do(tmp_path):
-  with pytest.raises(FileNotFoundError, match="do_train"):
+  with pytest.raises(tagging.ConllFormatError, match="do_train"):
     tagging.read_tag_list(str(tmp_path))
 
 
