@@ -14,6 +14,12 @@ Data files (`read_examples`, by extension):
   "endings": [str, ...] (any number), "label": index (optional)}`; each ending is then
   `question + " " + ending` (as SWAG's `sent2`).
 
+An empty ending ("") is a missing one, in files as in the export's requests (whose rows of fewer
+endings are filled with ""): it is no choice, gets probability 0, and the other endings get what
+they would get without it. So SWAG's four ending columns serve fewer endings too. A row needs at
+least one non-empty ending, and a label must point at one. A test row is never skipped (see
+`classifier.BadRows`): test_results.tsv has one line per test row, in order.
+
 Features reuse the classifier's pair records and cache (`classifier.cached_features_file`): one
 record per (context, ending) pair, an example's pairs consecutive, every example padded to the
 split's largest number of endings with padding pairs; `label_ids` is 1 for the right ending, 0 for
@@ -71,6 +77,10 @@ class MultipleChoiceExample:
     """The second text of each (context, ending) pair."""
     return [(self.question + " " + ending) if self.question else ending for ending in self.endings]
 
+  def choice_mask(self) -> list[bool]:
+    """Whether each ending is a choice: an empty one is missing (see the module docstring)."""
+    return [bool(ending) for ending in self.endings]
+
 
 def read_examples(path: str, split: str = "data",
                   bad_rows: Optional[classifier.BadRows] = None) -> list[MultipleChoiceExample]:
@@ -80,7 +90,7 @@ def read_examples(path: str, split: str = "data",
   if not os.path.isfile(path):
     raise BadInputError("%s: no such file (the %s file)" % (path, split))
   bad_rows = bad_rows or classifier.BadRows()
-  bad_rows.start_file(path)
+  bad_rows.start_file(path, predicted=split == "test")
   extension = os.path.splitext(path)[1].lower()
   if extension == ".csv":
     examples = read_swag_csv(path, split, bad_rows)
@@ -108,13 +118,15 @@ def read_swag_csv(path: str, split: str,
   for line_number, row in classifier.read_rows(path, "csv", has_header=True):
     try:
       row.check_columns(layout)
+      endings = [row.get(column[name]) for name in SWAG_ENDINGS]
       label = None if label_column is None else _label_index(row.get(label_column).strip(), 4)
+      _check_choices(endings, label)
     except BadInputError as e:
       bad_rows.reject(path, line_number, str(e))
       continue
     examples.append(MultipleChoiceExample(
-        "%s-%d" % (split, len(examples)), row.get(column["sent1"]),
-        [row.get(column[name]) for name in SWAG_ENDINGS], row.get(column["sent2"]), label))
+        "%s-%d" % (split, len(examples)), row.get(column["sent1"]), endings,
+        row.get(column["sent2"]), label))
   return examples
 
 
@@ -129,6 +141,15 @@ def _label_index(label, num_endings: int) -> int:
   if not 0 <= index < num_endings:
     raise BadInputError("label %d is not an index of the %d endings" % (index, num_endings))
   return index
+
+
+def _check_choices(endings: Sequence[str], label: Optional[int]) -> None:
+  """BadInputError unless some ending is not empty and the label (if any) points at one."""
+  if not any(endings):
+    raise BadInputError("every ending is empty: a row needs at least one (\"\" is a missing "
+                        "ending)")
+  if label is not None and not endings[label]:
+    raise BadInputError("label %d is an empty ending (\"\" is a missing ending)" % label)
 
 
 def read_jsonl(path: str, split: str, bad_rows: classifier.BadRows) -> list[MultipleChoiceExample]:
@@ -165,6 +186,7 @@ def _jsonl_example(line: bytes, guid: str) -> MultipleChoiceExample:
     raise BadInputError("\"endings\" must be a non-empty list of strings")
   label = record.get("label")
   label = None if label is None else _label_index(label, len(endings))
+  _check_choices(endings, label)
   return MultipleChoiceExample(guid, context, endings, question or "", label)
 
 
@@ -174,16 +196,25 @@ def _jsonl_example(line: bytes, guid: str) -> MultipleChoiceExample:
 
 def pair_examples(examples: Sequence[MultipleChoiceExample],
                   num_choices: int) -> list[classifier.InputExample]:
-  """The classifier pair examples of `examples`, each padded to num_choices pairs."""
+  """The classifier pair examples of `examples`, each padded to num_choices pairs; a missing
+  (empty) ending is a padding pair in its place."""
   pairs = []
   for example in examples:
-    for index, text_b in enumerate(example.second_texts()):
+    choices = zip(example.second_texts(), example.choice_mask())
+    for index, (text_b, is_choice) in enumerate(choices):
+      if not is_choice:
+        pairs.append(_padding_pair(example))
+        continue
       label = RIGHT if index == example.label else WRONG
       pairs.append(classifier.InputExample("%s-%d" % (example.guid, index), example.context,
                                            text_b, label))
-    pairs.extend(classifier.InputExample("%s-pad" % example.guid, "", "", PADDING)
-                 for _ in range(num_choices - len(example.endings)))
+    pairs.extend(_padding_pair(example) for _ in range(num_choices - len(example.endings)))
   return pairs
+
+
+def _padding_pair(example: MultipleChoiceExample) -> classifier.InputExample:
+  """A pair that is no choice: a missing ending, or a place past the example's endings."""
+  return classifier.InputExample("%s-pad" % example.guid, "", "", PADDING)
 
 
 def group_choices(records: tf.data.Dataset, num_choices: int) -> tf.data.Dataset:
@@ -233,8 +264,14 @@ def _finite(logits: tf.Tensor) -> tf.Tensor:
 
 
 def probabilities(logits: tf.Tensor) -> tf.Tensor:
-  """Softmax over the choices; 0 on padded (-inf) choices."""
-  return tf.nn.softmax(_finite(logits), axis=-1)
+  """Softmax over the choices; 0 on padded (-inf) choices, all of a row without a choice too."""
+  return tf.where(tf.math.is_finite(logits), tf.nn.softmax(_finite(logits), axis=-1), 0.0)
+
+
+def predicted_choice(logits: tf.Tensor) -> tf.Tensor:
+  """The index of the highest-scoring choice of each row (int32), -1 for a row without one."""
+  return tf.where(tf.reduce_any(tf.math.is_finite(logits), axis=-1),
+                  tf.argmax(logits, axis=-1, output_type=tf.int32), -1)
 
 
 def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:
@@ -346,19 +383,19 @@ class MultipleChoiceTask(fine_tuning.Task):
     """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
 
     `serving_default(context: [B] string, endings: [B, E] string)`: "" marks a missing ending (for
-    rows with fewer endings); each (context, ending) pair is tokenized in the graph as
-    do_predict's features. Put a question (SWAG's sent2) at the start of every ending, as
-    do_predict does. `token_ids(input_ids, input_mask, segment_ids: int32 [B, E, T])`: a choice
-    whose input_mask is all 0 is missing. Both return `probabilities` [B, E] (0 for missing
-    endings) and `label` [B] (the index of the most probable ending).
+    rows with fewer endings), as an empty ending of a test file does; each (context, ending) pair
+    is tokenized in the graph as do_predict's features. Put a question (SWAG's sent2) at the start
+    of every ending that is there, as do_predict does (a missing one stays ""). `token_ids(
+    input_ids, input_mask, segment_ids: int32 [B, E, T])`: a choice whose input_mask is all 0 is
+    missing. Both return `probabilities` [B, E] (0 for missing endings) and `label` [B] (the index
+    of the most probable ending; -1 for a row without any ending, whose probabilities are all 0).
     """
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(
         self.tokenizer, self.max_seq_length, dynamic_padding=True)
 
     def outputs_fn(features):
-      choice_probabilities = probabilities(model(features, training=False))
-      return {"probabilities": choice_probabilities,
-              "label": tf.argmax(choice_probabilities, axis=-1, output_type=tf.int32)}
+      logits = model(features, training=False)
+      return {"probabilities": probabilities(logits), "label": predicted_choice(logits)}
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="context"),
                                   tf.TensorSpec([None, None], tf.string, name="endings")],

@@ -72,6 +72,8 @@ def test_swag_csv_with_and_without_labels(tmp_path):
     ("0,v,1,s,c,q,g,a,b,c,d,1\n1,v,1,s,c,q,g,a,b,c,1\n", r"train\.csv:3: 11 columns, expected 12"),
     ("0,v,1,s,c,q,g,a,b,c,d,4\n", r"train\.csv:2: label 4 is not an index of the 4 endings"),
     ("0,v,1,s,c,q,g,a,b,c,d,x\n", r"train\.csv:2: label 'x' is not an ending index"),
+    ("0,v,1,s,c,q,g,a,,c,d,1\n", r"train\.csv:2: label 1 is an empty ending"),
+    ("0,v,1,s,c,q,g,a,b,c,d,1\n\n", r"train\.csv:3: an empty line: 1 columns, expected 12"),
 ])
 def test_bad_swag_rows_name_file_and_line(tmp_path, rows, message):
   path = write(tmp_path / "train.csv", SWAG_HEADER + "\n" + rows)
@@ -92,10 +94,15 @@ def test_skip_bad_rows_skips_and_counts_them_per_file(tmp_path):
   assert bad_rows.skipped == {csv_path: 2, jsonl_path: 1}
   multiple_choice.read_examples(csv_path, "train", bad_rows)  # Read again (as each evaluation):
   assert bad_rows.skipped == {csv_path: 2, jsonl_path: 1}  # its rows count once.
-  all_bad = write(tmp_path / "test.jsonl", '["c"]\n{"endings": ["a"]}\n')
+  all_bad = write(tmp_path / "val.jsonl", '["c"]\n{"endings": ["a"]}\n')
   with pytest.raises(multiple_choice.BadInputError,
-                     match=r"test\.jsonl: no examples in the test file \(2 bad rows skipped\)"):
-    multiple_choice.read_examples(all_bad, "test", bad_rows)
+                     match=r"val\.jsonl: no examples in the dev file \(2 bad rows skipped\)"):
+    multiple_choice.read_examples(all_bad, "dev", bad_rows)
+  # test_results.tsv has one line per test row: a bad one stops the run even when skipping.
+  with pytest.raises(multiple_choice.BadInputError,
+                     match=r"test\.jsonl:1: .* never skipped, not even with --skip_bad_rows"):
+    multiple_choice.read_examples(write(tmp_path / "test.jsonl", '["c"]\n'),
+                                  "test", bad_rows)
   # Without skipping, the first bad row stops the run and the message says how to skip it.
   with pytest.raises(multiple_choice.BadInputError,
                      match=r"train\.csv:3: 11 columns, expected 12 \(pass --skip_bad_rows"):
@@ -126,6 +133,8 @@ def test_jsonl_any_number_of_endings_question_and_label_optional(tmp_path):
     ('{"endings": ["a"]}', r'"context" must be a string'),
     ('{"context": "c", "endings": ["a", "b"], "label": 2}', r"label 2 is not an index of the 2"),
     ('{"context": "c", "endings": ["a", "b"], "label": true}', r"label True is not an ending"),
+    ('{"context": "c", "endings": ["a", ""], "label": 1}', r"label 1 is an empty ending"),
+    ('{"context": "c", "endings": ["", ""]}', r"every ending is empty"),
 ])
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, message):
   path = write(tmp_path / "train.jsonl", '{"context": "c", "endings": ["a"], "label": 0}\n\n' +
@@ -139,6 +148,17 @@ def test_unknown_extension_and_missing_file_are_named(tmp_path):
     multiple_choice.read_examples(write(tmp_path / "x.tsv", "a\tb\n"))
   with pytest.raises(multiple_choice.BadInputError, match=r"absent\.csv: no such file"):
     multiple_choice.read_examples(str(tmp_path / "absent.csv"), "test")
+
+
+def test_an_empty_ending_is_a_missing_choice(tmp_path):
+  """SWAG's four ending columns with some left empty: the empty ones are no choices (padding
+  pairs, as the rows with fewer endings get), whatever sent2 says."""
+  path = write(tmp_path / "test.csv", SWAG_HEADER.rsplit(",", 1)[0].lstrip(",") + "\n"
+               "lsmdc,7,X y,X y,She,gold,a.,,c.,\n")
+  (example,) = multiple_choice.read_examples(path, "test")
+  pairs = multiple_choice.pair_examples([example], 5)
+  assert [pair.label for pair in pairs] == ["wrong", "padding", "wrong", "padding", "padding"]
+  assert [pair.text_b for pair in pairs if pair.label == "wrong"] == ["She a.", "She c."]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -387,3 +407,38 @@ def test_export_through_the_cpp_loader_equals_do_predict(tmp_path):
   assert len(warmed) >= 4 and all("error" not in outputs for outputs in warmed)
   assert {len(np.array(r["inputs"]["endings" if r["signature"] == "serving_default" else
                                    "input_ids"]["value"]).shape) for r in requests[2:]} == {2, 3}
+
+
+def test_export_gives_do_predict_probabilities_with_empty_endings(tmp_path):
+  """"" is a missing ending in a test file as in an export request (tf.saved_model.load): it gets
+  probability 0 and the other endings what they get without it; a request row without any ending
+  gets no label (-1)."""
+  tf.keras.utils.set_random_seed(8)
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  data_dir = tmp_path / "data"
+  os.makedirs(data_dir)
+  endings = [["good day", "", "bad night"], ["the cat", "a dog sat"], ["", "red", "blue"],
+             ["good day", "bad night"]]
+  write_jsonl(data_dir / "test.jsonl", [{"context": "the sad day", "endings": e} for e in endings])
+  task = multiple_choice.MultipleChoiceTask(
+      modeling.BertConfig.from_json_file(config_file),
+      tokenization.FullTokenizer(vocab_file, do_lower_case=True), str(data_dir),
+      str(tmp_path / "out"), 16, test_file="test.jsonl")
+  os.makedirs(task.output_dir)
+  model = task.build_model()
+  task.predict(distribution.make_strategy("one_device"), model, 2)
+  with open(os.path.join(task.output_dir, "test_results.tsv")) as f:
+    rows = [[float(p) for p in line.rstrip("\n").split("\t")] for line in f]
+  assert [len(row) for row in rows] == [3, 2, 3, 2]  # One line per test row, a value per ending.
+  assert rows[0][1] == 0.0 and rows[2][0] == 0.0
+  # Row 0 without its empty ending is row 3.
+  np.testing.assert_allclose([rows[0][0], rows[0][2]], rows[3], atol=1e-5)
+  serve = tf.saved_model.load(task.export(model, str(tmp_path / "export"))).signatures[
+      "serving_default"]
+  padded = [row + [""] * (3 - len(row)) for row in endings] + [["", "", ""]]
+  outputs = serve(context=tf.constant(["the sad day"] * 5), endings=tf.constant(padded))
+  probabilities = outputs["probabilities"].numpy()
+  np.testing.assert_allclose(probabilities[:4], [row + [0.0] * (3 - len(row)) for row in rows],
+                             atol=1e-5)
+  assert outputs["label"].numpy().tolist() == [int(np.argmax(row)) for row in rows] + [-1]
+  assert not probabilities[4].any()
