@@ -35,7 +35,7 @@ def expand(value: str, flag: str = "--input_file") -> List[str]:
     raise errors.FlagError("%s is required: comma-separated files or glob patterns" % flag)
   files = []
   for pattern in patterns:
-    matches = _remote_files(pattern) if is_remote(pattern) else _local_files(pattern)
+    matches = _remote_files(pattern, flag) if is_remote(pattern) else _local_files(pattern)
     if not posixpath.basename(pattern).startswith("."):
       matches = [path for path in matches if not posixpath.basename(path).startswith(".")]
     if not matches:
@@ -48,10 +48,16 @@ def _local_files(pattern: str) -> List[str]:
   return [path for path in glob.glob(pattern) if not os.path.isdir(path)]
 
 
-def _remote_files(pattern: str) -> List[str]:
-  """Matches of a remote pattern that are not directories (checked in parallel: one call each)."""
+def _remote_files(pattern: str, flag: str) -> List[str]:
+  """Matches of a remote pattern that are not directories (checked in parallel: one call each).
+  A file system that cannot list them (unknown scheme, no permission) is a FlagError naming the
+  flag and the pattern."""
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  matches = tf.io.gfile.glob(pattern)
-  with concurrent.futures.ThreadPoolExecutor(16) as pool:
-    directories = list(pool.map(tf.io.gfile.isdir, matches))
+  try:
+    matches = tf.io.gfile.glob(pattern)
+    with concurrent.futures.ThreadPoolExecutor(16) as pool:
+      directories = list(pool.map(tf.io.gfile.isdir, matches))
+  except tf.errors.OpError as error:
+    raise errors.FlagError("%s: %r cannot be listed (%s: %s)" % (
+        flag, pattern, type(error).__name__, error.message.strip().splitlines()[0])) from None
   return [path for path, directory in zip(matches, directories) if not directory]

@@ -312,8 +312,8 @@ def phase2_config(config: training_loop.TrainConfig, phase2_steps: int, learning
   first step, and its own batch size. A resumed job finds phase 1 finished and resumes phase 2.
   """
   if phase2_steps <= 0:
-    raise ValueError("--phase2_steps must be positive with --phase2_input_file, got %r" %
-                     phase2_steps)
+    raise errors.FlagError("--phase2_steps must be positive with --phase2_input_file, got %r" %
+                           phase2_steps)
   return dataclasses.replace(
       config, num_train_steps=config.num_train_steps + phase2_steps,
       num_warmup_steps=num_warmup_steps, learning_rate=learning_rate,
@@ -412,22 +412,22 @@ class DynamicMasking:
   @classmethod
   def from_vocab_file(cls, vocab_file: str, masked_lm_prob: float, max_predictions_per_seq: int,
                       do_whole_word_mask: bool) -> "DynamicMasking":
-    """Reads the vocab; a missing special token or a bad probability is a ValueError."""
+    """Reads the vocab; a missing special token or a bad probability is an InputError."""
     if not 0.0 <= masked_lm_prob <= 1.0:
-      raise ValueError("--masked_lm_prob must be in [0, 1], got %r" % masked_lm_prob)
+      raise errors.FlagError("--masked_lm_prob must be in [0, 1], got %r" % masked_lm_prob)
     vocab = pretraining_data.VocabIds.from_tokenizer(
         tokenization.FullTokenizer(vocab_file), "--vocab_file %s" % vocab_file,
         is_sentencepiece=False)
     return cls(masked_lm_prob, max_predictions_per_seq, do_whole_word_mask, vocab)
 
   def check_vocab_size(self, vocab_size: int) -> None:
-    """A vocab with ids the model's embeddings do not have is a ValueError (not a failed gather
+    """A vocab with ids the model's embeddings do not have is a FlagError (not a failed gather
     deep in training)."""
     largest = max(self.vocab.random_ids)
     if largest >= vocab_size:
-      raise ValueError("--vocab_file has token ids up to %d but the model's vocab_size is %d: "
-                       "pass the vocab the model and records were made with" %
-                       (largest, vocab_size))
+      raise errors.FlagError("--vocab_file has token ids up to %d but the model's vocab_size is "
+                             "%d: pass the vocab the model and records were made with" %
+                             (largest, vocab_size))
 
   def apply(self, batches: tf.data.Dataset, seed: int) -> tf.data.Dataset:
     """Re-masks every batch of decoded features; batch i's draws are seeded by (seed, i)."""

@@ -32,6 +32,10 @@ class CorruptRecordError(errors.InputError):
   """A TFRecord file holds a record that fails its checksum or is cut short."""
 
 
+class UnreadableRecordFileError(errors.InputError):
+  """A TFRecord file cannot be opened or read at all (missing, a directory, no permission)."""
+
+
 @dataclasses.dataclass(frozen=True)
 class RecordScan:
   """How far a TFRecord file can be read."""
@@ -46,15 +50,26 @@ class RecordScan:
 
 
 def scan_file(path: str) -> RecordScan:
-  """Reads every record of `path` once and reports where the first corrupt one starts."""
+  """Reads every record of `path` once and reports where the first corrupt one starts.
+
+  Raises:
+    UnreadableRecordFileError: naming the file, when it cannot be opened at all.
+  """
 
   def add(totals, record):
     return (totals[0] + 1,
             totals[1] + tf.cast(tf.strings.length(record), tf.int64) + _FRAMING_BYTES)
 
+  if tf.io.gfile.isdir(path):
+    raise UnreadableRecordFileError("%s is a directory, not a TFRecord file" % path)
+  try:
+    file_size = tf.io.gfile.stat(path).length
+    with tf.io.gfile.GFile(path, "rb") as reader:  # ignore_errors() below would hide this.
+      reader.read(1)
+  except tf.errors.OpError as error:
+    raise UnreadableRecordFileError(errors.named(path, error)) from None
   records = tf.data.TFRecordDataset(path).ignore_errors()
   count, end = records.reduce((np.int64(0), np.int64(0)), add)
-  file_size = tf.io.gfile.stat(path).length
   end = int(end)
   return RecordScan(path, int(count), None if end == file_size else end, file_size)
 

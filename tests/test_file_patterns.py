@@ -5,6 +5,7 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
+import errors
 import file_patterns
 
 
@@ -56,3 +57,10 @@ def test_local_patterns_do_not_import_tensorflow(tmp_path):
   code = ("import sys, file_patterns; assert file_patterns.expand(sys.argv[1]); "
           "assert 'tensorflow' not in sys.modules, 'tensorflow imported'")
   subprocess.run([sys.executable, "-c", code, str(tmp_path / "*.txt")], cwd=REPO_ROOT, check=True)
+
+
+def test_remote_pattern_that_cannot_be_listed_names_flag_and_pattern():
+  with pytest.raises(errors.InputError,
+                     match=r"^--input_file: 'nosuchfs://bucket/\*\.tfrecord' cannot be listed "
+                     r"\(UnimplementedError: .*nosuchfs"):
+    file_patterns.expand("nosuchfs://bucket/*.tfrecord")

@@ -22,6 +22,7 @@ import convert_checkpoint
 import errors
 import modeling
 import pretraining
+import tfrecord_files
 
 # --------------------------------------------------------------------------------- checkpoints
 
@@ -350,3 +351,11 @@ def test_later_record_of_other_length_is_named_not_a_tensorflow_traceback(tmp_pa
                                None, eval_batch_size=1, max_eval_steps=2, max_seq_length=SEQ,
                                max_predictions_per_seq=PREDICTIONS, model=model, global_step=0)
   assert not os.path.exists(tmp_path / "eval_results.txt")
+
+
+def test_record_file_that_cannot_be_opened_is_named(tmp_path):
+  for path, expected in ((tmp_path / "gone.tfrecord", r"NotFoundError"),
+                         (tmp_path, r"is a directory, not a TFRecord file")):
+    with pytest.raises(tfrecord_files.UnreadableRecordFileError,
+                       match=r"^%s:? .*%s" % (re.escape(str(path)), expected)):
+      tfrecord_files.scan_file(str(path))
