@@ -188,6 +188,9 @@ def google_config_from_hf(hf_config: Mapping, source: str) -> modeling.BertConfi
   Raises:
     ConversionError: naming `source` and the key, for configs this architecture cannot represent.
   """
+  if not isinstance(hf_config, dict):
+    raise ConversionError("%s: expected a JSON object of config values, got %s" %
+                          (source, type(hf_config).__name__))
   model_type = hf_config.get("model_type", "bert")
   if model_type != "bert":
     raise ConversionError("%s: model_type %r is not BERT" % (source, model_type))
@@ -199,16 +202,17 @@ def google_config_from_hf(hf_config: Mapping, source: str) -> modeling.BertConfi
     if hf_config.get(key):
       raise ConversionError("%s: %s is set; only the BERT encoder is supported" % (source, key))
   if hf_config.get("layer_norm_eps", 1e-12) != 1e-12:
-    logging.warning("%s: layer_norm_eps is %g; the model uses BERT's 1e-12", source,
+    logging.warning("%s: layer_norm_eps is %r; the model uses BERT's 1e-12", source,
                     hf_config["layer_norm_eps"])
   missing = [field for field in CONFIG_FIELDS if field not in hf_config]
   if missing:
     raise ConversionError("%s: missing key(s) %s" % (source, ", ".join(missing)))
   fields = {field: hf_config[field] for field in CONFIG_FIELDS}
-  if fields["hidden_act"] not in HF_TO_GOOGLE_ACTIVATION:
+  activation = fields["hidden_act"]
+  if not isinstance(activation, str) or activation not in HF_TO_GOOGLE_ACTIVATION:
     raise ConversionError("%s: hidden_act %r is not supported (known: %s)" % (
-        source, fields["hidden_act"], ", ".join(sorted(HF_TO_GOOGLE_ACTIVATION))))
-  fields["hidden_act"] = HF_TO_GOOGLE_ACTIVATION[fields["hidden_act"]]
+        source, activation, ", ".join(sorted(HF_TO_GOOGLE_ACTIVATION))))
+  fields["hidden_act"] = HF_TO_GOOGLE_ACTIVATION[activation]
   try:
     return modeling.BertConfig.from_dict(fields)
   except ValueError as e:  # BertConfig's check of the values.

@@ -252,6 +252,10 @@ def test_config_conversion(tmp_path):
   with pytest.raises(ValueError, match="config.json: missing key.*type_vocab_size"):
     convert_checkpoint.google_config_from_hf(
         {k: v for k, v in HF_CONFIG.items() if k != "type_vocab_size"}, "config.json")
+  for bad, expected in (([HF_CONFIG], "expected a JSON object of config values, got list"),
+                        (dict(HF_CONFIG, hidden_act=["gelu"]), r"hidden_act \['gelu'\]")):
+    with pytest.raises(convert_checkpoint.ConversionError, match="config.json: " + expected):
+      convert_checkpoint.google_config_from_hf(bad, "config.json")
   back = convert_checkpoint.hf_config_from_google(config, with_heads=False)
   assert back["hidden_act"] == "gelu_new" and back["architectures"] == ["BertModel"]
   assert {k: back[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"} == {
