@@ -368,10 +368,15 @@ def checkpoint_prefix(output_dir: str, step: int) -> str:
 
 
 def checkpoint_step(prefix: str) -> int:
-  """The step of a `model.ckpt-<step>` prefix (its `global_step` entry, else its name)."""
+  """The step of a `model.ckpt-<step>` prefix (its `global_step` entry, else its name); a
+  `global_step` that is not one non-negative integer is a CheckpointError."""
   reader = open_checkpoint(prefix)
   if reader.has_tensor(GLOBAL_STEP):
-    return int(read_tensor(reader, prefix, GLOBAL_STEP))
+    step = read_tensor(reader, prefix, GLOBAL_STEP)
+    if step.shape != () or not np.issubdtype(step.dtype, np.integer) or step < 0:
+      raise CheckpointError("checkpoint %s: %s is %s of shape %s, not a step (one non-negative "
+                            "integer)" % (prefix, GLOBAL_STEP, step.dtype, list(step.shape)))
+    return int(step)
   match = re.search(r"-(\d+)$", prefix)
   return int(match.group(1)) if match else 0
 

@@ -138,3 +138,9 @@ def test_damaged_or_lying_note_is_not_believed_the_file_is_rebuilt(tmp_path, cap
   assert len(writes) == 2
   assert re.search(r"Rewriting .*features: .*" + expected, caplog.text), caplog.text
   assert feature_cache.reuse_or_write(output_file, {"a": 1}, write)[1] is True  # Noted afresh.
+
+
+def test_input_file_that_cannot_be_hashed_is_named(tmp_path):
+  for path in (tmp_path / "missing.json", tmp_path):
+    with pytest.raises(feature_cache.UnreadableInputError, match="^%s: " % re.escape(str(path))):
+      feature_cache.file_sha256(str(path))

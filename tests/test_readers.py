@@ -359,3 +359,14 @@ def test_record_file_that_cannot_be_opened_is_named(tmp_path):
     with pytest.raises(tfrecord_files.UnreadableRecordFileError,
                        match=r"^%s:? .*%s" % (re.escape(str(path)), expected)):
       tfrecord_files.scan_file(str(path))
+
+
+def test_global_step_that_is_not_a_step_is_refused(tmp_path):
+  for value in (np.array([3, 4], np.int64), np.float32(2.5), np.int64(-1)):
+    prefix = checkpoints.write_checkpoint({"global_step": value}, str(tmp_path / "model.ckpt-3"))
+    with pytest.raises(checkpoints.CheckpointError,
+                       match=r"^checkpoint %s: global_step is \w+ of shape \[2?\], not a step" %
+                       prefix):
+      checkpoints.checkpoint_step(prefix)
+  prefix = checkpoints.write_checkpoint({"global_step": np.int64(7)}, str(tmp_path / "ckpt"))
+  assert checkpoints.checkpoint_step(prefix) == 7
