@@ -41,7 +41,8 @@ _PARALLEL_READS = 16
 
 class RecordLengthError(errors.InputError):
   """Pretraining records whose features have other lengths than the flags say (the records were
-  written with other --max_seq_length or --max_predictions_per_seq), or that are not examples."""
+  written with other --max_seq_length or --max_predictions_per_seq), or other types, or that are
+  not examples at all."""
 
 
 def expand_input_files(input_file: str) -> list:
@@ -96,10 +97,10 @@ def decode_records(filenames: tf.Tensor, serialized: tf.Tensor, max_seq_length: 
   return features
 
 
-def first_record_lengths(input_file: str) -> Optional[dict]:
-  """Feature name -> number of values in the first record of a TFRecord file; None when the file
-  has no readable record (empty, or its first record is corrupt: the input pipeline reports or
-  skips that record)."""
+def first_record_features(input_file: str) -> Optional[dict]:
+  """Feature name -> (kind of list, number of values) in the first record of a TFRecord file; None
+  when the file has no readable record (empty, or its first record is corrupt: the input pipeline
+  reports or skips that record)."""
   try:
     serialized = [record.numpy() for record in tf.data.TFRecordDataset(input_file).take(1)]
   except tf.errors.DataLossError:
@@ -113,32 +114,38 @@ def first_record_lengths(input_file: str) -> Optional[dict]:
   except protobuf_message.DecodeError as error:
     raise RecordLengthError("%s: its first record is not a tf.train.Example (%s)" %
                             (input_file, error)) from None
-  return {name: _value_count(feature) for name, feature in example.features.feature.items()}
+  return {name: _kind_and_count(feature) for name, feature in example.features.feature.items()}
 
 
-def _value_count(feature: tf.train.Feature) -> int:
+def _kind_and_count(feature: tf.train.Feature) -> tuple:
+  """(`int64_list`, `float_list` or `bytes_list`, number of values); (None, 0) when empty."""
   kind = feature.WhichOneof("kind")
-  return len(getattr(feature, kind).value) if kind else 0
+  return (kind, len(getattr(feature, kind).value)) if kind else (None, 0)
 
 
 def check_first_record(input_file: str, max_seq_length: int, max_predictions_per_seq: int) -> None:
   """Checks the first record of a file against the flags; a RecordLengthError names the file,
   the feature, its length and the flag's (an empty file is one too)."""
-  lengths = first_record_lengths(input_file)
-  if lengths is None:
+  features = first_record_features(input_file)
+  if features is None:
     raise RecordLengthError("%s holds no complete TFRecord records" % input_file)
-  _check_lengths(input_file, lengths, max_seq_length, max_predictions_per_seq)
+  _check_lengths(input_file, features, max_seq_length, max_predictions_per_seq)
 
 
-def _check_lengths(input_file: str, lengths: dict, max_seq_length: int,
+def _check_lengths(input_file: str, features: dict, max_seq_length: int,
                    max_predictions_per_seq: int, agreeing_file: Optional[str] = None) -> None:
-  """A RecordLengthError for the first feature of `lengths` the flags disagree with; the message
-  names `agreeing_file` (another file of the glob, whose records fit) when given."""
-  for name, (length, flag, _) in _feature_lengths(max_seq_length,
-                                                  max_predictions_per_seq).items():
-    if lengths.get(name) != length:
-      message = "a record in %s has %d%s" % (input_file, lengths.get(name, 0),
-                                             _expected(name, length, flag))
+  """A RecordLengthError for the first feature of a record (`first_record_features`) whose kind
+  or length the flags disagree with; the message names `agreeing_file` (another file of the
+  glob, whose records fit) when given."""
+  for name, (length, flag, dtype) in _feature_lengths(max_seq_length,
+                                                      max_predictions_per_seq).items():
+    kind, count = features.get(name, (None, 0))
+    wanted = "float_list" if dtype == tf.float32 else "int64_list"
+    if count and kind != wanted:
+      raise RecordLengthError("a record in %s stores feature %s as a %s, not a %s: it is not a "
+                              "pretraining record" % (input_file, name, kind, wanted))
+    if count != length:
+      message = "a record in %s has %d%s" % (input_file, count, _expected(name, length, flag))
       if agreeing_file:
         message += " (%s, also in --input_file, has %d)" % (agreeing_file, length)
       raise RecordLengthError(message)
@@ -357,8 +364,8 @@ def check_input_lengths(bert_config: modeling.BertConfig, input_files: list, max
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")
   with concurrent.futures.ThreadPoolExecutor(_PARALLEL_READS) as pool:
-    lengths = list(pool.map(first_record_lengths, input_files))
-  readable = [(path, found) for path, found in zip(input_files, lengths) if found is not None]
+    features = list(pool.map(first_record_features, input_files))
+  readable = [(path, found) for path, found in zip(input_files, features) if found is not None]
   if not readable:
     raise RecordLengthError("--input_file: none of its %d files holds a complete TFRecord record "
                             "(first: %s)" % (len(input_files), input_files[0]))

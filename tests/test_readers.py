@@ -333,6 +333,13 @@ def test_glob_whose_files_were_written_with_other_lengths_names_file_and_both_le
   pretraining.check_input_lengths(TINY_BERT, [empty, fits, fits], SEQ, PREDICTIONS)
   with pytest.raises(pretraining.RecordLengthError, match=r"none of its 2 files holds a complete"):
     pretraining.check_input_lengths(TINY_BERT, [empty, empty], SEQ, PREDICTIONS)
+  floats_as_ids = tf.train.Example.FromString(pretraining_record())
+  floats_as_ids.features.feature["input_ids"].float_list.value[:] = [1.0] * SEQ
+  wrong_kind = record_file(tmp_path / "f.tfrecord", floats_as_ids.SerializeToString())
+  with pytest.raises(pretraining.RecordLengthError,
+                     match=r"^a record in %s stores feature input_ids as a float_list, not an? "
+                     r"int64_list" % wrong_kind):
+    pretraining.check_input_lengths(TINY_BERT, [fits, wrong_kind], SEQ, PREDICTIONS)
   not_example = record_file(tmp_path / "e.tfrecord", b"\xff\xff not a protocol buffer")
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"^%s: its first record is not a tf\.train\.Example" % not_example):
