@@ -208,14 +208,34 @@ _CHECKPOINT_READ_ERRORS = (tf.errors.OpError, IndexError, OSError)
 
 
 def open_checkpoint(prefix: str):
-  """`tf.train.load_checkpoint(prefix)`; missing or unreadable files are an
-  UnreadableCheckpointError naming them."""
-  _existing(prefix, "")
+  """`tf.train.load_checkpoint(prefix)`, after checking the files against what the index says.
+
+  Missing files (index, data shards), an index that cannot be read, and `.data` files smaller
+  than the tensors the index describes (cut short, or an index that lies) are an
+  UnreadableCheckpointError naming the checkpoint, before any value is read.
+  """
+  problem = _missing_files(_existing(prefix, ""))
+  if problem:
+    raise UnreadableCheckpointError("checkpoint %s cannot be read: %s" % (prefix, problem))
   try:
-    return tf.train.load_checkpoint(prefix)
+    reader = tf.train.load_checkpoint(prefix)
   except _CHECKPOINT_READ_ERRORS as error:
     raise UnreadableCheckpointError("checkpoint %s cannot be read (%s)" %
                                     (prefix, first_line(error))) from error
+  described = _described_bytes(reader)
+  held = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".data-*"))
+  if described > held:
+    raise UnreadableCheckpointError("checkpoint %s is cut short: its index describes %d bytes of "
+                                    "tensors but its .data files hold %d" %
+                                    (prefix, described, held))
+  return reader
+
+
+def _described_bytes(reader) -> int:
+  """The bytes the tensors of a checkpoint's index take at least (strings not counted)."""
+  shapes = reader.get_variable_to_shape_map()
+  return sum(int(np.prod(shapes[name], dtype=np.int64)) * dtype.size
+             for name, dtype in reader.get_variable_to_dtype_map().items() if dtype != tf.string)
 
 
 def read_tensor(reader, prefix: str, name: str) -> np.ndarray:

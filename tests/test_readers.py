@@ -96,12 +96,31 @@ def test_dtype_of_another_kind_is_refused_half_precision_is_widened(tmp_path):
   np.testing.assert_array_equal(kernel.numpy(), np.full((4, 3), 0.5))
 
 
-def test_truncated_data_file_names_checkpoint_and_variable(tmp_path):
-  prefix = write_dense_checkpoint(tmp_path / "ckpt")
-  os.truncate(prefix + ".data-00000-of-00001", 4)
+def test_cut_short_missing_or_corrupt_data_is_named(tmp_path):
+  """A cut-short or missing .data file is found from the index before any value is assigned; a
+  value that fails its checksum when it is read."""
+  model = dense_model()
+  kernel = model.get_layer("dense").kernel
+  initial = kernel.numpy().copy()
+  prefix = write_dense_checkpoint(tmp_path / "ckpt", kernel=np.full((4, 3), 2.0, np.float32))
+  data = prefix + ".data-00000-of-00001"
+  content = open(data, "rb").read()
+  assert len(content) == 4 * (4 * 3 + 3)  # float32 bias [3] and kernel [4, 3], nothing else.
+  os.truncate(data, len(content) - 4)
   with pytest.raises(checkpoints.UnreadableCheckpointError,
-                     match=r"^checkpoint %s: variable dense/\w+ cannot be read \(" % prefix):
-    checkpoints.init_from_checkpoint(dense_model(), prefix)
+                     match=r"^checkpoint %s is cut short: its index describes 60 bytes of tensors "
+                     r"but its \.data files hold 56$" % prefix):
+    checkpoints.init_from_checkpoint(model, prefix)
+  np.testing.assert_array_equal(kernel.numpy(), initial)
+  with open(data, "wb") as f:  # Right size, last value changed: its checksum fails.
+    f.write(content[:-4] + struct.pack("<f", 3.0))
+  with pytest.raises(checkpoints.UnreadableCheckpointError,
+                     match=r"^checkpoint %s: variable dense/kernel cannot be read \(" % prefix):
+    checkpoints.init_from_checkpoint(model, prefix)
+  os.remove(data)
+  with pytest.raises(checkpoints.UnreadableCheckpointError,
+                     match=r"^checkpoint %s cannot be read: its \.data file is missing" % prefix):
+    checkpoints.init_from_checkpoint(model, prefix)
 
 
 # ---------------------------------------------------------- safetensors (convert_checkpoint)
