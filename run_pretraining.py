@@ -90,11 +90,14 @@ def _phase2_config(phase1: training_loop.TrainConfig) -> training_loop.TrainConf
   warmup = (FLAGS.phase2_num_warmup_steps if FLAGS.phase2_num_warmup_steps is not None
             else int(0.1 * steps))
   try:
-    return pretraining.phase2_config(
+    config = pretraining.phase2_config(
         phase1, steps, FLAGS.phase2_learning_rate or FLAGS.learning_rate, warmup,
         FLAGS.phase2_train_batch_size or FLAGS.train_batch_size)
   except ValueError as error:
     raise errors.FlagError(str(error)) from None
+  # Phase 2's record (training_loop's settings check) holds its own length.
+  return dataclasses.replace(config, model_settings=dict(
+      phase1.model_settings, max_seq_length=FLAGS.phase2_max_seq_length))
 
 
 def _dynamic_masking():

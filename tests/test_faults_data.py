@@ -374,9 +374,12 @@ def test_extract_features_empty_input_and_unwritable_output(tmp_path):
   (tmp_path / "empty.txt").write_text("")
   (tmp_path / "input.txt").write_text("the cat\n")
   (tmp_path / "a_file").write_text("")
+  bert = modeling.BertModel(_TINY_BERT, name="bert")
+  bert.build()
+  init_checkpoint = checkpoints.save_checkpoint(bert, str(tmp_path / "bert_model.ckpt"))
   command = [sys.executable, os.path.join(REPO_ROOT, "extract_features.py"),
              "--vocab_file=" + vocab_file, "--bert_config_file=" + config_file,
-             "--init_checkpoint=%s" % (tmp_path / "none"), "--layers=-1", "--max_seq_length=16"]
+             "--init_checkpoint=" + init_checkpoint, "--layers=-1", "--max_seq_length=16"]
   empty = subprocess.run(command + ["--input_file=%s" % (tmp_path / "empty.txt"),
                                     "--output_file=%s" % (tmp_path / "out.jsonl")],
                          capture_output=True, text=True)

@@ -114,7 +114,7 @@ def test_learns_a_generated_rule_and_writes_the_original_outputs(generic_task, c
   train_file = os.path.join(output_dir, "train.tf_record")
   modified = os.path.getmtime(train_file)
   step_20 = os.path.getmtime(os.path.join(output_dir, "model.ckpt-20.index"))
-  run(do_train=True, **dict(flag_values, num_train_epochs=4.0))
+  run(do_train=True, **dict(flag_values, num_train_epochs=4.0, allow_changed_settings=True))
   assert os.path.getmtime(train_file) == modified
   # Had it started over, step 20's checkpoint would have been written again.
   assert os.path.getmtime(os.path.join(output_dir, "model.ckpt-20.index")) == step_20
@@ -179,7 +179,8 @@ def test_optimizer_adamw_trains_saves_adam_slots_and_resumes(generic_task, caplo
   # One more epoch resumes from step 37 with the moments, reaches step 50, and has learned the rule.
   caplog.clear()
   with caplog.at_level("INFO"):
-    run(do_train=True, do_eval=True, verbosity=0, **dict(flag_values, num_train_epochs=4.0))
+    run(do_train=True, do_eval=True, verbosity=0,
+        **dict(flag_values, num_train_epochs=4.0, allow_changed_settings=True))
   assert "Resuming from %s (step 37)" % os.path.join(output_dir, "model.ckpt-37") in caplog.text
   results = read_eval_results(output_dir)
   assert results["global_step"] == 50 and results["eval_accuracy"] > 0.9

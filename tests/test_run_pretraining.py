@@ -22,7 +22,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
 import checkpoints  # pylint: disable=g-import-not-at-top
-import cli  # pylint: disable=g-import-not-at-top
+import errors  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
 import run_pretraining  # pylint: disable=g-import-not-at-top
@@ -211,7 +211,7 @@ def _cli(tmp_path, *extra):
 def run_main(tmp_path, *extra) -> None:
   """Runs run_pretraining's main in this process with _cli's flags (its log: caplog at INFO).
 
-  Usage errors reach the caller as cli.FlagError; the dynamic-masking test checks once, on the
+  Usage errors reach the caller as errors.FlagError; the dynamic-masking test checks once, on the
   real command line, that run_script prints one as one line.
   """
   FLAGS.unparse_flags()
@@ -416,7 +416,7 @@ def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_pa
       modeling.BertConfig.from_dict(PHASE2_CONFIG).to_json_string())
   phase2 = ["--phase2_input_file=%s" % (tmp_path / "phase2.tfrecord"), "--phase2_steps=10",
             "--phase2_max_seq_length=%d" % PHASE2_LENGTH, "--phase2_learning_rate=5e-4"]
-  with pytest.raises(cli.FlagError, match="--phase2_max_predictions_per_seq=7 expects 7"):
+  with pytest.raises(errors.FlagError, match="--phase2_max_predictions_per_seq=7 expects 7"):
     run_main(tmp_path, "--do_train", "--num_train_steps=10", *phase2,
              "--phase2_max_predictions_per_seq=7")
   assert not (tmp_path / "out" / "checkpoint").exists()  # Found before phase 1 trained.
