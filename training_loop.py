@@ -35,6 +35,7 @@ from tensorflow.core.framework import summary_pb2
 import atomic_files
 import checkpoints
 import distribution
+import errors
 import length_buckets
 import optimization
 import progress_log
@@ -248,27 +249,32 @@ class TrainConfig:
     if num_examples is None:
       raise ValueError("a schedule in epochs needs the number of training examples")
     num_train_steps = int(num_examples / self.train_batch_size * self.num_train_epochs)
+    if num_train_steps <= 0:
+      raise errors.FlagError("--num_train_epochs=%g of %d training examples at "
+                             "--train_batch_size=%d is less than one step" %
+                             (self.num_train_epochs, num_examples, self.train_batch_size))
     return dataclasses.replace(self, num_train_steps=num_train_steps,
                                num_warmup_steps=int(num_train_steps * self.warmup_proportion),
                                steps_per_epoch=num_examples / self.train_batch_size)
 
   def validate(self, num_replicas: int) -> None:
     if not self.output_dir:
-      raise ValueError("--output_dir is required for training")
+      raise errors.FlagError("--output_dir is required for training")
     for name in ("num_train_steps", "train_batch_size", "save_checkpoints_steps",
                  "iterations_per_loop", "gradient_accumulation_steps"):
       if getattr(self, name) <= 0:
-        raise ValueError("--%s must be positive, got %r" % (name, getattr(self, name)))
+        raise errors.FlagError("--%s must be positive, got %r" % (name, getattr(self, name)))
     if not 0 <= self.phase_start_step < self.num_train_steps:
-      raise ValueError("phase_start_step=%d must be in [0, num_train_steps=%d)" %
-                       (self.phase_start_step, self.num_train_steps))
+      raise errors.FlagError("phase_start_step=%d must be in [0, num_train_steps=%d)" %
+                             (self.phase_start_step, self.num_train_steps))
     for name in ("eval_every_steps", "early_stopping_patience"):
       if getattr(self, name) < 0:
-        raise ValueError("--%s must not be negative, got %r" % (name, getattr(self, name)))
+        raise errors.FlagError("--%s must not be negative, got %r" % (name, getattr(self, name)))
     if self.num_warmup_steps < 0:
-      raise ValueError("--num_warmup_steps must not be negative, got %r" % self.num_warmup_steps)
+      raise errors.FlagError("--num_warmup_steps must not be negative, got %r" %
+                             self.num_warmup_steps)
     if self.train_batch_size % (num_replicas * self.gradient_accumulation_steps):
-      raise ValueError(
+      raise errors.FlagError(
           "--train_batch_size=%d is not divisible by the %d replicas times "
           "--gradient_accumulation_steps=%d" % (self.train_batch_size, num_replicas,
                                                 self.gradient_accumulation_steps))

@@ -19,6 +19,7 @@ import errors
 import extract_features
 import modeling
 import tokenization
+import training_loop
 
 SCRIPTS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
            "extract_features", "create_pretraining_data", "create_vocab", "convert_checkpoint"]
@@ -273,3 +274,13 @@ def test_bert_traceback_shows_the_traceback_behind_the_line(tmp_path):
                      "--vocab_size=0"], {errors.TRACEBACK_VARIABLE: "1"})
   assert run.returncode == 1
   assert "Traceback" in run.stderr and "errors.FlagError: --vocab_size=0" in run.stderr
+
+
+def test_epochs_that_make_no_step_name_the_flags():
+  """Caught once the training examples are counted (the flags alone cannot tell)."""
+  config = training_loop.TrainConfig(output_dir="unused", num_train_epochs=0.5,
+                                     warmup_proportion=0.1, train_batch_size=32)
+  with pytest.raises(errors.FlagError, match="--num_train_epochs=0.5 of 40 training examples at "
+                     "--train_batch_size=32 is less than one step"):
+    config.with_schedule(40)
+  assert config.with_schedule(64).num_train_steps == 1
