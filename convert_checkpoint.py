@@ -32,6 +32,7 @@ inside its directory that hold exactly the tensors it places there, and every te
 config. Bad input is a `ConversionError` naming the file, printed as one line by `cli.run_script`.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -39,7 +40,7 @@ import posixpath
 import re
 import struct
 import time
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Iterator, Mapping, Optional, Tuple
 
 from absl import flags
 from absl import logging
@@ -471,6 +472,24 @@ def _check_no_overlap(path: str, entries: Mapping[str, tuple]) -> None:
                                          second[0], second[1]))
 
 
+def _read_header_bytes(path: str) -> Tuple[int, bytes]:
+  """(file size, header bytes) of a safetensors file, its length field checked against the size."""
+  try:
+    size = tf.io.gfile.stat(path).length
+    with tf.io.gfile.GFile(path, "rb") as f:
+      length_field = f.read(8)
+      if len(length_field) < 8:
+        raise ConversionError("%s: %d bytes is too short for a safetensors file (its header "
+                              "length alone takes 8)" % (path, size))
+      (header_length,) = struct.unpack("<Q", length_field)
+      if header_length > size - 8:
+        raise ConversionError("%s: its header length says %d bytes but only %d follow: not a "
+                              "safetensors file, or cut short" % (path, header_length, size - 8))
+      return size, f.read(header_length)
+  except tf.errors.OpError as error:
+    raise ConversionError(errors.named(path, error)) from error
+
+
 def read_safetensors_header(path: str) -> Dict[str, Tuple[str, Tuple[int, ...]]]:
   """Reads and checks the header of a safetensors file against the file's size.
 
@@ -485,17 +504,7 @@ def read_safetensors_header(path: str) -> Dict[str, Tuple[str, Tuple[int, ...]]]
   Raises:
     ConversionError: naming the file (and tensor) and what its header gets wrong.
   """
-  size = tf.io.gfile.stat(path).length
-  with tf.io.gfile.GFile(path, "rb") as f:
-    length_field = f.read(8)
-    if len(length_field) < 8:
-      raise ConversionError("%s: %d bytes is too short for a safetensors file (its header length "
-                            "alone takes 8)" % (path, size))
-    (header_length,) = struct.unpack("<Q", length_field)
-    if header_length > size - 8:
-      raise ConversionError("%s: its header length says %d bytes but only %d follow: not a "
-                            "safetensors file, or cut short" % (path, header_length, size - 8))
-    header_bytes = f.read(header_length)
+  size, header_bytes = _read_header_bytes(path)
   try:
     header = json.loads(header_bytes.decode("utf-8"), object_pairs_hook=_unique_keys)
   except ValueError as error:  # Not UTF-8, not JSON or a repeated name.
@@ -505,7 +514,7 @@ def read_safetensors_header(path: str) -> Dict[str, Tuple[str, Tuple[int, ...]]]
   metadata = header.pop("__metadata__", {})
   if not (isinstance(metadata, dict) and all(isinstance(v, str) for v in metadata.values())):
     raise ConversionError("%s: its __metadata__ is not an object of strings" % path)
-  data_bytes = size - 8 - header_length
+  data_bytes = size - 8 - len(header_bytes)
   entries = {name: _tensor_entry(path, name, entry, data_bytes) for name, entry in header.items()}
   _check_no_overlap(path, entries)
   return {name: entry[:2] for name, entry in entries.items()}
@@ -544,6 +553,17 @@ def _read_json(path: str) -> dict:
     raise ConversionError(errors.named(path, error)) from error
 
 
+@contextlib.contextmanager
+def _writing(output_dir: str) -> Iterator[None]:
+  """Raises what fails while writing the converted model (an --output_dir that is a file or
+  cannot be written, a full disk) as a ConversionError naming the directory."""
+  try:
+    yield
+  except (tf.errors.OpError, OSError, safetensors.SafetensorError) as error:
+    raise ConversionError("cannot write the converted model to %s (%s)" %
+                          (output_dir, checkpoints.first_line(error))) from error
+
+
 def _copy_vocab(source_dir: str, output_dir: str) -> None:
   vocab = os.path.join(source_dir, VOCAB_NAME)
   if tf.io.gfile.exists(vocab):
@@ -573,12 +593,14 @@ def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
   source = ", ".join(weight_files)
   tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), source)
   absent = check_tensors(tensors, config, source_names, source)
-  tf.io.gfile.makedirs(output_dir)
   prefix = os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME)
-  with atomic_files.atomic_output(prefix) as temporary_prefix:  # Renames .data, then .index.
-    checkpoints.write_checkpoint(tensors, temporary_prefix)
-  atomic_files.write_text(os.path.join(output_dir, GOOGLE_CONFIG_NAME), config.to_json_string())
-  _copy_vocab(os.path.dirname(config_path), output_dir)
+  with _writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
+    with atomic_files.atomic_output(prefix) as temporary_prefix:  # Renames .data, then .index.
+      checkpoints.write_checkpoint(tensors, temporary_prefix)
+    atomic_files.write_text(os.path.join(output_dir, GOOGLE_CONFIG_NAME),
+                            config.to_json_string())
+    _copy_vocab(os.path.dirname(config_path), output_dir)
   _log_summary(tensors, source, prefix, absent, start)
   return prefix
 
@@ -603,14 +625,15 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
              if not checkpoints.is_training_state_name(name)}
   absent = check_tensors(tensors, config, {name: name for name in tensors}, prefix)
   with_heads = not any(name.startswith("cls/") for name in absent)
-  tf.io.gfile.makedirs(output_dir)
   weights_path = os.path.join(output_dir, HF_WEIGHTS_NAME)
-  with atomic_files.atomic_output(weights_path) as temporary:
-    safetensors.numpy.save_file(google_to_hf_tensors(tensors), temporary,
-                                metadata={"format": "pt"})
-  atomic_files.write_text(os.path.join(output_dir, HF_CONFIG_NAME), json.dumps(
-      hf_config_from_google(config, with_heads), indent=2, sort_keys=True) + "\n")
-  _copy_vocab(checkpoint_dir, output_dir)
+  with _writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
+    with atomic_files.atomic_output(weights_path) as temporary:
+      safetensors.numpy.save_file(google_to_hf_tensors(tensors), temporary,
+                                  metadata={"format": "pt"})
+    atomic_files.write_text(os.path.join(output_dir, HF_CONFIG_NAME), json.dumps(
+        hf_config_from_google(config, with_heads), indent=2, sort_keys=True) + "\n")
+    _copy_vocab(checkpoint_dir, output_dir)
   _log_summary(tensors, prefix, weights_path, absent, start)
   return weights_path
 

@@ -291,3 +291,12 @@ def test_google_release_names_map_to_bert_for_pretraining_names(chinese_bert_dir
   back = convert_checkpoint.google_config_from_hf(hf_config, "config.json")
   assert {k: getattr(back, k) for k in convert_checkpoint.CONFIG_FIELDS} == {
       k: getattr(config, k) for k in convert_checkpoint.CONFIG_FIELDS}
+
+
+def test_output_dir_that_cannot_be_written_is_named(tmp_path):
+  model = _write_hf_model(tmp_path / "hf", _random_hf_tensors("bert.", with_heads=False))
+  blocked = tmp_path / "a_file"
+  blocked.write_text("")
+  with pytest.raises(convert_checkpoint.ConversionError,
+                     match=r"^cannot write the converted model to %s/out \(\w+Error: " % blocked):
+    convert_checkpoint.convert_hf_to_google(model, str(blocked / "out"))
