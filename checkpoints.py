@@ -8,8 +8,12 @@ checkpoints and converted weights. This module owns that format in one place:
 - Names. Keras 3 gives each variable a `.path` from the nesting of the layers that created it, and
   the layers are named after the original's TF1 scopes, so a path *is* a Google name once the
   task model's own name is dropped (`checkpoint_variables`; DESIGN.md states the rule).
-- Reading and writing (`write_checkpoint`, `save_checkpoint`, `init_from_checkpoint`) with shape
-  checks before any assignment.
+- Reading and writing (`write_checkpoint`, `save_checkpoint`, `init_from_checkpoint`). Nothing is
+  read on trust (`open_checkpoint`, `check_fits`): the files must be there and as large as the
+  index says, every variable's shape and dtype must fit the model before any is assigned, and a
+  `checkpoint` state file may only name checkpoints in its own directory. Missing or damaged files
+  are an `UnreadableCheckpointError`, checkpoints that do not fit a `CheckpointError`, each naming
+  the checkpoint (and variable) on one line.
 - Training state, as the original's Estimator saved it: the model's variables, each optimizer
   slot as `<name>/adam_m` and `<name>/adam_v`, and `global_step` (`training_state_variables`).
 - The files of a training run: `output_dir/model.ckpt-<step>` and the `checkpoint` state file,

@@ -106,7 +106,7 @@ def first_record_features(input_file: str) -> Optional[dict]:
   except tf.errors.DataLossError:
     return None
   except tf.errors.OpError as error:
-    raise RecordLengthError(errors.named(input_file, error)) from None
+    raise tfrecord_files.UnreadableRecordFileError(errors.named(input_file, error)) from None
   if not serialized:
     return None
   try:

@@ -396,3 +396,9 @@ def test_global_step_that_is_not_a_step_is_refused(tmp_path):
       checkpoints.checkpoint_step(prefix)
   prefix = checkpoints.write_checkpoint({"global_step": np.int64(7)}, str(tmp_path / "ckpt"))
   assert checkpoints.checkpoint_step(prefix) == 7
+
+
+def test_input_file_that_cannot_be_opened_is_named(tmp_path):
+  fits = record_file(tmp_path / "a.tfrecord", pretraining_record())
+  with pytest.raises(tfrecord_files.UnreadableRecordFileError, match="^%s: " % tmp_path):
+    pretraining.check_input_lengths(TINY_BERT, [fits, str(tmp_path)], SEQ, PREDICTIONS)
