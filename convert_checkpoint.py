@@ -32,6 +32,7 @@ inside its directory that hold exactly the tensors it places there, and every te
 config. Bad input is a `ConversionError` naming the file, printed as one line by `cli.run_script`.
 """
 
+import collections
 import contextlib
 import json
 import math
@@ -100,6 +101,10 @@ _LAYER_NORM_LEAVES = {"weight": "gamma", "bias": "beta", "gamma": "gamma", "beta
 # Bytes per element of the safetensors dtypes this converter reads, by the format's names.
 SAFETENSORS_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "U16": 2, "I16": 2, "F16": 2, "U32": 4,
                            "I32": 4, "F32": 4, "U64": 8, "I64": 8, "F64": 8}
+
+
+# The largest header the safetensors format allows (its reference implementation's limit).
+SAFETENSORS_MAX_HEADER_BYTES = 100_000_000
 
 
 class ConversionError(errors.InputError):
@@ -427,11 +432,12 @@ def _shard_path(index_path: str, shard: str) -> str:
 
 def _unique_keys(pairs: list) -> dict:
   """A JSON object's pairs as a dict; a repeated key is a ValueError (json keeps the last one)."""
-  names = [name for name, _ in pairs]
-  repeated = sorted({name for name in names if names.count(name) > 1})
-  if repeated:
-    raise ValueError("key %r appears more than once" % repeated[0])
-  return dict(pairs)
+  result = dict(pairs)
+  if len(result) != len(pairs):
+    counts = collections.Counter(name for name, _ in pairs)
+    raise ValueError("key %r appears more than once" %
+                     min(name for name, count in counts.items() if count > 1))
+  return result
 
 
 def _is_size_list(value) -> bool:
@@ -482,6 +488,9 @@ def _read_header_bytes(path: str) -> Tuple[int, bytes]:
         raise ConversionError("%s: %d bytes is too short for a safetensors file (its header "
                               "length alone takes 8)" % (path, size))
       (header_length,) = struct.unpack("<Q", length_field)
+      if header_length > SAFETENSORS_MAX_HEADER_BYTES:
+        raise ConversionError("%s: its header length says %d bytes, more than the format allows "
+                              "(%d)" % (path, header_length, SAFETENSORS_MAX_HEADER_BYTES))
       if header_length > size - 8:
         raise ConversionError("%s: its header length says %d bytes but only %d follow: not a "
                               "safetensors file, or cut short" % (path, header_length, size - 8))

@@ -171,6 +171,8 @@ def test_crafted_safetensors_file_is_read_as_its_bytes_say(tmp_path):
     (b"\x05\x00", r"2 bytes is too short for a safetensors file"),
     (safetensors_bytes({}, b"", header_length=10**6),
      r"its header length says 1000000 bytes but only 2 follow"),
+    (safetensors_bytes({}, b"", header_length=2**64 - 1),
+     r"its header length says 18446744073709551615 bytes, more than the format allows"),
     (safetensors_bytes(b"{not json", b""), r"its header is not valid JSON"),
     (safetensors_bytes(b"\xff\xfe{}", b""), r"its header is not valid JSON"),
     (safetensors_bytes(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
