@@ -315,7 +315,6 @@ def test_generic_column_and_file_errors(tmp_path):
     processor.get_dev_examples(data_dir)
 
 
-
 def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
   data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", " "],
                                                              ["c", "x"])})
