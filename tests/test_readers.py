@@ -1,8 +1,9 @@
 """Readers check what they read: files whose header, metadata or sizes lie are refused, not used.
 
 Each test crafts a damaged or lying file by hand, from the format's definition (a safetensors file
-byte by byte, a checkpoint state file as text, a TFRecord of other lengths, a cache note), and
-expects an `errors.InputError` whose message names the file and what is wrong in it.
+byte by byte, a checkpoint state file as text, records of other lengths), and expects an
+`errors.InputError` whose message names the file and what is wrong in it. (Damaged feature-cache
+notes, which are rebuilt rather than refused, are tested in test_feature_cache.py.)
 """
 import json
 import os
