@@ -411,12 +411,8 @@ def _check_input_paths() -> None:
   if errors.flag_value("bert_config_file"):
     errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
     bert_config()
-  init_checkpoint = errors.flag_value("init_checkpoint")
-  if init_checkpoint:
-    try:
-      checkpoints.resolve_checkpoint_path(init_checkpoint)
-    except ValueError as error:
-      raise errors.FlagError("--init_checkpoint=%s: %s" % (init_checkpoint, error)) from None
+  if errors.flag_value("init_checkpoint"):
+    checkpoints.resolve_checkpoint_path(errors.flag_value("init_checkpoint"))
   for name in ("input_file", "phase2_input_file"):
     if errors.flag_value(name):
       file_patterns.expand(errors.flag_value(name), "--" + name)
