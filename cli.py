@@ -285,8 +285,10 @@ def define_data_dir_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> No
 def define_skip_bad_rows_flag(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `skip_bad_rows` (default false; `classifier.BadRows`)."""
   _define(flag_values, "bool", "skip_bad_rows", False,
-          "Skip (and count) data rows with a wrong number of columns or an unknown label instead "
-          "of stopping with an error naming the file and line.")
+          "Skip (and count) rows of the training and evaluation files that cannot be used (wrong "
+          "number of columns, empty or unknown label) instead of stopping with an error naming "
+          "the file and line. Rows of the test file are never skipped: test_results.tsv has one "
+          "line per test row, in order.")
 
 
 def define_data_file_flags(what: str, train_file: str, dev_file: str, test_file: str,
