@@ -18,9 +18,13 @@ Two alternatives share everything else (clipping, schedule, exclusions, slot nam
 - `Lamb` (`lamb`): LAMB (You et al. 2019), AdamW's update scaled per variable by a trust ratio, for
   large-batch pretraining.
 
-Gradients are clipped by their global norm (1.0) before the update, as the original did, and the
-learning rate follows `WarmupLinearDecay`. `create_optimizer` assembles all of this the way the
-original's `create_optimizer` did, and wraps it in a loss-scaling optimizer for float16 training.
+Gradients are clipped by their global norm (1.0) before the update, as the original did. The
+learning rate warms up linearly, then decays linearly to 0, chosen with `--lr_schedule`
+(`SCHEDULES`): `WarmupLinearDecay` (`original`, the default) measures the decay from step 0 as the
+original did; `LinearDecayAfterWarmup` (`linear`) from the end of warmup, as Hugging Face's
+`get_linear_schedule_with_warmup`, so a Hugging Face recipe gets its rates. `create_optimizer`
+assembles all of this the way the original's `create_optimizer` did, and wraps it in a
+loss-scaling optimizer for float16 training.
 
 Optimizer slots are saved under the original's checkpoint names (`<variable>/adam_m`,
 `<variable>/adam_v`; `checkpoints.named_slot_variables`): all three optimizers keep their first and
@@ -41,6 +45,8 @@ import checkpoints
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 # `--optimizer` values: the original's optimizer (the default), AdamW, LAMB.
 OPTIMIZERS = ("bert_adam", "adamw", "lamb")
+# `--lr_schedule` values: the original's schedule (the default), Hugging Face's linear one.
+SCHEDULES = ("original", "linear")
 # Peak learning rate above which `bert_adam` warns that results may collapse: the original's
 # largest fine-tuning rate was 5e-5 and its pretraining rate 1e-4.
 BERT_ADAM_WARNING_LEARNING_RATE = 1e-4
@@ -70,18 +76,44 @@ class WarmupLinearDecay(keras.optimizers.schedules.LearningRateSchedule):
     self.num_warmup_steps = int(num_warmup_steps)
     self.start_step = int(start_step)
 
+  # How the decay after warmup is measured, for the log (`describe_schedule`).
+  decay_description = "decay from step 0"
+
   def __call__(self, step):
     step = tf.maximum(tf.cast(step, tf.float32) - float(self.start_step), 0.0)
-    done = tf.minimum(step, float(self.num_train_steps)) / float(self.num_train_steps)
-    decayed_lr = self.init_lr * (1.0 - done)
+    decayed_lr = self._decayed_lr(step)
     if not self.num_warmup_steps:
       return decayed_lr
     warmup_lr = self.init_lr * step / float(self.num_warmup_steps)
     return tf.where(step < float(self.num_warmup_steps), warmup_lr, decayed_lr)
 
+  def _decayed_lr(self, step):
+    """The rate once warmup is over at `step` (counted from `start_step`, float32)."""
+    done = tf.minimum(step, float(self.num_train_steps)) / float(self.num_train_steps)
+    return self.init_lr * (1.0 - done)
+
   def get_config(self) -> dict:
     return {"init_lr": self.init_lr, "num_train_steps": self.num_train_steps,
             "num_warmup_steps": self.num_warmup_steps, "start_step": self.start_step}
+
+
+@keras.saving.register_keras_serializable(package="bert")
+class LinearDecayAfterWarmup(WarmupLinearDecay):
+  """Linear warmup, then linear decay from the end of warmup to zero (`--lr_schedule=linear`).
+
+  The rate of Hugging Face's `get_linear_schedule_with_warmup`, so that a recipe tuned with it
+  (usually with `--optimizer=adamw`) gets the same rate at every step: warmup as
+  `WarmupLinearDecay`, then `init_lr * max(0, num_train_steps - step) / max(1, num_train_steps -
+  num_warmup_steps)`, so the rate is `init_lr` exactly at the end of warmup and falls to 0 over the
+  remaining steps. Without warmup it equals `WarmupLinearDecay`. The step convention (updates
+  already applied), `start_step` and the config are `WarmupLinearDecay`'s.
+  """
+
+  decay_description = "decay from the end of warmup"
+
+  def _decayed_lr(self, step):
+    remaining = tf.maximum(float(self.num_train_steps) - step, 0.0)
+    return self.init_lr * remaining / float(max(1, self.num_train_steps - self.num_warmup_steps))
 
 
 @keras.saving.register_keras_serializable(package="bert")
@@ -280,6 +312,12 @@ class Lamb(AdamW):
 
 
 _OPTIMIZER_CLASSES = {"bert_adam": AdamWeightDecay, "adamw": AdamW, "lamb": Lamb}
+_SCHEDULE_CLASSES = {"original": WarmupLinearDecay, "linear": LinearDecayAfterWarmup}
+
+
+def describe_schedule(schedule: str) -> str:
+  """`--lr_schedule`'s value and how its decay is measured, e.g. `original (decay from step 0)`."""
+  return "%s (%s)" % (schedule, _SCHEDULE_CLASSES[schedule].decay_description)
 
 
 def create_optimizer(init_lr: float,
@@ -289,7 +327,8 @@ def create_optimizer(init_lr: float,
                      compute_dtype: str = "float32",
                      clip_norm: Optional[float] = 1.0,
                      optimizer_name: str = "bert_adam",
-                     schedule_start_step: int = 0) -> keras.optimizers.Optimizer:
+                     schedule_start_step: int = 0,
+                     schedule: str = "original") -> keras.optimizers.Optimizer:
   """Creates the optimizer the way the original did: warmup, linear decay, clipping, decay.
 
   Args:
@@ -307,6 +346,8 @@ def create_optimizer(init_lr: float,
       BERT_ADAM_WARNING_LEARNING_RATE logs a warning that names `--optimizer=adamw`.
     schedule_start_step: the step the schedule starts at (`WarmupLinearDecay`'s `start_step`):
       warmup and decay then span steps `schedule_start_step` to that plus `num_train_steps`.
+    schedule: one of SCHEDULES: `original` (`WarmupLinearDecay`: decay from step 0) or `linear`
+      (`LinearDecayAfterWarmup`: decay from the end of warmup, as Hugging Face's).
 
   Returns:
     An optimizer whose `apply(grads, variables)` applies one step, inside or outside a
@@ -319,6 +360,8 @@ def create_optimizer(init_lr: float,
   if optimizer_name not in _OPTIMIZER_CLASSES:
     raise ValueError("--optimizer must be one of %s, got %r" % (", ".join(OPTIMIZERS),
                                                                optimizer_name))
+  if schedule not in _SCHEDULE_CLASSES:
+    raise ValueError("--lr_schedule must be one of %s, got %r" % (", ".join(SCHEDULES), schedule))
   if optimizer_name == "bert_adam" and init_lr > BERT_ADAM_WARNING_LEARNING_RATE:
     logging.warning(
         "--learning_rate=%g with --optimizer=bert_adam, the original's optimizer: it has no bias "
@@ -326,10 +369,11 @@ def create_optimizer(init_lr: float,
         "step 12, 3.2x at step 100, 1.3x at step 1000), and rates above %g, tuned for "
         "bias-corrected Adam, may make training collapse. For such rates use --optimizer=adamw "
         "(the same with bias correction).", init_lr, BERT_ADAM_WARNING_LEARNING_RATE)
-  logging.info("Optimizer: %s (%s)", optimizer_name, _OPTIMIZER_CLASSES[optimizer_name].__name__)
+  logging.info("Optimizer: %s (%s); learning rate schedule: %s", optimizer_name,
+               _OPTIMIZER_CLASSES[optimizer_name].__name__, describe_schedule(schedule))
   optimizer = _OPTIMIZER_CLASSES[optimizer_name](
-      learning_rate=WarmupLinearDecay(init_lr, num_train_steps, num_warmup_steps,
-                                      schedule_start_step),
+      learning_rate=_SCHEDULE_CLASSES[schedule](init_lr, num_train_steps, num_warmup_steps,
+                                                schedule_start_step),
       weight_decay_rate=weight_decay_rate,
       clip_norm=clip_norm)
   if dtype == "float16":

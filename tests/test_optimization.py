@@ -118,6 +118,83 @@ def test_bad_schedule_arguments_name_the_argument():
     optimization.create_optimizer(0.1, 10, 1, compute_dtype="int8")
 
 
+# --lr_schedule=linear (Hugging Face's get_linear_schedule_with_warmup): peak 1e-3, warmup 4,
+# 20 steps. After warmup the rate is 1e-3 * (20 - step) / (20 - 4), worked out by hand.
+@pytest.mark.parametrize("step, expected", [
+    (0, 0.0),         # warmup starts at zero
+    (2, 5e-4),        # 1e-3 * 2 / 4
+    (4, 1e-3),        # end of warmup: the full peak, 1e-3 * 16 / 16
+    (5, 9.375e-4),    # 1e-3 * 15 / 16
+    (12, 5e-4),       # 1e-3 * 8 / 16
+    (20, 0.0),        # the end
+    (25, 0.0),        # past the end stays at zero
+])
+def test_linear_schedule_decays_from_the_end_of_warmup(step, expected):
+  schedule = optimization.LinearDecayAfterWarmup(1e-3, num_train_steps=20, num_warmup_steps=4)
+  assert float(schedule(step)) == pytest.approx(expected, rel=1e-6, abs=1e-12)
+
+
+def test_the_schedules_differ_only_after_warmup_as_their_formulas_say():
+  """During warmup both are 1e-3 * step / 4. After it the original's 1e-3 * (1 - step / 20) is
+  below the linear 1e-3 * (20 - step) / 16 by 1e-3 * (20 - step) * 4 / (20 * 16)."""
+  original = optimization.WarmupLinearDecay(1e-3, num_train_steps=20, num_warmup_steps=4)
+  linear = optimization.LinearDecayAfterWarmup(1e-3, num_train_steps=20, num_warmup_steps=4)
+  for step in range(4):
+    assert float(linear(step)) == float(original(step))
+  for step, original_rate, gap in ((4, 8e-4, 2e-4), (5, 7.5e-4, 1.875e-4), (12, 4e-4, 1e-4),
+                                   (19, 5e-5, 1.25e-5), (20, 0.0, 0.0)):
+    assert float(original(step)) == pytest.approx(original_rate, rel=1e-6, abs=1e-12), step
+    assert float(linear(step)) - float(original(step)) == pytest.approx(gap, rel=1e-5,
+                                                                         abs=1e-12), step
+
+
+def test_linear_schedule_without_warmup_is_the_original():
+  """Without warmup both decay over all steps from step 0 (up to float32 rounding)."""
+  original = optimization.WarmupLinearDecay(1e-3, num_train_steps=20)
+  linear = optimization.LinearDecayAfterWarmup(1e-3, num_train_steps=20)
+  steps = np.arange(22)
+  np.testing.assert_allclose(linear(steps).numpy(), original(steps).numpy(), rtol=1e-6, atol=1e-12)
+
+
+def test_linear_schedule_from_a_start_step():
+  """Pretraining's phase 2 counts the linear schedule from its first step too."""
+  schedule = optimization.LinearDecayAfterWarmup(1e-3, num_train_steps=20, num_warmup_steps=4,
+                                                 start_step=100)
+  for step, expected in ((90, 0.0), (100, 0.0), (102, 5e-4), (104, 1e-3), (105, 9.375e-4),
+                         (112, 5e-4), (120, 0.0), (125, 0.0)):
+    assert float(schedule(step)) == pytest.approx(expected, rel=1e-6, abs=1e-12), step
+
+
+@pytest.mark.parametrize("schedule_class", [optimization.WarmupLinearDecay,
+                                            optimization.LinearDecayAfterWarmup])
+def test_schedules_round_trip_through_their_config(schedule_class):
+  """A schedule saved with an optimizer's config comes back as the same class with the same rates
+  (keras.saving finds it by its registered name)."""
+  schedule = schedule_class(1e-3, num_train_steps=20, num_warmup_steps=4, start_step=3)
+  restored = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(schedule))
+  assert restored.__class__ is schedule_class
+  assert schedule_class.from_config(schedule.get_config()).get_config() == schedule.get_config()
+  steps = range(0, 30, 3)
+  assert [float(restored(s)) for s in steps] == [float(schedule(s)) for s in steps]
+  optimizer_config = optimization.AdamW(learning_rate=schedule).get_config()
+  assert optimizer_config["learning_rate"]["registered_name"] == "bert>" + schedule_class.__name__
+  restored = optimization.AdamW.from_config(optimizer_config)
+  assert restored.get_config()["learning_rate"]["config"] == schedule.get_config()
+
+
+def test_create_optimizer_takes_the_schedule_by_its_flag_name(caplog):
+  with caplog.at_level("INFO"):
+    optimizer = optimization.create_optimizer(1e-3, 20, 4, optimizer_name="adamw",
+                                              schedule="linear", schedule_start_step=7)
+  assert optimizer.get_config()["learning_rate"] == keras.saving.serialize_keras_object(
+      optimization.LinearDecayAfterWarmup(1e-3, 20, 4, start_step=7))
+  assert "learning rate schedule: linear (decay from the end of warmup)" in caplog.text
+  assert optimization.create_optimizer(1e-3, 20, 4).get_config()["learning_rate"] == (
+      keras.saving.serialize_keras_object(optimization.WarmupLinearDecay(1e-3, 20, 4)))
+  with pytest.raises(ValueError, match="--lr_schedule must be one of original, linear"):
+    optimization.create_optimizer(1e-3, 20, 4, schedule="cosine")
+
+
 def test_weight_decay_exclusions_by_google_name():
   model = _build_model()
   names = {v.path: checkpoints.path_below_model(v) for v in model.trainable_variables}
