@@ -137,6 +137,13 @@ def define_common_flags(max_seq_length: int = 128,
           "by a trust ratio, for large-batch pretraining. All three decay weights except "
           "LayerNorm and bias variables and save their moments as <name>/adam_m, <name>/adam_v.",
           enum_values=optimization.OPTIMIZERS)
+  _define(fv, "enum", "lr_schedule", "original",
+          "Learning rate schedule: linear warmup to --learning_rate, then linear decay to 0 at the "
+          "last step. original: the decay counts from step 0 (the original's; at the end of "
+          "warmup the rate is already below the peak). linear: the decay counts from the end of "
+          "warmup (Hugging Face's get_linear_schedule_with_warmup; with --optimizer=adamw it "
+          "reproduces a Hugging Face recipe).",
+          enum_values=optimization.SCHEDULES)
   _define(fv, "integer", "save_checkpoints_steps", 1000, "How often to save a checkpoint.")
   _define(fv, "integer", "iterations_per_loop", 1000,
           "How many steps to run per call into the graph (and per progress line); on one "
@@ -362,6 +369,7 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
       warmup_proportion=None if schedule_in_steps else FLAGS.warmup_proportion,
       learning_rate=FLAGS.learning_rate,
       optimizer=FLAGS.optimizer,
+      lr_schedule=FLAGS.lr_schedule,
       train_batch_size=FLAGS.train_batch_size,
       gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
       init_checkpoint=FLAGS.init_checkpoint,

@@ -28,11 +28,13 @@ import training_loop
 @dataclasses.dataclass
 class TrainData:
   """A task's training input: `dataset_fn(global_batch_size, seed)` as `training_loop.train`
-  takes it, the number of examples (the schedule's unit) and the cached feature files it reads
-  (named if a record turns out corrupt)."""
+  takes it, the number of examples (the schedule's unit), the cached feature files it reads
+  (named if a record turns out corrupt) and what `num_examples` counts, in the plural, for the
+  log line of the schedule (e.g. `questions` where a question can give several windows)."""
   dataset_fn: Callable[[int, int], tf.data.Dataset]
   num_examples: int
   feature_files: Sequence[str] = ()
+  unit: str = training_loop.EXAMPLES_UNIT
 
 
 class Task(abc.ABC):
@@ -98,7 +100,8 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
       result = training_loop.train(
           strategy, task.build_model, task.loss, data.dataset_fn, config,
           num_examples=data.num_examples,
-          evaluate_fn=lambda model: task.evaluate(strategy, model, eval_batch_size))
+          evaluate_fn=lambda model: task.evaluate(strategy, model, eval_batch_size),
+          examples_unit=data.unit)
     model, global_step = result.model, result.global_step
     summary.append("trained to step %d (%.1f examples/s)" % (global_step,
                                                             result.examples_per_second))

@@ -316,7 +316,8 @@ def phase2_config(config: training_loop.TrainConfig, phase2_steps: int, learning
   Phase 2 continues phase 1's `output_dir`: model, optimizer slots and `global_step` come from
   phase 1's last checkpoint (step `config.num_train_steps`) and it trains until that plus
   `phase2_steps`, with its own peak `learning_rate`, warmup and linear decay counted from its
-  first step, and its own batch size. A resumed job finds phase 1 finished and resumes phase 2.
+  first step (phase 1's kind of schedule, `lr_schedule`), and its own batch size. A resumed job
+  finds phase 1 finished and resumes phase 2.
   """
   if phase2_steps <= 0:
     raise errors.FlagError("--phase2_steps must be positive with --phase2_input_file, got %r" %

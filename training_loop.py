@@ -191,6 +191,10 @@ class OutputDirLock:
 # ------------------------------------------------------------------------------------------------
 
 
+# What a schedule in epochs counts unless the task names its unit (e.g. SQuAD's questions).
+EXAMPLES_UNIT = "training examples"
+
+
 @dataclasses.dataclass
 class TrainConfig:
   """What `train` needs besides the task's functions. Batch sizes are global.
@@ -204,6 +208,7 @@ class TrainConfig:
   num_warmup_steps: Optional[int] = None
   learning_rate: float = 5e-5
   optimizer: str = "bert_adam"  # one of optimization.OPTIMIZERS
+  lr_schedule: str = "original"  # one of optimization.SCHEDULES
   train_batch_size: int = 32  # examples per optimizer update (the effective batch)
   # Micro-batches per update: each update sums the gradients of this many micro-batches of
   # train_batch_size / gradient_accumulation_steps examples (same result, less memory).
@@ -241,9 +246,14 @@ class TrainConfig:
     return bool(self.eval_every_steps or self.early_stopping_patience or
                 self.keep_best_checkpoint)
 
-  def with_schedule(self, num_examples: Optional[int]) -> "TrainConfig":
+  def with_schedule(self, num_examples: Optional[int],
+                    examples_unit: str = EXAMPLES_UNIT) -> "TrainConfig":
     """This config with its steps: from the epochs over `num_examples` when epochs are given
-    (`int(num_examples / train_batch_size * num_train_epochs)`, warmup that share of it)."""
+    (`int(num_examples / train_batch_size * num_train_epochs)`, warmup that share of it).
+
+    Logs the count with what was counted (`examples_unit`: SQuAD's original counts questions
+    where Hugging Face counts their windows, so the same epochs can give other step counts).
+    """
     if self.num_train_epochs is None:
       return self
     if num_examples is None:
@@ -253,8 +263,13 @@ class TrainConfig:
       raise errors.FlagError("--num_train_epochs=%g of %d training examples at "
                              "--train_batch_size=%d is less than one step" %
                              (self.num_train_epochs, num_examples, self.train_batch_size))
+    num_warmup_steps = int(num_train_steps * self.warmup_proportion)
+    logging.info("num_train_steps = int(%d %s / batch %d * %g epochs) = %d; warmup %d steps "
+                 "(%g of them); schedule: %s", num_examples, examples_unit, self.train_batch_size,
+                 self.num_train_epochs, num_train_steps, num_warmup_steps, self.warmup_proportion,
+                 optimization.describe_schedule(self.lr_schedule))
     return dataclasses.replace(self, num_train_steps=num_train_steps,
-                               num_warmup_steps=int(num_train_steps * self.warmup_proportion),
+                               num_warmup_steps=num_warmup_steps,
                                steps_per_epoch=num_examples / self.train_batch_size)
 
   def validate(self, num_replicas: int) -> None:
@@ -605,8 +620,8 @@ def train(strategy: tf.distribute.Strategy,
           config: TrainConfig,
           optimizer_fn: Optional[Callable[[], keras.optimizers.Optimizer]] = None,
           num_examples: Optional[int] = None,
-          evaluate_fn: Optional[Callable[[keras.Model], Mapping[str, float]]] = None
-          ) -> TrainResult:
+          evaluate_fn: Optional[Callable[[keras.Model], Mapping[str, float]]] = None,
+          examples_unit: str = EXAMPLES_UNIT) -> TrainResult:
   """Trains (or resumes training) to the last step of the schedule, checkpointing as it goes.
 
   Args:
@@ -627,6 +642,7 @@ def train(strategy: tf.distribute.Strategy,
     evaluate_fn: `model -> {metric: value}` on the dev set; with `config.eval_every_steps`,
       `early_stopping_patience` or `keep_best_checkpoint` it runs during training (see
       `_Evaluations`), and training may stop before `num_train_steps`.
+    examples_unit: what `num_examples` counts, for the log line of the schedule in epochs.
 
   Returns:
     A TrainResult with the trained model (usable for evaluate/predict in the same process).
@@ -638,7 +654,7 @@ def train(strategy: tf.distribute.Strategy,
       variables; a resume has other settings than those recorded in `output_dir` (see
       `_check_and_record_settings`).
   """
-  config = config.with_schedule(num_examples)
+  config = config.with_schedule(num_examples, examples_unit)
   config.validate(strategy.num_replicas_in_sync)
   if not distribution.is_chief():
     return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
@@ -658,7 +674,8 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
       optimizer = optimization.create_optimizer(
           config.learning_rate, config.num_train_steps - config.phase_start_step,
           config.num_warmup_steps, compute_dtype=keras.mixed_precision.global_policy().name,
-          optimizer_name=config.optimizer, schedule_start_step=config.phase_start_step)
+          optimizer_name=config.optimizer, schedule_start_step=config.phase_start_step,
+          schedule=config.lr_schedule)
     else:
       optimizer = optimizer_fn()
     named_variables = checkpoints.training_state_variables(model, optimizer)
@@ -792,8 +809,11 @@ SETTINGS_FILE = "training_settings.json"
 # The TrainConfig fields that shape what is trained; with `model_settings` they are recorded and
 # checked on resume. Not gradient_accumulation_steps (the same updates in less memory), nor the
 # checkpointing, XLA and evaluation options, nor init_checkpoint (a resume does not read it).
-_RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "num_train_steps",
-                    "num_warmup_steps", "num_train_epochs", "warmup_proportion", "random_seed")
+_RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "lr_schedule",
+                    "num_train_steps", "num_warmup_steps", "num_train_epochs", "warmup_proportion",
+                    "random_seed")
+# Fields recorded only by later versions, with the value a record without them implies.
+_IMPLIED_SETTINGS = {"lr_schedule": "original"}
 # The flag a model setting comes from, where its name differs.
 _SETTING_FLAGS = {"bert_config": "bert_config_file"}
 
@@ -829,8 +849,9 @@ def _setting_name(key: str, in_epochs: bool) -> str:
 
 def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any],
                           in_epochs: bool) -> list:
-  """`<flag>: recorded X, now Y` for each setting that differs (`unset` for a missing one)."""
-  recorded, current = _flatten(recorded), _flatten(current)
+  """`<flag>: recorded X, now Y` for each setting that differs (`unset` for a missing one; an
+  older record's missing setting of _IMPLIED_SETTINGS is the value it implies)."""
+  recorded, current = _flatten(dict(_IMPLIED_SETTINGS, **recorded)), _flatten(current)
   return ["%s: recorded %s, now %s" % (_setting_name(key, in_epochs), recorded.get(key, "unset"),
                                        current.get(key, "unset"))
           for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]

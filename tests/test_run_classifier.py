@@ -186,6 +186,26 @@ def test_optimizer_adamw_trains_saves_adam_slots_and_resumes(generic_task, caplo
   assert results["global_step"] == 50 and results["eval_accuracy"] > 0.9
 
 
+def test_lr_schedule_linear_reaches_the_optimizer_and_a_resume_with_another_is_refused(
+    generic_task, caplog):
+  """400 examples, batch 32, one epoch: 12 steps, 1 of warmup. After step s the next update uses
+  --lr_schedule=linear's 1e-3 * (12 - s) / (12 - 1), not the original's 1e-3 * (1 - s / 12)."""
+  flag_values, _ = generic_task
+  flag_values = dict(flag_values, num_train_epochs=1.0, iterations_per_loop=4,
+                     lr_schedule="linear", optimizer="adamw")
+  with caplog.at_level("INFO"):
+    run(do_train=True, verbosity=0, **flag_values)
+  assert ("num_train_steps = int(400 training examples / batch 32 * 1 epochs) = 12; warmup 1 "
+          "steps (0.1 of them); schedule: linear (decay from the end of warmup)") in caplog.text
+  rates = scalars_in(flag_values["output_dir"])["learning_rate"]
+  assert {4, 8, 12} <= set(rates)
+  for step, rate in rates.items():
+    assert rate == pytest.approx(1e-3 * (12 - step) / 11, rel=1e-5, abs=1e-10), step
+  with pytest.raises(checkpoints.TrainingError,
+                     match="--lr_schedule: recorded linear, now original"):
+    run(do_train=True, **dict(flag_values, lr_schedule="original"))
+
+
 def test_a_crashed_run_resumes_to_the_uninterrupted_weights_bit_for_bit(generic_task, monkeypatch,
                                                                         tmp_path):
   """Dropout on (the config's 0.1): the resumed steps see the same batches and masks."""
@@ -236,8 +256,13 @@ def test_eval_on_unreadable_checkpoints_is_an_error_not_a_random_model(generic_t
 
 def eval_scalars(output_dir) -> dict:
   """{tag: {step: value}} from the TensorBoard event files of `output_dir/eval`."""
+  return scalars_in(os.path.join(output_dir, "eval"))
+
+
+def scalars_in(directory) -> dict:
+  """{tag: {step: value}} from the TensorBoard event files in `directory`."""
   scalars = {}
-  for event_file in tf.io.gfile.glob(os.path.join(output_dir, "eval", "events.out.tfevents.*")):
+  for event_file in tf.io.gfile.glob(os.path.join(directory, "events.out.tfevents.*")):
     for event in tf.compat.v1.train.summary_iterator(event_file):
       for value in event.summary.value:
         scalars.setdefault(value.tag, {})[event.step] = float(tf.make_ndarray(value.tensor))

@@ -4,6 +4,7 @@ The strategy tests run this file as a script in subprocesses (two logical CPU de
 configured before TensorFlow starts; multi-worker needs one process per worker) and compare the
 losses and final weights with one device on the same global batches.
 """
+import dataclasses
 import json
 import os
 import re
@@ -30,6 +31,7 @@ import cli  # pylint: disable=g-import-not-at-top
 import distribution  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import optimization  # pylint: disable=g-import-not-at-top
+import pretraining  # pylint: disable=g-import-not-at-top
 import training_loop  # pylint: disable=g-import-not-at-top
 
 VOCAB_SIZE = 40
@@ -234,6 +236,33 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
     np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
 
 
+def test_linear_schedule_reaches_the_optimizer_and_resumes_exactly(reference, tmp_path):
+  """--lr_schedule=linear over 6 steps with 1 of warmup: after step s the next update uses
+  1e-2 * (6 - s) / (6 - 1) (the original's 1e-2 * (1 - s / 6): test_summaries_are_written...)."""
+  straight_dir, resumed_dir = str(tmp_path / "straight"), str(tmp_path / "resumed")
+  straight = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                                 dataset_fn_of(examples(64)),
+                                 train_config(straight_dir, lr_schedule="linear"))
+  rates = written_scalars(straight_dir)["learning_rate"]
+  assert sorted(rates) == [2, 4, 6]
+  for step, rate in rates.items():
+    np.testing.assert_allclose(rate, 1e-2 * (6 - step) / 5, rtol=1e-5, atol=1e-9)
+  assert not np.allclose(checkpoints.checkpoint_variables(straight.model)["output_weights"].numpy(),
+                         reference[2]["output_weights"], rtol=1e-3)
+  # Crash after step 4, resume: the rates are a function of the step, so the run ends the same.
+  tf.io.gfile.makedirs(resumed_dir)
+  for path in tf.io.gfile.glob(os.path.join(straight_dir, "model.ckpt-4.*")):
+    tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
+  checkpoints._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
+  resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                                dataset_fn_of(examples(64)),
+                                train_config(resumed_dir, lr_schedule="linear"))
+  expected, actual = checkpoint_values(straight.checkpoint), checkpoint_values(resumed.checkpoint)
+  assert set(actual) == set(expected)
+  for name, value in expected.items():
+    np.testing.assert_allclose(actual[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
 def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
   data = examples(48, bad_after=40)  # Batches 1-5 are finite, batch 6 is not.
   with pytest.raises(checkpoints.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
@@ -289,14 +318,20 @@ def test_loop_length_follows_loops_checkpoints_and_progress_time(tmp_path):
   assert training_loop._loop_steps(strategy, config, 10, 120.0) == 1
 
 
-def test_summaries_are_written_for_tensorboard(reference):
+def written_scalars(output_dir):
+  """{tag: {step: value}} from the TensorBoard event files the loop wrote in `output_dir`."""
   scalars = {}
-  for event_file in tf.io.gfile.glob(os.path.join(reference[0], "events.out.tfevents.*")):
+  for event_file in tf.io.gfile.glob(os.path.join(output_dir, "events.out.tfevents.*")):
     for record in tf.data.TFRecordDataset(event_file):
       event = event_pb2.Event.FromString(record.numpy())
       for value in event.summary.value:
         scalar = tf.make_ndarray(value.tensor)
         scalars.setdefault(value.tag, {})[event.step] = float(scalar)
+  return scalars
+
+
+def test_summaries_are_written_for_tensorboard(reference):
+  scalars = written_scalars(reference[0])
   assert {"loss", "scaled_mean", "learning_rate", "examples_per_second"} <= set(scalars)
   assert sorted(scalars["loss"]) == [2, 4, 6]
   # After step s the next update uses the original's schedule at s: 1e-2 * (1 - s / 6).
@@ -381,11 +416,26 @@ def test_shared_flags_have_the_original_defaults():
               "iterations_per_loop": 1000, "max_seq_length": 384, "use_tpu": False,
               "num_tpu_cores": 8, "tpu_name": None, "eval_batch_size": 8,
               "predict_batch_size": 8, "do_train": False, "distribution_strategy": "auto",
-              "optimizer": "bert_adam"}
+              "optimizer": "bert_adam", "lr_schedule": "original"}
   assert {name: flag_values[name].default for name in expected} == expected
   schedule = training_loop.TrainConfig("out", train_batch_size=32, num_train_epochs=3.0,
                                        warmup_proportion=0.1).with_schedule(3668)
   assert (schedule.num_train_steps, schedule.num_warmup_steps) == (343, 34)
+
+
+def test_a_schedule_in_epochs_logs_how_its_steps_were_counted(caplog):
+  """The line names what the task counted (SQuAD's original counts questions, Hugging Face their
+  windows) and the kind of decay."""
+  config = training_loop.TrainConfig("out", train_batch_size=32, num_train_epochs=3.0,
+                                     warmup_proportion=0.1)
+  with caplog.at_level("INFO", logger="absl"):
+    config.with_schedule(3668)
+    config = dataclasses.replace(config, num_train_epochs=2.0, lr_schedule="linear")
+    assert config.with_schedule(3668, "questions").num_train_steps == 229
+  assert ("num_train_steps = int(3668 training examples / batch 32 * 3 epochs) = 343; warmup 34 "
+          "steps (0.1 of them); schedule: original (decay from step 0)") in caplog.text
+  assert ("num_train_steps = int(3668 questions / batch 32 * 2 epochs) = 229; warmup 22 steps "
+          "(0.1 of them); schedule: linear (decay from the end of warmup)") in caplog.text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -978,8 +1028,8 @@ def recorded_settings(output_dir):
 def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(reference, tmp_path,
                                                                                caplog):
   assert recorded_settings(reference[0]) == {"0": dict(
-      train_batch_size=8, learning_rate=1e-2, optimizer="bert_adam", num_train_steps=6,
-      num_warmup_steps=1, random_seed=12345, **MODEL_SETTINGS)}
+      train_batch_size=8, learning_rate=1e-2, optimizer="bert_adam", lr_schedule="original",
+      num_train_steps=6, num_warmup_steps=1, random_seed=12345, **MODEL_SETTINGS)}
   output_dir = killed_after_step_4(reference, str(tmp_path / "changed"))
   changes = dict(learning_rate=2e-2, train_batch_size=4,
                  model_settings=dict(MODEL_SETTINGS, bert_config=dict(CONFIG, hidden_size=32)))
@@ -1005,3 +1055,28 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
   assert recorded_settings(output_dir)["0"]["learning_rate"] == 2e-2
   with pytest.raises(checkpoints.TrainingError, match="--learning_rate: recorded 0.02, now 0.01"):
     resume(output_dir)
+
+
+def test_a_resume_with_another_lr_schedule_is_refused_and_an_older_record_means_original(
+    reference, tmp_path):
+  output_dir = killed_after_step_4(reference, str(tmp_path / "out"))
+  refused = "--lr_schedule: recorded original, now linear"
+  with pytest.raises(checkpoints.TrainingError, match=refused):
+    resume(output_dir, lr_schedule="linear")
+  # A record written before --lr_schedule existed has none: that run had the original's schedule.
+  path = os.path.join(output_dir, training_loop.SETTINGS_FILE)
+  phases = recorded_settings(output_dir)
+  del phases["0"]["lr_schedule"]
+  with open(path, "w") as f:
+    json.dump({"phases": phases}, f)
+  with pytest.raises(checkpoints.TrainingError, match=refused):
+    resume(output_dir, lr_schedule="linear")
+  assert resume(output_dir).global_step == 6
+  assert recorded_settings(output_dir)["0"]["lr_schedule"] == "original"
+
+
+def test_pretraining_phase2_keeps_the_schedule_kind():
+  phase1 = train_config("out", lr_schedule="linear")
+  phase2 = pretraining.phase2_config(phase1, 4, learning_rate=5e-3, num_warmup_steps=1,
+                                     train_batch_size=4)
+  assert (phase2.lr_schedule, phase2.phase_start_step, phase2.num_train_steps) == ("linear", 6, 10)
