@@ -522,6 +522,22 @@ class BertInputEncoder(tf.Module):
     """
     return words.with_flat_values(self.tokenize(words.flat_values))
 
+  def tokenize_leading_words(self, words: tf.RaggedTensor, num_pieces: int) -> tf.RaggedTensor:
+    """`tokenize_words` of the first words of every row, enough for its first num_pieces pieces.
+
+    Returns ids [B, (words), (pieces)] of a prefix of every row's words holding at least
+    num_pieces pieces, or of all its words. A word gives at least one piece unless every
+    character of it is dropped (controls, lone combining marks), so the first num_pieces words
+    almost always suffice and a long text costs what its first num_pieces words cost; only
+    when they do not, for some row, is every word tokenized.
+    """
+    row_lengths = words.row_lengths()
+    leading = _ragged_prefix(words, tf.minimum(row_lengths, num_pieces))
+    ids = self.tokenize_words(leading)
+    short = tf.logical_and(ids.merge_dims(1, 2).row_lengths() < num_pieces,
+                           leading.row_lengths() < row_lengths)
+    return tf.cond(tf.reduce_any(short), lambda: self.tokenize_words(words), lambda: ids)
+
   def pack(self, ids_a: tf.RaggedTensor,
            ids_b: Optional[tf.RaggedTensor] = None) -> Dict[str, tf.Tensor]:
     """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `build_inputs` does."""

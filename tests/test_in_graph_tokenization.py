@@ -133,6 +133,21 @@ def test_tokenize_words_per_word(uncased):
   assert got.to_list() == [[tokenizer.tokenize_to_ids(word) for word in row] for row in words]
 
 
+def test_tokenize_leading_words_reads_only_what_the_first_pieces_need(uncased):
+  """With 4 pieces wanted, rows keep their first 4 words (each gives a piece or more). Words
+  without pieces (zero-width spaces, lone accents) can leave a row short: then every word of the
+  batch is tokenized, as tokenize_words does."""
+  tokenizer, encoder = uncased
+  words = [["one", "two", "three", "four", "five", "six"], ["Unaffable", "words", "here"], [],
+           ["\u200b", "\u0301", "\u200b\u200b", "a", "b", "c", "d", "e"]]
+  full = [[tokenizer.tokenize_to_ids(word) for word in row] for row in words]
+  tokenize = tf.function(lambda ragged: encoder.tokenize_leading_words(ragged, 4),
+                         autograph=False)
+  assert full[3][:3] == [[], [], []]
+  assert tokenize(tf.ragged.constant(words[:3])).to_list() == [full[0][:4], full[1], []]
+  assert tokenize(tf.ragged.constant(words)).to_list() == full
+
+
 def test_special_ids_and_pack(uncased):
   _, encoder = uncased
   assert (encoder.cls_id, encoder.sep_id, encoder.unk_id, encoder.pad_id, encoder.mask_id) == (
