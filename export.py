@@ -10,10 +10,17 @@ travels as a SavedModel asset) and signatures built around one task function
 - `token_ids` (`TOKEN_IDS_SIGNATURE`): `input_ids`, `input_mask`, `segment_ids` (int32
   [batch, seq_length]) for clients that tokenize themselves.
 
+A malformed request fails with InvalidArgument and a message naming the input, never with a
+wrong answer or a crash: text inputs of different batch sizes or more than
+`MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all (`text_input_checks`); id inputs of different
+shapes, a mask other than 0/1, ids out of range (`id_input_checks`). The checks are assert ops
+in the graph, which TF's C++ loader runs like any other op.
+
 `write_saved_model` writes `export_dir/<version>/` with the next integer version (what TF Serving
-watches for), through a temporary directory renamed at the end so a server never loads a
-half-written model. It saves the variables the signatures read rather than the Keras model
-(see `serving_root`: that is what makes TF's C++ loader, and so TF Serving, work), and writes
+watches for), through a staging directory renamed at the end so a server never loads a
+half-written model; that rename claims the version, so concurrent exports get distinct ones. It
+saves the variables the signatures read rather than the Keras model (see `serving_root`: that is
+what makes TF's C++ loader, and so TF Serving, work), and writes
 `assets.extra/tf_serving_warmup_requests`. The result needs only tensorflow and tensorflow-text's
 ops to load, not this project.
 
@@ -21,8 +28,10 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
+import errno
 import os
 import re
+import threading
 from typing import Callable, Mapping, Optional, Sequence
 
 from absl import logging
@@ -31,11 +40,16 @@ import tensorflow as tf
 
 import atomic_files
 import distribution
+import errors
 import in_graph_tokenization
+import modeling
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 TOKEN_IDS_SIGNATURE = "token_ids"
 ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
+# The most bytes of text one request may hold (all its string inputs together). Memory per request
+# grows linearly with its bytes; this bounds it. A SQuAD context is ~1 KB, a long article ~100 KB.
+MAX_REQUEST_TEXT_BYTES = 4 * 2**20
 WARMUP_FILE = "tf_serving_warmup_requests"  # In assets.extra/, where TF Serving looks for it.
 WARMUP_SENTENCE = ("The quick brown fox jumps over the lazy dog while a small bird sings in an old "
                    "tree near the river.")
@@ -56,25 +70,118 @@ def next_version(export_dir: str) -> int:
   return max(existing_versions(export_dir), default=0) + 1
 
 
-def ids_signature(outputs_fn: OutputsFn) -> tf.types.experimental.GenericFunction:
-  """A tf.function on int32 `input_ids`, `input_mask`, `segment_ids` of any [batch, length]."""
+def _fail_unless(condition: tf.Tensor, template: str, *values: tf.Tensor) -> tf.Operation:
+  """An assert op that fails the request with InvalidArgument `template` formatted with values."""
+  return tf.debugging.Assert(condition, [tf.strings.format(template, values)])
+
+
+def _range_check(name: str, values: tf.Tensor, low: int, high: Optional[int],
+                 allowed: str) -> tf.Operation:
+  """Asserts low <= values (< high when given); the message names the input and its range."""
+  smallest, largest = tf.reduce_min(values), tf.reduce_max(values)
+  condition = smallest >= low
+  if high is not None:
+    condition = tf.logical_and(condition, largest < high)
+  return _fail_unless(condition, name + " holds values from {} to {}: " + allowed, smallest,
+                      largest)
+
+
+def id_input_checks(features: Mapping[str, tf.Tensor],
+                    config: Optional[modeling.BertConfig] = None) -> list[tf.Operation]:
+  """Asserts that int32 id inputs are one consistent BERT input, with messages naming the input.
+
+  Without these a client's bug becomes a wrong answer: a `segment_ids` or `input_mask` of batch 1
+  broadcasts over every row of `input_ids`, and an out-of-range id reads zeros on GPUs. Checked:
+  the three inputs have one shape of at least one position (any rank: multiple choice adds a
+  choices axis), `input_mask` holds only 0 and 1, ids are not negative and, with a `config`
+  (the model's), `input_ids` < vocab_size, `segment_ids` < type_vocab_size and the
+  length is at most max_position_embeddings. All of it is a few reductions over the ids.
+  """
+  input_ids = features["input_ids"]
+  checks = []
+  for name in ID_INPUTS[1:]:
+    checks.append(_fail_unless(
+        tf.reduce_all(tf.equal(tf.shape(features[name]), tf.shape(input_ids))),
+        name + " has shape {} but input_ids has {}: all three must have one shape",
+        tf.shape(features[name]), tf.shape(input_ids)))
+  length = tf.shape(input_ids)[-1]
+  max_length = None if config is None else config.max_position_embeddings
+  long_enough = length >= 1
+  if max_length is not None:
+    long_enough = tf.logical_and(long_enough, length <= max_length)
+  checks.append(_fail_unless(long_enough, "input_ids has length {}: the model takes 1 %s" % (
+      "or more positions" if max_length is None else
+      "to max_position_embeddings = %d positions" % max_length), length))
+  checks.append(_range_check("input_mask", features["input_mask"], 0, 2,
+                             "the mask must be 0 (padding) or 1"))
+  for name, limit, what in (("input_ids", "vocab_size", "token ids"),
+                            ("segment_ids", "type_vocab_size", "segment ids")):
+    high = getattr(config, limit) if config is not None else None
+    checks.append(_range_check(name, features[name], 0, high, what + " must be in [0, %s)" % (
+        "%s = %d" % (limit, high) if high is not None else limit)))
+  return checks
+
+
+def checked(checks: Sequence[tf.Operation], tensors: Mapping[str, tf.Tensor]
+            ) -> dict[str, tf.Tensor]:
+  """The tensors, readable only after the checks passed (so no op runs on a bad request)."""
+  with tf.control_dependencies(checks):
+    return {name: tf.identity(value) for name, value in tensors.items()}
+
+
+def ids_signature(outputs_fn: OutputsFn, config: Optional[modeling.BertConfig] = None
+                  ) -> tf.types.experimental.GenericFunction:
+  """A tf.function on int32 `input_ids`, `input_mask`, `segment_ids` of any [batch, length].
+
+  A malformed request fails with InvalidArgument naming the input (`id_input_checks`; pass the
+  model's `config` to also check ids against its vocab and type vocab sizes and length).
+  """
 
   @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=n) for n in ID_INPUTS],
                autograph=False)
   def serve_token_ids(*ids):
-    return dict(outputs_fn(dict(zip(ID_INPUTS, ids))))
+    features = dict(zip(ID_INPUTS, ids))
+    return dict(outputs_fn(checked(id_input_checks(features, config), features)))
 
   return serve_token_ids
 
 
+def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
+  """Asserts that string inputs have one shape and at most MAX_REQUEST_TEXT_BYTES in all.
+
+  Rows of a text pair are matched by position, so inputs of different batch sizes are a client
+  bug. The byte limit bounds a request's memory: tokenization holds a few tensors per byte.
+  """
+  names = sorted(texts)
+  first = texts[names[0]]
+  checks = [_fail_unless(tf.reduce_all(tf.equal(tf.shape(texts[name]), tf.shape(first))),
+                         name + " has shape {} but " + names[0] + " has {}: text inputs are "
+                         "matched row by row and must have one shape",
+                         tf.shape(texts[name]), tf.shape(first))
+            for name in names[1:]]
+  total = tf.add_n([tf.reduce_sum(tf.cast(tf.strings.length(texts[name]), tf.int64))
+                   for name in names])
+  checks.append(_fail_unless(total <= MAX_REQUEST_TEXT_BYTES,
+                             "the texts of this request have {} bytes in all: at most %d "
+                             "bytes (%s) per request" % (MAX_REQUEST_TEXT_BYTES, " + ".join(names)),
+                             total))
+  return checks
+
+
 def text_signature(encoder: Callable[..., Mapping[str, tf.Tensor]], outputs_fn: OutputsFn,
                    text_inputs: Sequence[str]) -> tf.types.experimental.GenericFunction:
-  """A tf.function on [batch] string tensors named `text_inputs`, encoded by `encoder(*texts)`."""
+  """A tf.function on [batch] string tensors named `text_inputs`, encoded by `encoder(*texts)`.
+
+  A request whose inputs differ in batch size, or that is over the size limit, fails with
+  InvalidArgument (`text_input_checks`).
+  """
 
   @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs],
                autograph=False)
   def serve_text(*texts):
-    features = encoder(*texts)
+    named = dict(zip(text_inputs, texts))
+    named = checked(text_input_checks(named), named)
+    features = encoder(*[named[name] for name in text_inputs])
     return dict(outputs_fn({name: tf.cast(features[name], tf.int32) for name in ID_INPUTS}))
 
   return serve_text
@@ -193,6 +300,58 @@ def serving_root(encoder: tf.Module,
   return root
 
 
+class VersionTakenError(errors.InputError):
+  """The export version asked for exists already."""
+
+  def __init__(self, export_dir: str, version: int):
+    super().__init__("%s already exists: choose another version" %
+                     os.path.join(export_dir, str(version)))
+
+
+def _rename_unless_taken(source: str, target: str) -> bool:
+  """Renames directory source to target unless target exists; whether it did.
+
+  On a local disk rename(2) never replaces a non-empty directory, and every version directory
+  holds a SavedModel, so of two exports renaming to one version exactly one succeeds. An existing
+  empty directory or file is left alone too. On `scheme://` file systems, which have no atomic
+  directory rename, tf.io.gfile checks the name just before renaming.
+  """
+  if "://" in target:
+    try:
+      tf.io.gfile.rename(source, target, overwrite=False)
+    except tf.errors.AlreadyExistsError:
+      return False
+    return True
+  if os.path.lexists(target):
+    return False
+  try:
+    os.rename(source, target)
+  except OSError as error:
+    if error.errno in (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR):
+      return False
+    raise
+  return True
+
+
+def claim_version(staged_dir: str, export_dir: str, version: Optional[int] = None) -> str:
+  """Moves a complete SavedModel directory to `export_dir/<version>/` and returns that path.
+
+  The version defaults to `next_version(export_dir)`; when another export takes that number
+  first (concurrent jobs sharing an export_dir), the next free one is taken, so two exports never
+  end in one version directory. A `version` asked for that is taken raises VersionTakenError.
+  """
+  candidate = next_version(export_dir) if version is None else version
+  while not _rename_unless_taken(staged_dir, os.path.join(export_dir, str(candidate))):
+    if version is not None:
+      raise VersionTakenError(export_dir, version)
+    candidate = max(candidate + 1, next_version(export_dir))
+  return os.path.join(export_dir, str(candidate))
+
+
+# One export at a time per process: they share the process's staging directory.
+_EXPORT_LOCK = threading.Lock()
+
+
 def write_saved_model(export_dir: str,
                       signatures: Mapping[str, tf.types.experimental.GenericFunction],
                       encoder: tf.Module, version: Optional[int] = None) -> str:
@@ -200,27 +359,33 @@ def write_saved_model(export_dir: str,
 
   Saves the variables the signatures read and `encoder` (whose vocab or SentencePiece model
   travels as an asset), plus `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
-  The version defaults to `next_version(export_dir)`. Only the chief of a multi-worker run
-  writes; the others return the path the chief writes.
+  Everything is written to a hidden staging directory first; the version is claimed only when
+  the model is complete, by renaming it into place (`claim_version`: the next free number, or
+  `version`). Only the chief of a multi-worker run writes; the others return the path of the
+  next version, the one the chief takes unless another job exports there at the same time.
   """
-  version = next_version(export_dir) if version is None else version
-  final_dir = os.path.join(export_dir, str(version))
   if not distribution.is_chief():
-    return final_dir
-  if os.path.exists(final_dir):
-    raise ValueError("%s already exists: choose another version" % final_dir)
+    return os.path.join(export_dir, str(next_version(export_dir) if version is None else version))
+  if version is not None and os.path.exists(os.path.join(export_dir, str(version))):
+    raise VersionTakenError(export_dir, version)  # Before any work; claim_version checks again.
   tf.io.gfile.makedirs(export_dir)
   concrete = {name: fn.get_concrete_function() for name, fn in signatures.items()}
-  with atomic_files.atomic_output(final_dir) as temporary_dir:
-    tf.saved_model.save(serving_root(encoder, list(concrete.values())), temporary_dir,
-                        signatures=concrete)
-    write_warmup_requests(temporary_dir, warmup_requests(concrete, encoder))
+  # atomic_output gives the staging directory (`.export.tmp-<host>-<pid>`, deleted by the next
+  # export if this process dies) and deletes it if anything fails; claim_version moves it away,
+  # so there is nothing left for atomic_output to rename.
+  with _EXPORT_LOCK:
+    with atomic_files.atomic_output(os.path.join(export_dir, "export")) as staged_dir:
+      tf.saved_model.save(serving_root(encoder, list(concrete.values())), staged_dir,
+                          signatures=concrete)
+      write_warmup_requests(staged_dir, warmup_requests(concrete, encoder))
+      final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir
 
 
 def export_task_model(export_dir: str, encoder: tf.Module, outputs_fn: OutputsFn,
-                      text_inputs: Sequence[str], version: Optional[int] = None) -> str:
+                      text_inputs: Sequence[str], version: Optional[int] = None,
+                      config: Optional[modeling.BertConfig] = None) -> str:
   """Exports a task model with the text (`serving_default`) and `token_ids` signatures.
 
   Args:
@@ -229,11 +394,12 @@ def export_task_model(export_dir: str, encoder: tf.Module, outputs_fn: OutputsFn
     outputs_fn: features dict (int32 ids) -> dict of output tensors (inference mode); the
       variables it reads are saved.
     text_inputs: the names of the text signature's string inputs, e.g. ("text_a", "text_b").
-    version: the version number, default the next one.
+    version: the version number, default the next free one.
+    config: the model's config, to check `token_ids` requests against its sizes.
 
   Returns:
     The SavedModel directory.
   """
   signatures = {SERVING_DEFAULT: text_signature(encoder, outputs_fn, text_inputs),
-                TOKEN_IDS_SIGNATURE: ids_signature(outputs_fn)}
+                TOKEN_IDS_SIGNATURE: ids_signature(outputs_fn, config)}
   return write_saved_model(export_dir, signatures, encoder, version)

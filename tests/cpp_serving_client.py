@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import meta_graph_pb2
 from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import errors_impl
 from tensorflow.python.framework import op_def_registry
 
 PROJECT_MODULES = ("export", "classifier", "squad", "tagging", "modeling", "tokenization",
@@ -75,8 +76,11 @@ def c_api() -> ctypes.CDLL:
 
 
 def check(lib, status, what: str) -> None:
-  if lib.TF_GetCode(status) != 0:
-    raise RuntimeError("%s: %s" % (what, lib.TF_Message(status).decode()))
+  """Raises RuntimeError "<TF error class>: <what>: <message>" if the status is not OK."""
+  code = lib.TF_GetCode(status)
+  if code != 0:
+    raise RuntimeError("%s: %s: %s" % (errors_impl.exception_type_from_error_code(code).__name__,
+                                       what, lib.TF_Message(status).decode()))
 
 
 def load_text_ops() -> None:

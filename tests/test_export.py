@@ -166,3 +166,136 @@ def test_classifier_export_serves_raw_text_like_do_predict(tmp_path, uncased_voc
                "inputs['text_a']", "inputs['text_b']", "inputs['input_ids']",
                "outputs['probabilities']", "outputs['label']", "outputs['logits']"):
     assert name in cli
+
+
+def test_token_ids_requests_a_client_bug_makes_fail_naming_the_input(tmp_path):
+  """Through TF's C++ loader: inputs of different shapes used to broadcast (a segment_ids of
+  batch 1 answered for every row) and ids out of range read other rows (Keras' take wraps -1 to
+  the last row; gather on GPUs reads zeros). Each must fail with a message naming the input."""
+  import modeling  # pylint: disable=g-import-not-at-top
+  from test_serving import run_cpp_client  # pylint: disable=g-import-not-at-top
+  model, encoder = toy_model(), HashingEncoder()
+  config = modeling.BertConfig(vocab_size=100, max_position_embeddings=8, type_vocab_size=2)
+  path = export.export_task_model(str(tmp_path), encoder, outputs_of(model),
+                                  ["text_a", "text_b"], config=config)
+  ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], np.int32)
+  mask, segments = (ids > 0).astype(np.int32), np.zeros_like(ids)
+
+  def request(input_ids=ids, input_mask=mask, segment_ids=segments):
+    return {"signature": "token_ids", "inputs": {
+        name: {"dtype": "int32", "value": value.tolist()} for name, value in
+        zip(export.ID_INPUTS, (input_ids, input_mask, segment_ids))}}
+
+  def texts(**values):
+    return {"signature": "serving_default",
+            "inputs": {name: {"dtype": "string", "value": value} for name, value in values.items()}}
+
+  bad = {
+      "segment_ids has shape [1 4] but input_ids has [2 4]": request(segment_ids=segments[:1]),
+      "input_mask has shape [2 3] but input_ids has [2 4]": request(input_mask=mask[:, :3]),
+      "input_mask holds values from 0 to 2: the mask must be 0 (padding) or 1":
+          request(input_mask=mask * 2),
+      "input_ids holds values from -1 to 9: token ids must be in [0, vocab_size = 100)":
+          request(input_ids=ids - (ids == 0)),
+      "input_ids holds values from 0 to 100": request(input_ids=np.where(ids == 9, 100, ids)),
+      "segment_ids holds values from 0 to 2: segment ids must be in [0, type_vocab_size = 2)":
+          request(segment_ids=segments + 2 * mask),
+      "input_ids has length 0: the model takes 1 to max_position_embeddings = 8 positions":
+          request(ids[:, :0], mask[:, :0], segments[:, :0]),
+      "input_ids has length 9": request(*[np.tile(x, [1, 3])[:, :9] for x in (ids, mask,
+                                                                              segments)]),
+      "text_b has shape [3] but text_a has [2]: text inputs are matched row by row":
+          texts(text_a=["a b", "c"], text_b=["d", "e", "f"]),
+      "the texts of this request have %d bytes in all: at most %d bytes (text_a + text_b)" % (
+          export.MAX_REQUEST_TEXT_BYTES + 1, export.MAX_REQUEST_TEXT_BYTES):
+          texts(text_a=["x" * export.MAX_REQUEST_TEXT_BYTES], text_b=["y"]),
+  }
+  good = [request(), texts(text_a=["a b", "c"], text_b=["d", "e"])]
+  answers = run_cpp_client(str(tmp_path), [{"saved_model": path,
+                                           "requests": list(bad.values()) + good}])
+  results = answers["jobs"][0]["results"]
+  for message, result in zip(bad, results):
+    assert "error" in result, (message, result)
+    assert result["error"].startswith("InvalidArgumentError: ") and message in result["error"]
+  expected = model.predict(ids * mask, verbose=0)
+  for result in results[len(bad):]:
+    assert "error" not in result, result
+  np.testing.assert_allclose(results[len(bad)]["logits"], expected, atol=1e-6)
+
+
+# Exports a toy model (seeded by argv[3]) into argv[1]. Both exports of a test have their model
+# complete, with the version each would have taken before claiming, before either claims one.
+CONCURRENT_EXPORT_SCRIPT = """
+import json, os, sys, time
+import keras
+import numpy as np
+import export
+import test_export
+export_dir, barrier_dir, seed = sys.argv[1], sys.argv[2], int(sys.argv[3])
+write_warmup_requests = export.write_warmup_requests
+
+def write_then_wait(*args):
+  path = write_warmup_requests(*args)
+  open(os.path.join(barrier_dir, str(seed)), "w").close()
+  deadline = time.time() + 120
+  while len(os.listdir(barrier_dir)) < 2 and time.time() < deadline:
+    time.sleep(0.02)
+  return path
+
+export.write_warmup_requests = write_then_wait
+keras.utils.set_random_seed(seed)
+model = test_export.toy_model()
+path = export.export_task_model(export_dir, test_export.HashingEncoder(),
+                                test_export.outputs_of(model), ["text_a"])
+ids = test_export.HashingEncoder()(["a b c", "d"])
+logits = model(ids["input_ids"] * ids["input_mask"]).numpy()
+print(json.dumps({"path": path, "logits": logits.tolist()}))
+"""
+
+
+def test_concurrent_exports_into_one_directory_get_distinct_versions(tmp_path):
+  """Two jobs exporting into one export_dir at once used to both end in `1/` (one model silently
+  replaced the other). The version is claimed by the rename that completes an export."""
+  from conftest import REPO_ROOT  # pylint: disable=g-import-not-at-top
+  export_dir, barrier_dir = tmp_path / "export", tmp_path / "barrier"
+  os.makedirs(barrier_dir)
+  env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO_ROOT, os.path.join(REPO_ROOT, "tests")]),
+             TF_CPP_MIN_LOG_LEVEL="2")
+  jobs = [subprocess.Popen([sys.executable, "-c", CONCURRENT_EXPORT_SCRIPT, str(export_dir),
+                            str(barrier_dir), str(seed)], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, env=env) for seed in (1, 2)]
+  outputs = [job.communicate(timeout=300) for job in jobs]
+  for job, (_, stderr) in zip(jobs, outputs):
+    assert job.returncode == 0, stderr[-3000:]
+  results = [json.loads(stdout.strip().splitlines()[-1]) for stdout, _ in outputs]
+  assert sorted(result["path"] for result in results) == [str(export_dir / "1"),
+                                                          str(export_dir / "2")]
+  assert sorted(os.listdir(export_dir)) == ["1", "2"]
+  for result in results:
+    served = tf.saved_model.load(result["path"]).signatures[export.SERVING_DEFAULT](
+        text_a=tf.constant(["a b c", "d"]))
+    np.testing.assert_allclose(served["logits"], result["logits"], atol=1e-6)
+
+
+def test_claim_version_skips_taken_numbers_and_never_replaces_one(tmp_path):
+  """Every existing entry is taken, an empty directory and a file included (rename(2) would
+  replace an empty directory); an asked-for version that is taken is an error."""
+  export_dir = tmp_path / "export"
+  os.makedirs(export_dir / "1")
+  (export_dir / "1" / "saved_model.pb").write_text("first")
+  os.makedirs(export_dir / "2")
+  (export_dir / "3").write_text("a file")
+
+  def staged(text):
+    directory = tmp_path / ("staged-" + text)
+    os.makedirs(directory)
+    (directory / "saved_model.pb").write_text(text)
+    return str(directory)
+
+  assert export.claim_version(staged("a"), str(export_dir)) == str(export_dir / "4")
+  assert (export_dir / "4" / "saved_model.pb").read_text() == "a"
+  assert (export_dir / "1" / "saved_model.pb").read_text() == "first"
+  assert os.listdir(export_dir / "2") == []
+  assert (export_dir / "3").read_text() == "a file"
+  with pytest.raises(export.VersionTakenError, match="already exists"):
+    export.claim_version(staged("b"), str(export_dir), version=1)

@@ -266,26 +266,75 @@ def served(tmp_path_factory):
   encoder_path, encoder_requests, json_values = encoder_export(str(root / "e1"), wordpiece,
                                                                ENGLISH)
   exports["encoder_wordpiece"] = (encoder_path, encoder_requests)
+  malformed = {name: malformed_requests(name) for name in exports}
   jobs = [{"saved_model": path, "requests": [
       {"signature": signature, "inputs": inputs} for signature, inputs, _ in requests] +
-            warmup_requests(path)} for path, requests in exports.values()]
-  requests_file, results_file = str(root / "requests.json"), str(root / "results.json")
-  with open(requests_file, "w", encoding="utf-8") as writer:
-    json.dump(jobs, writer)
-  completed = subprocess.run([sys.executable, CLIENT, requests_file, results_file],
-                             capture_output=True, text=True, cwd=str(root), timeout=300,
-                             env=dict(os.environ, PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2"))
-  assert completed.returncode == 0, completed.stderr[-3000:]
-  with open(results_file, encoding="utf-8") as reader:
-    results = json.load(reader)
-  # Per export: its path, its requests with expected outputs, and the C++ answers to those
-  # requests followed by the answers to its warmup requests.
+            warmup_requests(path) + [request for _, request in malformed[name]]}
+          for name, (path, requests) in exports.items()]
+  results = run_cpp_client(str(root), jobs)
+  # Per export: its path, its requests with expected outputs, the C++ answers to those requests,
+  # the answers to its warmup requests, and (message, answer) of each malformed request.
+  exports_served = {}
+  for (name, (path, requests)), job in zip(exports.items(), results["jobs"]):
+    answers = job["results"]
+    num_warmup = len(answers) - len(requests) - len(malformed[name])
+    exports_served[name] = (
+        path, requests, answers[:len(requests)], answers[len(requests):][:num_warmup],
+        job["signatures"], [(message, answer) for (message, _), answer in zip(
+            malformed[name], answers[len(requests) + num_warmup:])])
   return {"modules": results["modules"], "encoder_json_values": json_values,
           "non_core_ops": {name: job["non_core_ops"]
                            for name, job in zip(exports, results["jobs"])},
-          "exports": {name: (path, requests, job["results"][:len(requests)],
-                             job["results"][len(requests):], job["signatures"])
-                      for (name, (path, requests)), job in zip(exports.items(), results["jobs"])}}
+          "exports": exports_served}
+
+
+def run_cpp_client(root: str, jobs: list) -> dict:
+  """Runs `cpp_serving_client.py` on jobs in a fresh process; its results.json, parsed."""
+  requests_file, results_file = (os.path.join(root, "requests.json"),
+                                 os.path.join(root, "results.json"))
+  with open(requests_file, "w", encoding="utf-8") as writer:
+    json.dump(jobs, writer)
+  completed = subprocess.run([sys.executable, CLIENT, requests_file, results_file],
+                             capture_output=True, text=True, cwd=root, timeout=300,
+                             env=dict(os.environ, PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2"))
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  with open(results_file, encoding="utf-8") as reader:
+    return json.load(reader)
+
+
+def malformed_requests(name: str) -> list:
+  """Requests a client bug makes, for an export of EXPORTS, each with what its error must say.
+
+  Every token_ids signature checks shapes, mask values and negative ids; SQuAD's also knows its
+  model's sizes. Text signatures built by export.py or squad.py check batch sizes and size.
+  """
+  ids = np.array([[2, 7, 8, 3, 0], [2, 9, 3, 0, 0]], np.int32)
+  mask, segments = (ids > 0).astype(np.int32), np.zeros_like(ids)
+
+  def token_ids(input_ids=ids, input_mask=mask, segment_ids=segments):
+    return {"signature": "token_ids", "inputs": ids_inputs(
+        dict(zip(export.ID_INPUTS, (input_ids, input_mask, segment_ids))))}
+
+  requests = [
+      ("segment_ids has shape [1 5] but input_ids has [2 5]", token_ids(segment_ids=segments[:1])),
+      ("input_mask has shape [2 4] but input_ids has [2 5]", token_ids(input_mask=mask[:, :4])),
+      ("input_mask holds values from 0 to 2", token_ids(input_mask=mask * 2)),
+      ("input_ids holds values from -1 to 9", token_ids(input_ids=ids - (ids == 0)))]
+  text_pairs = {"classifier_wordpiece": ("text_a", "text_b"),
+                "encoder_wordpiece": ("text", "text_b")}
+  if name in text_pairs:
+    first, second = text_pairs[name]
+    signature = "text_pair" if name.startswith("encoder") else "serving_default"
+    requests += [
+        ("%s has shape [3] but %s has [2]: text inputs are matched row by row" % (second, first),
+         {"signature": signature, "inputs": {first: texts_input(["a b", "c"]),
+                                             second: texts_input(["d", "e", "f"])}}),
+        ("the texts of this request have %d bytes in all: at most %d bytes" % (
+            export.MAX_REQUEST_TEXT_BYTES + 1, export.MAX_REQUEST_TEXT_BYTES),
+         {"signature": signature, "inputs": {
+             first: texts_input(["x" * export.MAX_REQUEST_TEXT_BYTES]),
+             second: texts_input(["y"])}})]
+  return requests
 
 
 def warmup_requests(saved_model_dir):
@@ -342,7 +391,7 @@ def test_client_imports_neither_tensorflow_text_nor_the_project(served):
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_cpp_loader_answers_like_python_load_and_do_predict(served, name):
-  path, requests, answered, _, signatures = served["exports"][name]
+  path, requests, answered, _, signatures, _ = served["exports"][name]
   assert set(signatures) >= {"serving_default", "token_ids"}
   assert len(answered) == len(requests)
   for (signature, inputs, expected), outputs in zip(requests, answered):
@@ -358,7 +407,7 @@ def test_cpp_loader_answers_like_python_load_and_do_predict(served, name):
 
 @pytest.mark.parametrize("name", EXPORTS)
 def test_warmup_requests_parse_and_run_through_the_cpp_loader(served, name):
-  path, _, _, warmed, _ = served["exports"][name]
+  path, _, _, warmed, _, _ = served["exports"][name]
   requests = warmup_requests(path)
   signatures = [request["signature"] for request in requests]
   for signature in ("serving_default", "token_ids"):
@@ -373,10 +422,22 @@ def test_warmup_requests_parse_and_run_through_the_cpp_loader(served, name):
       assert_same(outputs[key], python[key], "%s warmup %s" % (name, key))
 
 
+@pytest.mark.parametrize("name", EXPORTS)
+def test_malformed_requests_fail_with_a_message_naming_the_input(served, name):
+  """Inputs of different shapes used to broadcast or be cut, and ids out of range gave garbage or
+  an error naming no input; now each is InvalidArgument saying what is wrong."""
+  malformed = served["exports"][name][5]
+  assert malformed
+  for message, answer in malformed:
+    assert "error" in answer, (name, message, answer)
+    assert answer["error"].startswith("InvalidArgumentError: "), (name, answer["error"])
+    assert message in answer["error"], (name, answer["error"])
+
+
 def test_encoder_export_equals_the_json_lines_of_the_same_run(served):
   """sequence_output holds the --layers concatenated per token, pooled_output the --pooling=mean
   vectors concatenated, input_mask the real tokens: the JSON Lines values, to their rounding."""
-  _, requests, answered, _, signatures = served["exports"]["encoder_wordpiece"]
+  _, requests, answered, _, signatures, _ = served["exports"]["encoder_wordpiece"]
   assert set(signatures) >= {"serving_default", "text_pair", "token_ids"}
   for (signature, _, _), outputs, (per_token, pooled) in zip(requests, answered,
                                                            served["encoder_json_values"]):
