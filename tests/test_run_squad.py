@@ -148,6 +148,73 @@ def test_export_in_a_fresh_process_agrees_with_do_predict(trained):
       assert (start, end) == (-1, -1)
 
 
+# Serves contexts of growing size (argv[2]: question, first words, sizes) in one process and
+# prints per request the answer, its offsets, and the request's memory cost: the peak resident
+# size during the request (VmHWM, reset before it through /proc/self/clear_refs) minus the
+# resident size before it, in KiB. Stops once a request costs more than argv[3] KiB.
+MEMORY_SCRIPT = textwrap.dedent("""
+    import json, re, sys
+    import tensorflow as tf
+    import tensorflow_text  # registers the ops the SavedModel uses
+    serve = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    question, head, sizes = json.loads(sys.argv[2])
+
+    def kib(field):
+      with open("/proc/self/status") as status:
+        return int(re.search(field + r":\\s+(\\d+)", status.read()).group(1))
+
+    def answer(context):
+      out = serve(question=tf.constant([question]), context=tf.constant([context]))
+      return [out["answer"].numpy()[0].decode(), int(out["answer_start"].numpy()[0]),
+              int(out["answer_end"].numpy()[0])]
+
+    results = []
+    for size in sizes:
+      filler = " ".join("w%d" % i for i in range(size // 4))
+      context = (head + " " + filler)[:size]
+      first_words = " ".join(context.split(" ")[:40])
+      expected = answer(first_words)
+      with open("/proc/self/clear_refs", "w") as clear_refs:
+        clear_refs.write("5")  # Resets VmHWM to the current resident size.
+      before = kib("VmRSS")
+      got = answer(context)
+      results.append({"size": len(context.encode()), "cost_kib": kib("VmHWM") - before,
+                      "answer": got, "first_words_answer": expected})
+      if results[-1]["cost_kib"] > int(sys.argv[3]):
+        break
+    print(json.dumps(results))
+    """)
+
+
+def test_memory_of_a_request_is_linear_in_its_context(trained):
+  """A request used to cost memory quadratic in its context (every whitespace word copied the
+  whole context to find its character offset): 20 KB took 115 MB, 60 KB 1 GB, 1.2 MB was killed
+  at 18 GB. Now only the first words the window needs are tokenized and every step is linear:
+  a 1 MiB context costs a few tens of MB, the largest allowed request (4 MiB) about 100 MB. The
+  answer, from the first window only, is the one its first 40 words give."""
+  import export  # pylint: disable=g-import-not-at-top
+  if not os.path.exists("/proc/self/clear_refs"):
+    pytest.skip("needs Linux's /proc/self/clear_refs to measure a request's peak memory")
+  question = "Who lives in Paris?"
+  sizes = [2**16, 2**20, export.MAX_REQUEST_TEXT_BYTES - len(question)]
+  budget_kib = 256 * 1024
+  env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+  env.pop("PYTHONPATH", None)
+  completed = subprocess.run(
+      [sys.executable, "-c", MEMORY_SCRIPT, str(trained / "export" / "1"),
+       json.dumps([question, "Alice lives in Paris, nobody knows why.", sizes]), str(budget_kib)],
+      capture_output=True, text=True, env=env, cwd=str(trained), timeout=300)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  results = json.loads(completed.stdout.strip().splitlines()[-1])
+  costs = {result["size"]: result["cost_kib"] // 1024 for result in results}
+  assert len(results) == len(sizes), "MiB per request by context bytes: %s" % costs
+  for result in results:
+    assert result["cost_kib"] < budget_kib, costs
+    assert result["answer"] == result["first_words_answer"]
+  assert results[0]["answer"][0]  # A span, whose offsets in the long context are checked too.
+  assert results[1]["cost_kib"] < 64 * 1024, costs  # 1 MiB of context: under 64 MiB.
+
+
 TRICKY_CONTEXTS = [
     "The café's owner, José Núñez, sold unaffable croissants (1895-1943).",
     "Steve Smith's  bat\tbroke\nin   1999; nobody\u2014not even Ms. O'Neil\u2014saw it, 1999.",

@@ -320,8 +320,21 @@ def malformed_requests(name: str) -> list:
       ("input_mask has shape [2 4] but input_ids has [2 5]", token_ids(input_mask=mask[:, :4])),
       ("input_mask holds values from 0 to 2", token_ids(input_mask=mask * 2)),
       ("input_ids holds values from -1 to 9", token_ids(input_ids=ids - (ids == 0)))]
+  if name.startswith("squad"):  # SquadTask.export gives ids_signature the model's config.
+    requests += [
+        ("segment_ids holds values from 0 to 16: segment ids must be in "
+         "[0, type_vocab_size = 16)", token_ids(segment_ids=mask * 16)),  # tiny_config's 16.
+        ("input_ids has length %d: the model takes 1 to max_position_embeddings = %d positions"
+         % (MAX_SEQ_LENGTH + 1, MAX_SEQ_LENGTH),
+         token_ids(*[np.pad(x, [[0, 0], [0, MAX_SEQ_LENGTH - 4]]) for x in (ids, mask, segments)]))]
+  if name == "squad_wordpiece":
+    vocab_size = 30522  # The uncased vocab's.
+    requests.append(("input_ids holds values from 0 to %d: token ids must be in "
+                     "[0, vocab_size = %d)" % (vocab_size, vocab_size),
+                     token_ids(input_ids=np.where(ids == 9, vocab_size, ids))))
   text_pairs = {"classifier_wordpiece": ("text_a", "text_b"),
-                "encoder_wordpiece": ("text", "text_b")}
+                "encoder_wordpiece": ("text", "text_b"), "squad_wordpiece": ("context", "question"),
+                "squad_sentencepiece": ("context", "question")}
   if name in text_pairs:
     first, second = text_pairs[name]
     signature = "text_pair" if name.startswith("encoder") else "serving_default"
