@@ -1266,7 +1266,8 @@ class ClassifierTask(fine_tuning.Task):
     return fine_tuning.TrainData(
         train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression,
                          self.bucket_by_length, self.num_multi_labels),
-        len(examples), [path])
+        len(examples), [path],
+        unit="examples (their windows not counted)" if self.doc_stride else "examples")
 
   def _predict_split(self, strategy, model, split: str, examples: Sequence,
                      batch_size: int) -> dict:

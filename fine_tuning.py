@@ -93,7 +93,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   summary, known_results = [], {}
   if do_train:
     data = task.train_data()
-    logging.info("***** Training: %d examples, batch %d *****", data.num_examples,
+    logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
     with tfrecord_files.naming_corrupt_records(list(data.feature_files),
                                                tfrecord_files.REBUILD_CACHE_HINT):

@@ -348,7 +348,7 @@ class MultipleChoiceTask(fine_tuning.Task):
       return length_buckets.batch(dataset, batch_size, True, self.bucket_by_length).prefetch(
           tf.data.AUTOTUNE)
 
-    return fine_tuning.TrainData(dataset_fn, num_examples, [path])
+    return fine_tuning.TrainData(dataset_fn, num_examples, [path], unit="questions")
 
   def _predict_split(self, strategy, model, record_name: str,
                      examples: Sequence[MultipleChoiceExample], batch_size: int) -> dict:

@@ -684,7 +684,7 @@ class TaggingTask(fine_tuning.Task):
       return length_buckets.batch(dataset.shuffle(len(features), seed=seed).repeat(), batch_size,
                                   True, self.bucket_by_length)
 
-    return fine_tuning.TrainData(dataset_fn, len(features))
+    return fine_tuning.TrainData(dataset_fn, len(features), unit="sentence windows")
 
   def _tag_file(self, strategy, model, split: str, batch_size: int) -> tuple:
     """Predicts one CoNLL file; writes `<split>_predictions.txt` and `<split>_conlleval.txt`.
