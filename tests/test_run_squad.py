@@ -221,6 +221,8 @@ TRICKY_CONTEXTS = [
     "Zürich's ÉCOLE polytechnique fédérale: 12,000 students & 5\u202f000 staff (ETH).",
     "北京 is the capital of 中国, said the naïve coöperative's CEO.",
     "The \u2603 snowman ate \u2ff0 things \u2014 and 3.5\u00b2 of them were [sic] green.",
+    # Words without pieces: more than max_seq_length of them before the first piece.
+    "\u200b " * 70 + "\u0301 Paris is the capital of France, said its \u200b\u200b mayor.",
 ]
 TRICKY_QUESTIONS = ["Who sold croissants?", "When did it break?", "How many students?",
                     "What is the capital?"]
