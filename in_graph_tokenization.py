@@ -574,15 +574,31 @@ class BertInputEncoder(tf.Module):
   def __call__(self, text_a, text_b=None) -> Dict[str, tf.Tensor]:
     """Strings [B] (and [B] for pairs) -> dict of int32 [B, length] BERT inputs.
 
-    length is max_seq_length, or with `dynamic_padding` the batch's bucketed longest row.
+    length is max_seq_length, or with `dynamic_padding` the batch's bucketed longest row. The
+    cost of a long text is that of its first max_seq_length words (`_leading_ids`).
     """
     if text_b is None:
-      return self.pack(self.tokenize(text_a))
+      return self.pack(self._leading_ids(text_a))
     # One pass over both texts: a smaller graph, and chunks shared by a and b are tokenized once.
     text_a = tf.convert_to_tensor(text_a, tf.string)
-    ids = self.tokenize(tf.concat([text_a, tf.convert_to_tensor(text_b, tf.string)], axis=0))
+    ids = self._leading_ids(tf.concat([text_a, tf.convert_to_tensor(text_b, tf.string)], axis=0))
     batch_size = tf.shape(text_a)[0]
     return self.pack(ids[:batch_size], ids[batch_size:])
+
+  def _leading_ids(self, texts) -> tf.RaggedTensor:
+    """The ids `pack` reads: of every text all, or at least max_seq_length of its first ones.
+
+    With WordPiece only the first space-separated chunks that give them are tokenized
+    (`tokenize_leading_words`; `tokenize` splits at ASCII spaces first anyway), so a long text
+    costs what a window costs. A pair is still truncated as the original does: a text cut here
+    keeps more ids than the budget, and `truncated_lengths` gives a text longer than the budget
+    the same share whatever its exact length.
+    """
+    if self._sentencepiece is not None:
+      return self.tokenize(texts)
+    chunks = tf.strings.split(tf.convert_to_tensor(texts, tf.string), sep=" ")
+    chunks = tf.ragged.boolean_mask(chunks, tf.strings.length(chunks) > 0)
+    return self.tokenize_leading_words(chunks, self.max_seq_length).merge_dims(1, 2)
 
 
 def _reencode(texts: tf.Tensor) -> tf.Tensor:
