@@ -986,19 +986,20 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
 
 def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
                      is_regression: bool = False, bucket_by_length: bool = False,
-                     num_multi_labels: int = 0):
+                     num_multi_labels: int = 0, group_by_length: bool = False):
   """Returns `training_loop.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
 
   The examples repeat and are shuffled with a buffer of up to 10,000 examples (the original's 100
-  leaves a file sorted by label nearly sorted); with `bucket_by_length` the shuffled stream is
-  then batched by length bucket (`length_buckets`).
+  leaves a file sorted by label nearly sorted); with `bucket_by_length` each batch is cut to a
+  length bucket, and with `group_by_length` too, batches are made of examples of one bucket
+  (`length_buckets.batch`).
   """
 
   def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
     dataset = features_dataset(input_file, seq_length, is_regression, num_multi_labels).repeat()
     dataset = dataset.shuffle(min(max(num_examples, 1), 10000), seed=seed)
-    return length_buckets.batch(dataset, batch_size, True, bucket_by_length).prefetch(
-        tf.data.AUTOTUNE)
+    return length_buckets.batch(dataset, batch_size, True, bucket_by_length,
+                                group_by_length).prefetch(tf.data.AUTOTUNE)
 
   return dataset_fn
 
@@ -1163,6 +1164,7 @@ class ClassifierTask(fine_tuning.Task):
   output_dir: str
   max_seq_length: int
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
+  group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
   doc_stride: Optional[int] = None
   window_aggregation: str = "mean"
   multi_label_threshold: float = 0.5
@@ -1265,7 +1267,7 @@ class ClassifierTask(fine_tuning.Task):
     path = self._features_file("train", examples)
     return fine_tuning.TrainData(
         train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression,
-                         self.bucket_by_length, self.num_multi_labels),
+                         self.bucket_by_length, self.num_multi_labels, self.group_by_length),
         len(examples), [path],
         unit="examples (their windows not counted)" if self.doc_stride else "examples")
 

@@ -165,15 +165,19 @@ def define_fine_tuning_flags(max_seq_length: int = 128,
 
 
 def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
-  """Defines `bucket_by_length` (default true): batches of similar length, padded to buckets."""
+  """Defines `bucket_by_length` (default true: pad batches only to a length bucket) and
+  `group_by_length` (default false: training batches keep the original's composition)."""
   _define(flag_values, "bool", "bucket_by_length", True,
-          "Batch examples of similar length together and pad each batch only to the smallest of "
-          "4, 8, ..., 32 (steps of 4), 40, ..., 64 (steps of 8), 96, 128, ... (steps of 32), "
-          "max_seq_length that "
-          "holds it, instead of to "
-          "--max_seq_length (same results, less work on short texts; training still sees a "
-          "shuffled stream). false reproduces the original's fixed-length batches. Off with "
-          "--use_tpu (static shapes).")
+          "Pad each batch only to the smallest of 4, 8, ..., 32 (steps of 4), 40, ..., 64 (steps "
+          "of 8), 96, 128, ... (steps of 32), max_seq_length that holds its longest example, "
+          "instead of to --max_seq_length (same results, less work on short texts); evaluation "
+          "and prediction also batch examples of similar length together. false reproduces the "
+          "original's fixed-length batches. Off with --use_tpu (static shapes).")
+  _define(flag_values, "bool", "group_by_length", False,
+          "With --bucket_by_length, also batch *training* examples of similar length together "
+          "(faster on short texts, but a text's length then decides its batch mates, and "
+          "fine-tuning learned worse and less reliably that way: see benchmarks/RESULTS.md). "
+          "Default: the original's batches, each padded to the bucket of its longest example.")
 
 
 def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:

@@ -26,8 +26,9 @@ split's largest number of endings with padding pairs; `label_ids` is 1 for the r
 the others (and for every ending of an unlabeled example), 2 for a padding pair. Reading groups the
 records back into [num_choices, seq] examples with a `choice_mask`. Padded choices get a -inf logit,
 so their probability is 0 and they never win. With `bucket_by_length` (default; `--bucket_by_length`)
-an example is cut to the length bucket of its longest pair and batched with examples of the same
-bucket (`length_buckets`), as the other tasks are.
+an example is cut to the length bucket of its longest pair, and a batch to the bucket of its
+longest example (`length_buckets.batch`: evaluation, prediction and, with `--group_by_length`,
+training batch examples of one bucket together), as the other tasks are.
 """
 
 import dataclasses
@@ -291,7 +292,7 @@ class MultipleChoiceTask(fine_tuning.Task):
                data_dir: Optional[str], output_dir: str, max_seq_length: int,
                train_file: str = "train.csv", dev_file: str = "val.csv",
                test_file: str = "test.csv", bucket_by_length: bool = True,
-               skip_bad_rows: bool = False):
+               skip_bad_rows: bool = False, group_by_length: bool = False):
     classifier.check_max_seq_length(max_seq_length, is_pair=True)
     self.bert_config = bert_config
     self.tokenizer = tokenizer
@@ -301,6 +302,8 @@ class MultipleChoiceTask(fine_tuning.Task):
     self.files = {"train": train_file, "dev": dev_file, "test": test_file}
     # Each example padded only to the length bucket of its longest (context, ending) pair.
     self.bucket_by_length = bucket_by_length
+    # Training batches of one length bucket (length_buckets.batch).
+    self.group_by_length = group_by_length
     self.bad_rows = classifier.BadRows(skip_bad_rows)
 
   def build_model(self) -> BertMultipleChoice:
@@ -345,8 +348,8 @@ class MultipleChoiceTask(fine_tuning.Task):
 
     def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
       dataset = examples_dataset.repeat().shuffle(min(num_examples, 10000), seed=seed)
-      return length_buckets.batch(dataset, batch_size, True, self.bucket_by_length).prefetch(
-          tf.data.AUTOTUNE)
+      return length_buckets.batch(dataset, batch_size, True, self.bucket_by_length,
+                                  self.group_by_length).prefetch(tf.data.AUTOTUNE)
 
     return fine_tuning.TrainData(dataset_fn, num_examples, [path], unit="questions")
 

@@ -75,6 +75,7 @@ def main(_):
     task = classifier.ClassifierTask(
         bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
         FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),
+        group_by_length=FLAGS.group_by_length,
         doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
         multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
   except ValueError as error:  # A flag value the task cannot use; the message names the flag.

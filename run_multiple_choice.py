@@ -42,7 +42,8 @@ def main(_):
   task = multiple_choice.MultipleChoiceTask(
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
       train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
-      bucket_by_length=cli.bucket_by_length(), skip_bad_rows=FLAGS.skip_bad_rows)
+      bucket_by_length=cli.bucket_by_length(), skip_bad_rows=FLAGS.skip_bad_rows,
+      group_by_length=FLAGS.group_by_length)
   cli.run_task(task, strategy)
   task.bad_rows.log_summary()
 

@@ -39,6 +39,7 @@ def main(_):
   task = tagging.TaggingTask(bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
                              FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),
+                             group_by_length=FLAGS.group_by_length,
                              doc_stride=FLAGS.doc_stride)
   cli.run_task(task, strategy)
 

@@ -620,6 +620,7 @@ class TaggingTask(fine_tuning.Task):
   test_file: str = "test.txt"
   tag_list: Optional[Sequence[str]] = None
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
+  group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
   doc_stride: Optional[int] = None
   _split_cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
 
@@ -682,7 +683,7 @@ class TaggingTask(fine_tuning.Task):
 
     def dataset_fn(batch_size, seed):
       return length_buckets.batch(dataset.shuffle(len(features), seed=seed).repeat(), batch_size,
-                                  True, self.bucket_by_length)
+                                  True, self.bucket_by_length, self.group_by_length)
 
     return fine_tuning.TrainData(dataset_fn, len(features), unit="sentence windows")
 

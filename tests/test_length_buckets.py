@@ -88,6 +88,29 @@ def test_batches_hold_one_bucket_each_and_every_example_once(drop_remainder):
     assert sorted(seen) == list(range(len(lengths)))
 
 
+def test_default_training_batches_are_the_originals_cut_to_their_longest_row():
+  """Without grouping, the batches hold what `Dataset.batch` gives (same rows, same order: their
+  composition does not follow length), each as wide as the bucket of its longest row."""
+  lengths = [1, 17, 64, 5, 16, 33, 6, 31, 40, 63, 8, 13, 14, 7, 50, 3]
+  masks = np.array([[1] * n + [0] * (MAX_SEQ_LENGTH - n) for n in lengths], np.int32)
+  dataset = tf.data.Dataset.from_tensor_slices(
+      {"input_ids": masks * 7, "input_mask": masks, "row": np.arange(len(lengths))})
+  batches = list(length_buckets.batch(dataset, 4, True, bucket_by_length=True,
+                                      group_by_length=False))
+  # Rows 0-3: longest 64 -> 64; rows 4-7: 33 -> 40; rows 8-11: 63 -> 64; rows 12-15: 50 -> 56.
+  assert [batch["input_ids"].shape[1] for batch in batches] == [64, 40, 64, 56]
+  for number, batch in enumerate(batches):
+    rows = list(range(4 * number, 4 * number + 4))
+    assert batch["row"].numpy().tolist() == rows
+    width = batch["input_ids"].shape[1]
+    np.testing.assert_array_equal(batch["input_mask"], masks[rows, :width])
+    assert masks[rows, width:].sum() == 0  # Nothing real was cut.
+  grouped = list(length_buckets.batch(dataset, 4, True, bucket_by_length=True,
+                                      group_by_length=True))
+  assert all(len({by_bucket(lengths[row]) for row in batch["row"].numpy()}) == 1
+             for batch in grouped)
+
+
 def test_flag_off_gives_the_original_fixed_shapes():
   dataset = tf.data.Dataset.from_tensor_slices({"input_mask": np.ones([5, 64], np.int32)[:, :]})
   dataset = dataset.map(lambda f: {"input_mask": f["input_mask"] * tf.constant([1] * 3 + [0] * 61)})
@@ -105,6 +128,7 @@ def test_flag_defaults_to_true_and_is_off_on_tpus(argv, expected):
   cli.define_fine_tuning_flags(flag_values=flag_values)
   flag_values(["run_classifier.py"] + argv)
   assert cli.bucket_by_length(flag_values) is expected
+  assert flag_values.group_by_length is False
 
 
 # ------------------------------------------------------------------------------------------------
@@ -116,7 +140,7 @@ def write_tsv(path, rows):
     writer.write("text_a\tlabel\n" + "".join("%s\t%s\n" % row for row in rows))
 
 
-def classifier_task(tokenizer, tmp_path, name, bucket):
+def classifier_task(tokenizer, tmp_path, name, bucket, config=CONFIG, group=False):
   data_dir = tmp_path / "data"
   if not data_dir.exists():
     data_dir.mkdir()
@@ -127,8 +151,8 @@ def classifier_task(tokenizer, tmp_path, name, bucket):
   output_dir = str(tmp_path / name)
   processor = classifier.get_processor("generic")
   processor.load_or_create_label_list(str(data_dir), output_dir)
-  return classifier.ClassifierTask(CONFIG, processor, tokenizer, str(data_dir), output_dir,
-                                   MAX_SEQ_LENGTH, bucket_by_length=bucket)
+  return classifier.ClassifierTask(config, processor, tokenizer, str(data_dir), output_dir,
+                                   MAX_SEQ_LENGTH, bucket_by_length=bucket, group_by_length=group)
 
 
 def test_classifier_bucketed_logits_metrics_and_test_results_equal_padded(tokenizer, tmp_path):
@@ -171,6 +195,28 @@ def test_classifier_trains_on_bucketed_batches(tokenizer, tmp_path):
   assert "trained to step 6" in summary[0]
   with open(os.path.join(task.output_dir, "eval_results.txt")) as reader:
     assert "global_step = 6" in reader.read()
+
+
+def test_default_training_learns_what_the_padded_batches_learn(tokenizer, tmp_path):
+  """Dropout off: training on the original's batches cut to buckets ends with the padded path's
+  weights (to float rounding); grouping by length, which changes the batches, does not."""
+  config = modeling.BertConfig(**dict(CONFIG.to_dict(), hidden_dropout_prob=0.0,
+                                      attention_probs_dropout_prob=0.0))
+  weights = {}
+  for name, bucket, group in (("padded", False, False), ("cut", True, False),
+                              ("grouped", True, True)):
+    task = classifier_task(tokenizer, tmp_path, name, bucket, config, group)
+    train_config = training_loop.TrainConfig(output_dir=task.output_dir, num_train_steps=8,
+                                             num_warmup_steps=0, train_batch_size=4,
+                                             learning_rate=1e-3, iterations_per_loop=4,
+                                             optimizer="adamw")
+    result = training_loop.train(tf.distribute.get_strategy(), task.build_model, task.loss,
+                                 task.train_data().dataset_fn, train_config)
+    weights[name] = {v.path: v.numpy() for v in result.model.weights}
+  largest = {name: max(np.abs(weights[name][path] - weights["padded"][path]).max()
+                       for path in weights["padded"]) for name in ("cut", "grouped")}
+  assert largest["cut"] < 1e-5
+  assert largest["grouped"] > 1e-3
 
 
 def test_tagging_bucketed_tags_and_loss_equal_padded(tokenizer, tmp_path):
