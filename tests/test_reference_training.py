@@ -1,0 +1,305 @@
+"""Our training step against an independent reference: Hugging Face's PyTorch BERT.
+
+A tiny `BertClassifier` with random weights (every weight random, LayerNorm and biases included, so
+that a weight decay applied where it should not be shows) trains for three steps with the real
+`training_loop.train` and `ClassifierTask.loss`: the loop, the loss and its normalization, the
+gradient clipping, the optimizer and the learning rate schedule are all ours. The same initial
+weights, converted to Hugging Face safetensors with our `convert_checkpoint.convert_google_to_hf`
+(the head mapped by hand: ours is `output_weights` [labels, hidden], theirs `classifier.weight` of
+the same layout), train in `BertForSequenceClassification` on the same three batches (padding
+included) with `clip_grad_norm_`, the optimizer and Hugging Face's linear schedule, in a
+subprocess (`hf_reference_training.py`): PyTorch and TensorFlow never share a process.
+
+Dropout is off on both sides (the classifier head's 0.1, hard-coded as in the original, is set to
+0 in the model we train). After every step the loss before the update, the weights after it and
+the optimizer's two moments must agree; the first step's first moment is `(1 - beta_1)` times the
+clipped gradient, so that checks the gradients our loop applied. The first batch's gradient norm
+is above the clipping norm, so clipping is exercised.
+
+Three cases (`CASES`): `adamw` against `torch.optim.AdamW`; `bert_adam` (the original's
+AdamWeightDecayOptimizer, no bias correction) against its rule written out in PyTorch; and `adamw`
+with `--lr_schedule=linear` and a warmup step against Hugging Face's schedule with that warmup.
+One reference process trains all three, while our side trains (a module fixture starts it).
+
+One exception: the attention key biases' gradient is zero in exact arithmetic (the softmax ignores
+what they add), so both sides apply Adam to rounding noise; for them the test checks that the
+gradients are that small on both sides, and compares nothing else.
+
+torch and transformers are in requirements-dev.txt: without them the test fails, saying so.
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.core.util import event_pb2
+
+from conftest import REPO_ROOT
+import checkpoints
+import classifier
+import convert_checkpoint
+import modeling
+import training_loop
+
+CONFIG = dict(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+              intermediate_size=37, hidden_act="gelu", hidden_dropout_prob=0.0,
+              attention_probs_dropout_prob=0.0, max_position_embeddings=16, type_vocab_size=2,
+              initializer_range=0.02)
+SEQ_LENGTH = 16
+BATCH_SIZE = 4
+NUM_STEPS = 3
+NUM_LABELS = 3  # MNLI's processor: contradiction, entailment, neutral.
+LEARNING_RATE = 3e-3
+WEIGHT_DECAY = 0.01  # create_optimizer's default, the original's.
+# AdamWeightDecay's defaults (optimization.py), as the original's.
+BETA_1, BETA_2, EPSILON, CLIP_NORM = 0.9, 0.999, 1e-6, 1.0
+# The runs compared, by name: our `--optimizer`, `--lr_schedule` and warmup steps. The reference
+# runs the optimizer of that name and Hugging Face's `get_linear_schedule_with_warmup`.
+CASES = {
+    "adamw": dict(optimizer="adamw", lr_schedule="original", num_warmup_steps=0),
+    "bert_adam": dict(optimizer="bert_adam", lr_schedule="original", num_warmup_steps=0),
+    # Hugging Face's schedule with warmup: rates 0, 1, 1/2 of the peak (the original's 0, 2/3, 1/3).
+    "adamw_linear_warmup": dict(optimizer="adamw", lr_schedule="linear", num_warmup_steps=1),
+}
+REFERENCE_SCRIPT = os.path.join(REPO_ROOT, "tests", "hf_reference_training.py")
+
+# How far float32 may take the two apart, as relative differences (`_relative_differences`: norm
+# of the difference over the reference's norm, per tensor). Measured with both optimizers: the loss
+# up to 3e-6, the gradient 1.4e-6, the first moment 9e-6, the second moment 2e-5 (our fused kernel
+# scales by 1 - float32(0.999) = 0.00099998713, PyTorch by 0.001), a step's update of the weights
+# 4.5e-5 (an element whose gradient is near epsilon amplifies rounding). Against mistakes: decaying
+# biases and LayerNorm moved an update by 2.4e-3 (adamw) and 7.8e-4 (bert_adam), no decay at all by
+# 2e-3, no clipping by 8.5e-4, a constant learning rate by 0.33.
+LOSS_RTOL = 2e-5
+MOMENT_RTOL = 1e-4
+UPDATE_RTOL = 4e-4
+
+
+def _random_weights(model) -> None:
+  """Sets every variable of `model` to seeded random values: matrices and embeddings N(0, 0.2^2),
+  biases and LayerNorm betas N(0, 0.3^2), LayerNorm gammas 1 + N(0, 0.1^2), the head N(0, 1)
+  (logits of order one, so the first gradients are above the clipping norm)."""
+  rng = np.random.default_rng(0)
+  for name, variable in sorted(checkpoints.checkpoint_variables(model).items()):
+    shape = tuple(variable.shape)
+    if name.endswith("/gamma"):
+      value = 1.0 + 0.1 * rng.normal(size=shape)
+    elif name.endswith(("/beta", "/bias", "output_bias")):
+      value = 0.3 * rng.normal(size=shape)
+    elif name == "output_weights":
+      value = rng.normal(size=shape)
+    else:
+      value = 0.2 * rng.normal(size=shape)
+    variable.assign(value.astype(np.float32))
+
+
+def _batches() -> dict:
+  """Three batches of four examples: [CLS]-like id 2 first, a second segment in the longer rows,
+  padding (id 0, mask 0, segment 0) after each row's length; labels of every class."""
+  rng = np.random.default_rng(1)
+  shape = (NUM_STEPS, BATCH_SIZE, SEQ_LENGTH)
+  input_ids, input_mask, segment_ids = (np.zeros(shape, np.int32) for _ in range(3))
+  lengths = [[16, 11, 7, 4], [9, 16, 3, 13], [5, 12, 16, 8]]
+  for step in range(NUM_STEPS):
+    for row, length in enumerate(lengths[step]):
+      input_ids[step, row, :length] = rng.integers(3, CONFIG["vocab_size"], size=length)
+      input_ids[step, row, 0] = 2
+      input_mask[step, row, :length] = 1
+      if length > 6:
+        segment_ids[step, row, length // 2:length] = 1
+  labels = rng.integers(0, NUM_LABELS, size=(NUM_STEPS, BATCH_SIZE)).astype(np.int32)
+  labels[0, :NUM_LABELS] = np.arange(NUM_LABELS)
+  return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
+          "label_ids": labels}
+
+
+def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
+  """What hf_reference_training.py reads: the encoder converted by convert_checkpoint.py, the head
+  by hand, the batches under Hugging Face's argument names, the optimizer's settings."""
+  config = modeling.BertConfig.from_dict(CONFIG)
+  tensors = {name: variable.numpy()
+             for name, variable in checkpoints.checkpoint_variables(model).items()}
+  encoder_dir = os.path.join(work_dir, "google_encoder")
+  os.makedirs(encoder_dir)
+  with open(os.path.join(encoder_dir, convert_checkpoint.GOOGLE_CONFIG_NAME), "w") as f:
+    f.write(config.to_json_string())
+  prefix = checkpoints.write_checkpoint(
+      {name: value for name, value in tensors.items() if name.startswith("bert/")},
+      os.path.join(encoder_dir, convert_checkpoint.GOOGLE_CHECKPOINT_NAME))
+  convert_checkpoint.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
+  np.savez(os.path.join(work_dir, "head.npz"), **{"classifier.weight": tensors["output_weights"],
+                                                  "classifier.bias": tensors["output_bias"]})
+  np.savez(os.path.join(work_dir, "batches.npz"), input_ids=batches["input_ids"],
+           attention_mask=batches["input_mask"], token_type_ids=batches["segment_ids"],
+           labels=batches["label_ids"])
+  with open(os.path.join(work_dir, "settings.json"), "w") as f:
+    json.dump(dict(optimizer=case["optimizer"], learning_rate=LEARNING_RATE,
+                   num_train_steps=NUM_STEPS, num_warmup_steps=case["num_warmup_steps"],
+                   weight_decay=WEIGHT_DECAY, beta_1=BETA_1, beta_2=BETA_2, epsilon=EPSILON,
+                   clip_norm=CLIP_NORM), f)
+
+
+def _initial_model() -> classifier.BertClassifier:
+  model = classifier.BertClassifier(modeling.BertConfig.from_dict(CONFIG), NUM_LABELS)
+  model.build()
+  _random_weights(model)
+  return model
+
+
+@pytest.fixture(scope="module")
+def reference_runs(tmp_path_factory):
+  """A function of a CASES name returning what hf_reference_training.py wrote for it.
+
+  One process trains the reference for every case (importing torch and transformers takes
+  seconds), started here so that it runs while the tests train our model."""
+  for package in ("torch", "transformers"):
+    if importlib.util.find_spec(package) is None:  # Looks for it without importing it.
+      pytest.fail("%s is not installed: pip install -r requirements-dev.txt" % package)
+  work_dirs = {name: str(tmp_path_factory.mktemp("reference_" + name)) for name in CASES}
+  model, batches = _initial_model(), _batches()
+  for name, work_dir in work_dirs.items():
+    _write_reference_inputs(work_dir, model, batches, CASES[name])
+  log_path = str(tmp_path_factory.mktemp("reference_log") / "stderr.txt")
+  with open(log_path, "w") as log:
+    process = subprocess.Popen([sys.executable, REFERENCE_SCRIPT] + list(work_dirs.values()),
+                               stdout=subprocess.DEVNULL, stderr=log)
+
+  def results(name: str) -> dict:
+    returncode = process.wait(timeout=300)
+    with open(log_path) as log:
+      assert returncode == 0, log.read()[-3000:]
+    with np.load(os.path.join(work_dirs[name], "reference.npz")) as written:
+      return {name: written[name] for name in written.files}
+
+  yield results
+  if process.poll() is None:
+    process.kill()
+    process.wait()
+
+
+def _train_ours(work_dir, batches, case: dict) -> str:
+  """Three steps of training_loop.train from the initial checkpoint, a checkpoint after each;
+  returns the output directory."""
+  processor = classifier.get_processor("mnli")
+  assert len(processor.get_labels()) == NUM_LABELS
+  output_dir = os.path.join(work_dir, "ours")
+  task = classifier.ClassifierTask(modeling.BertConfig.from_dict(CONFIG), processor, None, None,
+                                   output_dir, SEQ_LENGTH)
+
+  def model_fn():
+    model = task.build_model()
+    model.dropout.rate = 0.0  # The head's dropout (the original's 0.1 whatever the config).
+    return model
+
+  examples = {name: value.reshape((-1,) + value.shape[2:]) for name, value in batches.items()}
+  examples[training_loop.REAL_EXAMPLE_KEY] = np.ones(NUM_STEPS * BATCH_SIZE, np.int32)
+
+  def dataset_fn(batch_size, seed):
+    del seed  # The batches in their order, as the reference gets them.
+    return tf.data.Dataset.from_tensor_slices(examples).batch(batch_size, drop_remainder=True)
+
+  config = training_loop.TrainConfig(
+      output_dir=output_dir, num_train_steps=NUM_STEPS, num_warmup_steps=case["num_warmup_steps"],
+      learning_rate=LEARNING_RATE, optimizer=case["optimizer"], lr_schedule=case["lr_schedule"],
+      train_batch_size=BATCH_SIZE,
+      save_checkpoints_steps=1, iterations_per_loop=1, keep_checkpoint_max=NUM_STEPS,
+      init_checkpoint=os.path.join(work_dir, "init", "model.ckpt"))
+  result = training_loop.train(tf.distribute.get_strategy(), model_fn, task.loss, dataset_fn,
+                               config)
+  assert result.global_step == NUM_STEPS
+  return output_dir
+
+
+def _losses(output_dir) -> dict:
+  """step -> the `loss` summary the loop wrote (with one step per loop, that step's loss)."""
+  losses = {}
+  for event_file in tf.io.gfile.glob(os.path.join(output_dir, "events.out.tfevents.*")):
+    for record in tf.data.TFRecordDataset(event_file):
+      event = event_pb2.Event.FromString(record.numpy())
+      for value in event.summary.value:
+        if value.tag == "loss":
+          losses[event.step] = float(tf.make_ndarray(value.tensor))
+  return losses
+
+
+def _reference_by_google_name(reference: dict, kind: str, step: int) -> dict:
+  """The reference's `kind/step/NAME` tensors under our checkpoint names, in our layout."""
+  prefix = "%s/%d/" % (kind, step)
+  hf_tensors = {name[len(prefix):]: value for name, value in reference.items()
+                if name.startswith(prefix)}
+  head = {"output_weights": hf_tensors.pop("classifier.weight"),
+          "output_bias": hf_tensors.pop("classifier.bias")}
+  tensors, _ = convert_checkpoint.hf_to_google_tensors(hf_tensors)
+  tensors.update(head)
+  return tensors
+
+
+def _relative_differences(ours: dict, theirs: dict) -> dict:
+  """name -> ||ours - theirs|| / ||theirs|| (Frobenius norms), for the same names."""
+  assert sorted(ours) == sorted(theirs)
+  return {name: float(np.linalg.norm(ours[name] - theirs[name]) /
+                      max(np.linalg.norm(theirs[name]), 1e-30)) for name in theirs}
+
+
+def _is_key_bias(name: str) -> bool:
+  return name.endswith("/attention/self/key/bias")
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_training_steps_equal_hugging_face_pytorch(tmp_path, reference_runs, case):
+  model = _initial_model()
+  initial = {name: variable.numpy()
+             for name, variable in checkpoints.checkpoint_variables(model).items()}
+  checkpoints.save_checkpoint(model, str(tmp_path / "init" / "model.ckpt"))
+  output_dir = _train_ours(str(tmp_path), _batches(), CASES[case])
+  reference = reference_runs(case)
+  assert float(reference["grad_norm/1"]) > 2 * CLIP_NORM  # Clipping is exercised.
+  losses = _losses(output_dir)
+  assert sorted(losses) == list(range(1, NUM_STEPS + 1))
+  worst = {}
+
+  def check(kind, step, ours, theirs, rtol):
+    for name, difference in _relative_differences(ours, theirs).items():
+      if _is_key_bias(name):
+        continue
+      worst[kind] = max(worst.get(kind, 0.0), difference)
+      assert difference <= rtol, "%s of %s at step %d: relative difference %.3g" % (
+          kind, name, step, difference)
+
+  ours_before, theirs_before = initial, initial
+  for step in range(1, NUM_STEPS + 1):
+    expected = float(reference["loss/%d" % step])
+    worst["loss"] = max(worst.get("loss", 0.0), abs(losses[step] - expected) / expected)
+    assert losses[step] == pytest.approx(expected, rel=LOSS_RTOL), "loss at step %d" % step
+    reader = tf.train.load_checkpoint(checkpoints.checkpoint_prefix(output_dir, step))
+    theirs = {kind: _reference_by_google_name(reference, kind, step)
+              for kind in ("param", "m", "v")}
+    ours = {kind: {name: reader.get_tensor(name + suffix) for name in theirs["param"]}
+            for kind, suffix in (("param", ""), ("m", "/adam_m"), ("v", "/adam_v"))}
+    assert sorted(ours["param"]) == sorted(initial)  # Every weight of the model is compared.
+    check("update", step,
+          {name: value - ours_before[name] for name, value in ours["param"].items()},
+          {name: value - theirs_before[name] for name, value in theirs["param"].items()},
+          UPDATE_RTOL)
+    check("m", step, ours["m"], theirs["m"], MOMENT_RTOL)
+    check("v", step, ours["v"], theirs["v"], MOMENT_RTOL)
+    if step == 1:  # The first moment is (1 - beta_1) times the clipped gradient.
+      gradients = _reference_by_google_name(reference, "grad", 1)
+      ours_gradients = {name: value / (1.0 - BETA_1) for name, value in ours["m"].items()}
+      check("gradient", step, ours_gradients, gradients, MOMENT_RTOL)
+      largest_gradient = max(np.max(np.abs(value)) for value in gradients.values())
+      for name in filter(_is_key_bias, gradients):
+        # Adding the same vector to every key adds one constant to each query's scores, which the
+        # softmax ignores: the key biases' gradient is zero but for rounding, on both sides, and
+        # Adam turns that rounding into updates of up to 1% of the learning rate that need not
+        # agree (the update divides it by itself plus epsilon). Only check that it is rounding.
+        for side in (gradients, ours_gradients):
+          assert np.max(np.abs(side[name])) < 1e-5 * largest_gradient, name
+    ours_before, theirs_before = ours["param"], theirs["param"]
+  # Shown with -s: the margins left.
+  print("%s: largest relative differences: %s" % (case, ", ".join(
+      "%s %.2g" % item for item in sorted(worst.items()))))
