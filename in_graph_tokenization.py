@@ -575,18 +575,18 @@ class BertInputEncoder(tf.Module):
     """Strings [B] (and [B] for pairs) -> dict of int32 [B, length] BERT inputs.
 
     length is max_seq_length, or with `dynamic_padding` the batch's bucketed longest row. The
-    cost of a long text is that of its first max_seq_length words (`_leading_ids`).
+    cost of a long text is that of its first max_seq_length words (`leading_ids`).
     """
     if text_b is None:
-      return self.pack(self._leading_ids(text_a))
+      return self.pack(self.leading_ids(text_a))
     # One pass over both texts: a smaller graph, and chunks shared by a and b are tokenized once.
     text_a = tf.convert_to_tensor(text_a, tf.string)
-    ids = self._leading_ids(tf.concat([text_a, tf.convert_to_tensor(text_b, tf.string)], axis=0))
+    ids = self.leading_ids(tf.concat([text_a, tf.convert_to_tensor(text_b, tf.string)], axis=0))
     batch_size = tf.shape(text_a)[0]
     return self.pack(ids[:batch_size], ids[batch_size:])
 
-  def _leading_ids(self, texts) -> tf.RaggedTensor:
-    """The ids `pack` reads: of every text all, or at least max_seq_length of its first ones.
+  def leading_ids(self, texts: tf.Tensor) -> tf.RaggedTensor:
+    """Ids [B, (ids)] of every text: all, or at least its first max_seq_length (what `pack` reads).
 
     With WordPiece only the first space-separated chunks that give them are tokenized
     (`tokenize_leading_words`; `tokenize` splits at ASCII spaces first anyway), so a long text
