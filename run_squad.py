@@ -72,7 +72,8 @@ def main(_):
       null_score_diff_threshold=FLAGS.null_score_diff_threshold,
       verbose_logging=FLAGS.verbose_logging)
   task = squad.SquadTask(bert_config, tokenizer, options, FLAGS.output_dir, FLAGS.train_file,
-                         FLAGS.predict_file, bucket_by_length=cli.bucket_by_length())
+                         FLAGS.predict_file, bucket_by_length=cli.bucket_by_length(),
+                         group_by_length=FLAGS.group_by_length)
   if FLAGS.do_train and cli.train_config().evaluates_during_training:
     cli.require("predict_file", reason=" to evaluate during training (the dev set, with answers)")
   cli.run_task(task, strategy)

@@ -412,11 +412,13 @@ def feature_spec(seq_length: int, is_training: bool) -> dict[str, tf.io.FixedLen
 
 
 def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int | None = None,
-                  seed: int | None = None, bucket_by_length: bool = False) -> tf.data.Dataset:
+                  seed: int | None = None, bucket_by_length: bool = False,
+                  group_by_length: bool = False) -> tf.data.Dataset:
   """Int32 feature dicts (int64 `unique_ids`) from a TFRecord file.
 
   Training data repeats forever, is shuffled (buffer 100, like the original) and comes in full
-  batches of `batch_size` (of one length bucket each with `bucket_by_length`); prediction data
+  batches of `batch_size` (cut to a length bucket with `bucket_by_length`, of one bucket each
+  with `group_by_length` too: `length_buckets.batch`); prediction data
   is read once, in order, unbatched (`training_loop.predict` batches it).
   """
   spec = feature_spec(seq_length, is_training)
@@ -432,7 +434,7 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
     dataset = dataset.repeat().shuffle(buffer_size=100, seed=seed)
   dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
   if is_training:
-    dataset = length_buckets.batch(dataset, batch_size, True, bucket_by_length)
+    dataset = length_buckets.batch(dataset, batch_size, True, bucket_by_length, group_by_length)
   return dataset.prefetch(tf.data.AUTOTUNE)
 
 
@@ -1128,6 +1130,7 @@ class SquadTask(fine_tuning.Task):
   train_file: Optional[str] = None
   predict_file: Optional[str] = None
   bucket_by_length: bool = True  # length_buckets for training and prediction
+  group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
   _predict_cache: Optional[tuple] = dataclasses.field(default=None, init=False, repr=False)
 
   def build_model(self) -> SquadModel:
@@ -1143,14 +1146,14 @@ class SquadTask(fine_tuning.Task):
     record_path, num_examples, num_features = cached_train_features(
         self.train_file, self.output_dir, self.tokenizer, self.options)
     if num_examples == 0:
-      raise ValueError("%s: no usable training examples" % self.train_file)
+      raise SquadFormatError("%s: no usable training examples" % self.train_file)
     logging.info("%s: %d examples, %d features", self.train_file, num_examples, num_features)
 
     def dataset_fn(batch_size, seed):
       return input_dataset(record_path, self.options.max_seq_length, True, batch_size, seed,
-                           self.bucket_by_length)
+                           self.bucket_by_length, self.group_by_length)
 
-    return fine_tuning.TrainData(dataset_fn, num_examples, [record_path])
+    return fine_tuning.TrainData(dataset_fn, num_examples, [record_path], unit="questions")
 
   default_eval_metric = "f1"
 

@@ -13,7 +13,10 @@ Systems, one after another in the same run (so the same machine load), each task
 fresh Python process as a user's script runs (--nofresh_process: all in this one):
   - `padded`: our task (classifier.ClassifierTask, tagging.TaggingTask, squad.SquadTask) with
     bucket_by_length=False: every batch padded to max_seq_length, as the original;
-  - `bucketed`: the same with bucket_by_length=True (run_*'s default);
+  - `bucketed`: the same with bucket_by_length=True (run_*'s default: the original's batches, each
+    cut to the length bucket of its longest row);
+  - `grouped`: also group_by_length=True (--group_by_length): training batches of one length
+    bucket each;
   - `hf`: Hugging Face PyTorch (BertForSequenceClassification / ForTokenClassification /
     ForQuestionAnswering) on the same features (our tokenization, windows and labels), each batch
     padded to its longest row (Hugging Face's default dynamic padding), AdamW with bias correction,
@@ -56,7 +59,7 @@ import training_loop  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 TASKS = ("sst2_128", "sst2_64", "conll", "squad")
-SYSTEMS = ("padded", "bucketed", "hf")
+SYSTEMS = ("padded", "bucketed", "grouped", "hf")
 flags.DEFINE_list("tasks", list(TASKS), "Tasks to run: %s." % ", ".join(TASKS))
 flags.DEFINE_list("systems", list(SYSTEMS), "Systems to run: %s." % ", ".join(SYSTEMS))
 flags.DEFINE_string("google_dir", "/work/minilm/google",
@@ -182,17 +185,18 @@ class Setup:
       self.train_file, self.dev_file = squad_split(self.data_dir)
       self.options = squad.SquadOptions(max_seq_length=384, doc_stride=128)
 
-  def task(self, output_dir: str, bucket: bool):
+  def task(self, output_dir: str, bucket: bool, group: bool):
     if self.name.startswith("sst2"):
       return classifier.ClassifierTask(self.config, classifier.get_processor("sst-2"),
                                        self.tokenizer, self.data_dir, output_dir,
-                                       self.max_seq_length, bucket_by_length=bucket)
+                                       self.max_seq_length, bucket_by_length=bucket,
+                                       group_by_length=group)
     if self.name == "conll":
       return tagging.TaggingTask(self.config, self.tokenizer, self.data_dir, output_dir,
                                  self.max_seq_length, tag_list=self.tag_list,
-                                 bucket_by_length=bucket)
+                                 bucket_by_length=bucket, group_by_length=group)
     return squad.SquadTask(self.config, self.tokenizer, self.options, output_dir, self.train_file,
-                           self.dev_file, bucket_by_length=bucket)
+                           self.dev_file, bucket_by_length=bucket, group_by_length=group)
 
 
 def timed(function, *args):
@@ -201,12 +205,13 @@ def timed(function, *args):
   return result, time.time() - start
 
 
-def run_ours(setup: Setup, bucket: bool) -> dict:
-  """Trains, evaluates and predicts with our task; returns times, counts and the metric."""
-  output_dir = os.path.join(FLAGS.work_dir, setup.name, "bucketed" if bucket else "padded")
+def run_ours(setup: Setup, system: str) -> dict:
+  """Trains, evaluates and predicts with our task as `system` (padded, bucketed or grouped);
+  returns times, counts and the metric."""
+  output_dir = os.path.join(FLAGS.work_dir, setup.name, system)
   shutil.rmtree(output_dir, ignore_errors=True)
   os.makedirs(output_dir)
-  task = setup.task(output_dir, bucket)
+  task = setup.task(output_dir, bucket=system != "padded", group=system == "grouped")
   data = task.train_data()
   config = training_loop.TrainConfig(
       output_dir=output_dir, learning_rate=FLAGS.learning_rate, optimizer=FLAGS.optimizer,
@@ -344,7 +349,7 @@ def computed_positions(input_mask: np.ndarray, max_seq_length: int) -> dict:
 def run_hf(setup: Setup) -> dict:
   """Trains, evaluates and predicts with Hugging Face on our features; times and the metric."""
   peer = HuggingFace(setup)
-  task = setup.task(os.path.join(FLAGS.work_dir, setup.name, "hf"), False)
+  task = setup.task(os.path.join(FLAGS.work_dir, setup.name, "hf"), False, False)
   os.makedirs(task.output_dir, exist_ok=True)
   tokenizer, length = setup.tokenizer, setup.max_seq_length
   row = {}
@@ -432,7 +437,7 @@ def ratio(numerator, denominator) -> str:
 
 
 def run_system(setup: Setup, system: str) -> dict:
-  return run_hf(setup) if system == "hf" else run_ours(setup, system == "bucketed")
+  return run_hf(setup) if system == "hf" else run_ours(setup, system)
 
 
 def run_in_fresh_process(name: str, system: str) -> dict:
@@ -476,7 +481,7 @@ def main(_):
   print("Ratios (issue 18 goals: sst2_128 train+eval >= 2x hf and >= 3x padded at accuracy within "
         "0.5 point; conll and squad predict >= 1.5x hf):")
   for name in FLAGS.tasks:
-    padded, bucketed, hf = (table.get((name, s), {}) for s in SYSTEMS)
+    padded, bucketed, grouped, hf = (table.get((name, s), {}) for s in SYSTEMS)
 
     def train_eval(row):
       return row.get("train_s", 0) + row.get("eval_s", 0)
@@ -484,13 +489,15 @@ def main(_):
     def difference(row):
       return "%+.1f" % (bucketed["metric"] - row["metric"]) if bucketed and row else "-"
 
-    print("  %s: train+eval bucketed vs hf %s, vs padded %s; predict bucketed vs hf %s, vs padded "
-          "%s; metric bucketed - hf %s, bucketed - padded %s" % (
+    print("  %s: train+eval bucketed vs hf %s, vs padded %s, vs grouped %s; predict bucketed vs "
+          "hf %s, vs padded %s; metric bucketed - hf %s, bucketed - padded %s, bucketed - "
+          "grouped %s" % (
               name, ratio(train_eval(hf), train_eval(bucketed)),
               ratio(train_eval(padded), train_eval(bucketed)),
+              ratio(train_eval(grouped), train_eval(bucketed)),
               ratio(hf.get("predict_s"), bucketed.get("predict_s")),
               ratio(padded.get("predict_s"), bucketed.get("predict_s")),
-              difference(hf), difference(padded)))
+              difference(hf), difference(padded), difference(grouped)))
     if "predict_positions" in hf:
       positions = hf["predict_positions"]
       print("    positions computed in prediction: bucketed %d, hf %d (%s)" % (
