@@ -1346,16 +1346,20 @@ class ClassifierTask(fine_tuning.Task):
 
     text_inputs = ("text_a", "text_b") if self.processor.is_pair else ("text_a",)
     if self.doc_stride is None:
-      return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs)
+      return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs,
+                                      config=model.config)
 
     @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs],
                  autograph=False)
     def serve_windowed_text(*texts):
-      features, windows = window_inputs_in_graph(encoder, self.doc_stride, *texts)
+      named = dict(zip(text_inputs, texts))
+      named = export.checked(export.text_input_checks(named), named)
+      features, windows = window_inputs_in_graph(encoder, self.doc_stride,
+                                                 *[named[name] for name in text_inputs])
       logits = model(features, training=False)
       return self._head_outputs(aggregate_windows_in_graph(logits, windows,
                                                            self.window_aggregation))
 
     signatures = {export.SERVING_DEFAULT: serve_windowed_text,
-                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn)}
+                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn, model.config)}
     return export.write_saved_model(export_dir, signatures, encoder)

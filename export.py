@@ -147,17 +147,18 @@ def ids_signature(outputs_fn: OutputsFn, config: Optional[modeling.BertConfig] =
 
 
 def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
-  """Asserts that string inputs have one shape and at most MAX_REQUEST_TEXT_BYTES in all.
+  """Asserts that string inputs have one batch size and at most MAX_REQUEST_TEXT_BYTES in all.
 
-  Rows of a text pair are matched by position, so inputs of different batch sizes are a client
-  bug. The byte limit bounds a request's memory: tokenization holds a few tensors per byte.
+  Rows of a text pair (or a context and its row of endings) are matched by position, so inputs
+  of different batch sizes are a client bug. The byte limit bounds a request's memory:
+  tokenization holds a few tensors per byte.
   """
   names = sorted(texts)
-  first = texts[names[0]]
-  checks = [_fail_unless(tf.reduce_all(tf.equal(tf.shape(texts[name]), tf.shape(first))),
-                         name + " has shape {} but " + names[0] + " has {}: text inputs are "
-                         "matched row by row and must have one shape",
-                         tf.shape(texts[name]), tf.shape(first))
+  rows = tf.shape(texts[names[0]])[0]
+  checks = [_fail_unless(tf.equal(tf.shape(texts[name])[0], rows),
+                         name + " has {} rows but " + names[0] + " has {}: text inputs are "
+                         "matched row by row and must have one batch size",
+                         tf.shape(texts[name])[0], rows)
             for name in names[1:]]
   total = tf.add_n([tf.reduce_sum(tf.cast(tf.strings.length(texts[name]), tf.int64))
                    for name in names])

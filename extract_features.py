@@ -248,7 +248,7 @@ def export_encoder(export_dir: str, extractor: FeatureExtractor,
   signatures = {
       export.SERVING_DEFAULT: export.text_signature(encoder, outputs_fn, ["text"]),
       TEXT_PAIR_SIGNATURE: export.text_signature(encode_pair, outputs_fn, ["text", "text_b"]),
-      export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn)}
+      export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn, extractor.bert.config)}
   return export.write_saved_model(export_dir, signatures, encoder)
 
 

@@ -404,6 +404,9 @@ class MultipleChoiceTask(fine_tuning.Task):
                                   tf.TensorSpec([None, None], tf.string, name="endings")],
                  autograph=False)
     def serve_text(context, endings):
+      texts = export.checked(export.text_input_checks({"context": context, "endings": endings}),
+                             {"context": context, "endings": endings})
+      context, endings = texts["context"], texts["endings"]
       shape = tf.shape(endings)
       ids = encoder(tf.repeat(context, shape[1]), tf.reshape(endings, [-1]))
       features = {name: tf.reshape(tf.cast(ids[name], tf.int32), [shape[0], shape[1], -1])
@@ -414,8 +417,10 @@ class MultipleChoiceTask(fine_tuning.Task):
     @tf.function(input_signature=[tf.TensorSpec([None, None, None], tf.int32, name=name)
                                   for name in export.ID_INPUTS], autograph=False)
     def serve_token_ids(input_ids, input_mask, segment_ids):
-      features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
-                  CHOICE_MASK_KEY: tf.cast(tf.reduce_any(input_mask != 0, axis=-1), tf.int32)}
+      features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+      features = export.checked(export.id_input_checks(features, model.config), features)
+      features[CHOICE_MASK_KEY] = tf.cast(tf.reduce_any(features["input_mask"] != 0, axis=-1),
+                                          tf.int32)
       return outputs_fn(features)
 
     signatures = {export.SERVING_DEFAULT: serve_text, export.TOKEN_IDS_SIGNATURE: serve_token_ids}

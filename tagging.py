@@ -734,9 +734,15 @@ class TaggingTask(fine_tuning.Task):
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(self.tokenizer,
                                                                    self.max_seq_length)
     module = TaggerServing(model, encoder, self.tags(), self.doc_stride)
-    text_fn = tf.function(module.tag_text, autograph=False,
-                          input_signature=[tf.TensorSpec([None], tf.string, name="text")])
-    signatures = {export.SERVING_DEFAULT: text_fn,
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
+                 autograph=False)
+    def tag_text(text):
+      return module.tag_text(export.checked(export.text_input_checks({"text": text}),
+                                            {"text": text})["text"])
+
+    signatures = {export.SERVING_DEFAULT: tag_text,
                   export.TOKEN_IDS_SIGNATURE: export.ids_signature(
-                      lambda features: {"tag_ids": predict_tag_ids(model, features)})}
+                      lambda features: {"tag_ids": predict_tag_ids(model, features)},
+                      model.config)}
     return export.write_saved_model(export_dir, signatures, encoder)

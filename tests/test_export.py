@@ -204,7 +204,7 @@ def test_token_ids_requests_a_client_bug_makes_fail_naming_the_input(tmp_path):
           request(ids[:, :0], mask[:, :0], segments[:, :0]),
       "input_ids has length 9": request(*[np.tile(x, [1, 3])[:, :9] for x in (ids, mask,
                                                                               segments)]),
-      "text_b has shape [3] but text_a has [2]: text inputs are matched row by row":
+      "text_b has 3 rows but text_a has 2: text inputs are matched row by row":
           texts(text_a=["a b", "c"], text_b=["d", "e", "f"]),
       "the texts of this request have %d bytes in all: at most %d bytes (text_a + text_b)" % (
           export.MAX_REQUEST_TEXT_BYTES + 1, export.MAX_REQUEST_TEXT_BYTES):

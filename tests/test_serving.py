@@ -339,7 +339,7 @@ def malformed_requests(name: str) -> list:
     first, second = text_pairs[name]
     signature = "text_pair" if name.startswith("encoder") else "serving_default"
     requests += [
-        ("%s has shape [3] but %s has [2]: text inputs are matched row by row" % (second, first),
+        ("%s has 3 rows but %s has 2: text inputs are matched row by row" % (second, first),
          {"signature": signature, "inputs": {first: texts_input(["a b", "c"]),
                                              second: texts_input(["d", "e", "f"])}}),
         ("the texts of this request have %d bytes in all: at most %d bytes" % (
