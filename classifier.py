@@ -533,7 +533,7 @@ class GenericProcessor(DataProcessor):
                label_delimiter: Optional[str] = None):
     super().__init__(skip_bad_rows)
     if label_delimiter == "":
-      raise ValueError("--label_delimiter must not be empty")
+      raise errors.FlagError("--label_delimiter must not be empty")
     self.label_delimiter = label_delimiter
     self.columns = {"text_a_column": text_a_column, "text_b_column": text_b_column or None,
                     "label_column": label_column}
@@ -661,8 +661,8 @@ def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "
   name = task_name.lower()
   name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
   if name not in PROCESSORS:
-    raise ValueError("--task_name=%s: unknown task (known: %s)" %
-                     (task_name, ", ".join(PROCESSORS)))
+    raise errors.FlagError("--task_name=%s: unknown task (known: %s)" %
+                           (task_name, ", ".join(PROCESSORS)))
   if name == "generic":
     return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows,
                             label_delimiter)
@@ -791,9 +791,9 @@ def check_max_seq_length(max_seq_length: int, is_pair: bool) -> None:
   """
   minimum = 5 if is_pair else 3
   if max_seq_length < minimum:
-    raise ValueError("--max_seq_length=%d is too short for a %s task: at least %d, for %s" % (
-        max_seq_length, "sentence-pair" if is_pair else "single-sentence", minimum,
-        "[CLS] a [SEP] b [SEP]" if is_pair else "[CLS] a [SEP]"))
+    raise errors.FlagError("--max_seq_length=%d is too short for a %s task: at least %d, for %s"
+                           % (max_seq_length, "sentence-pair" if is_pair else "single-sentence",
+                              minimum, "[CLS] a [SEP] b [SEP]" if is_pair else "[CLS] a [SEP]"))
 
 
 def convert_single_example(ex_index: int, example, label_list: Sequence[str], max_seq_length: int,
@@ -848,7 +848,7 @@ def window_inputs(tokenizer, text_a: str, text_b: Optional[str], max_seq_length:
   truncation gives, and a pair that fits is one window equal to it.
   """
   if doc_stride <= 0:
-    raise ValueError("--doc_stride must be positive, got %d" % doc_stride)
+    raise errors.FlagError("--doc_stride must be positive, got %d" % doc_stride)
   ids_a = tokenizer.tokenize_to_ids(text_a)
   ids_b = None if text_b is None else tokenizer.tokenize_to_ids(text_b)
   budget = max_seq_length - 2
@@ -1061,8 +1061,9 @@ def class_weights_from_flag(value: Optional[str], labels: Sequence[str],
   except ValueError:
     weights = np.array([])
   if len(weights) != len(labels) or not np.all(np.isfinite(weights) & (weights > 0)):
-    raise ValueError("--class_weights=%s: expected 'auto' or %d positive numbers separated by "
-                     "commas, one per label (%s)" % (value, len(labels), ", ".join(labels)))
+    raise errors.FlagError("--class_weights=%s: expected 'auto' or %d positive numbers separated "
+                           "by commas, one per label (%s)" % (value, len(labels),
+                                                               ", ".join(labels)))
   return weights.astype(np.float32)
 
 
@@ -1085,8 +1086,8 @@ def aggregate_windows(window_values: np.ndarray, example_index: np.ndarray,
     counts = np.diff(np.r_[starts, len(example_index)]).astype(window_values.dtype)
     sums = np.add.reduceat(window_values, starts, axis=0)
     return sums / counts.reshape([-1] + [1] * (window_values.ndim - 1))
-  raise ValueError("--window_aggregation=%s: expected one of %s" %
-                   (method, ", ".join(WINDOW_AGGREGATIONS)))
+  raise errors.FlagError("--window_aggregation=%s: expected one of %s" %
+                         (method, ", ".join(WINDOW_AGGREGATIONS)))
 
 
 def aggregate_windows_in_graph(window_values: tf.Tensor, windows: tf.RaggedTensor,
@@ -1172,13 +1173,13 @@ class ClassifierTask(fine_tuning.Task):
 
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
-      raise ValueError("--doc_stride must be positive, got %d" % self.doc_stride)
+      raise errors.FlagError("--doc_stride must be positive, got %d" % self.doc_stride)
     if self.window_aggregation not in WINDOW_AGGREGATIONS:
-      raise ValueError("--window_aggregation=%s: expected one of %s" %
-                       (self.window_aggregation, ", ".join(WINDOW_AGGREGATIONS)))
+      raise errors.FlagError("--window_aggregation=%s: expected one of %s" %
+                             (self.window_aggregation, ", ".join(WINDOW_AGGREGATIONS)))
     processor = self.processor
     if self.class_weights and (processor.is_regression or processor.is_multi_label):
-      raise ValueError("--class_weights is for single-label classification tasks")
+      raise errors.FlagError("--class_weights is for single-label classification tasks")
     self.class_weight_values = (None if processor.is_regression else
                                 class_weights_from_flag(self.class_weights,
                                                         processor.get_labels()))

@@ -71,15 +71,12 @@ def main(_):
       label_delimiter=FLAGS.label_delimiter if FLAGS.multi_label else None)
   classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
   processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
-  try:
-    task = classifier.ClassifierTask(
-        bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
-        FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),
-        group_by_length=FLAGS.group_by_length,
-        doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
-        multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
-  except ValueError as error:  # A flag value the task cannot use; the message names the flag.
-    raise errors.FlagError(str(error)) from error
+  task = classifier.ClassifierTask(
+      bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
+      FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),
+      group_by_length=FLAGS.group_by_length,
+      doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
+      multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
   cli.run_task(task, strategy)
   processor.bad_rows.log_summary()
 

@@ -19,7 +19,6 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
-import errors
 import squad
 
 FLAGS = flags.FLAGS
@@ -60,10 +59,7 @@ def main(_):
     cli.require("train_file", reason=" with --do_train")
   if FLAGS.do_predict:
     cli.require("predict_file", reason=" with --do_predict")
-  try:
-    squad.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
-  except ValueError as error:
-    raise errors.FlagError(str(error)) from None
+  squad.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
   options = squad.SquadOptions(
       max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
       max_query_length=FLAGS.max_query_length, n_best_size=FLAGS.n_best_size,

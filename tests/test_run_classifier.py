@@ -195,7 +195,7 @@ def test_lr_schedule_linear_reaches_the_optimizer_and_a_resume_with_another_is_r
                      lr_schedule="linear", optimizer="adamw")
   with caplog.at_level("INFO"):
     run(do_train=True, verbosity=0, **flag_values)
-  assert ("num_train_steps = int(400 training examples / batch 32 * 1 epochs) = 12; warmup 1 "
+  assert ("num_train_steps = int(400 examples / batch 32 * 1 epochs) = 12; warmup 1 "
           "steps (0.1 of them); schedule: linear (decay from the end of warmup)") in caplog.text
   rates = scalars_in(flag_values["output_dir"])["learning_rate"]
   assert {4, 8, 12} <= set(rates)
