@@ -10,6 +10,7 @@ import os
 import numpy as np
 import pytest
 
+import errors
 import squad
 import tokenization
 
@@ -135,9 +136,11 @@ def _write(path, content):
 
 
 def test_check_feature_settings_names_the_flags():
-  with pytest.raises(ValueError, match=r"max_seq_length \(10\) must be greater than "
-                     r"max_query_length \(7\) \+ 3"):
+  with pytest.raises(errors.FlagError, match=r"--max_seq_length=10 must be greater than "
+                     r"--max_query_length=7 \+ 3"):
     squad.check_feature_settings(10, 4, 7)
+  with pytest.raises(errors.FlagError, match="--doc_stride must be positive"):
+    squad.check_feature_settings(64, 0, 7)
 
 
 def test_features_layout_positions_and_tightened_spans(tokenizer):
