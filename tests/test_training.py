@@ -197,6 +197,17 @@ def test_resume_continues_exactly_and_stops_at_num_train_steps(reference, tmp_pa
   assert again.global_step == 6 and again.examples_per_second == 0.0
 
 
+def resume_from_step_4(straight_dir: str, resumed_dir: str, **config_values):
+  """Trains in resumed_dir from a copy of straight_dir's step-4 checkpoint (a crash after step 4),
+  with the config `train_config(resumed_dir, **config_values)`; returns the TrainResult."""
+  tf.io.gfile.makedirs(resumed_dir)
+  for path in tf.io.gfile.glob(os.path.join(straight_dir, "model.ckpt-4.*")):
+    tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
+  checkpoints._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
+  return training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
+                             dataset_fn_of(examples(64)), train_config(resumed_dir, **config_values))
+
+
 def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(reference, tmp_path):
   """LAMB (and AdamW, which shares its slots: see test_run_classifier) in the Google format."""
   optimizer_name = "lamb"
@@ -223,13 +234,7 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
   assert np.any(expected["output_weights/adam_m"] != 0)
   assert int(optimizer.iterations) == 6
   # Crash after step 4, resume: the moments come back and the run ends where the straight one did.
-  tf.io.gfile.makedirs(resumed_dir)
-  for path in tf.io.gfile.glob(os.path.join(straight_dir, "model.ckpt-4.*")):
-    tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
-  checkpoints._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
-  resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
-                           dataset_fn_of(examples(64)),
-                           train_config(resumed_dir, optimizer=optimizer_name))
+  resumed = resume_from_step_4(straight_dir, resumed_dir, optimizer=optimizer_name)
   actual = checkpoint_values(resumed.checkpoint)
   assert set(actual) == set(expected)
   for name, value in expected.items():
@@ -250,13 +255,7 @@ def test_linear_schedule_reaches_the_optimizer_and_resumes_exactly(reference, tm
   assert not np.allclose(checkpoints.checkpoint_variables(straight.model)["output_weights"].numpy(),
                          reference[2]["output_weights"], rtol=1e-3)
   # Crash after step 4, resume: the rates are a function of the step, so the run ends the same.
-  tf.io.gfile.makedirs(resumed_dir)
-  for path in tf.io.gfile.glob(os.path.join(straight_dir, "model.ckpt-4.*")):
-    tf.io.gfile.copy(path, os.path.join(resumed_dir, os.path.basename(path)))
-  checkpoints._write_state_file(resumed_dir, [os.path.join(resumed_dir, "model.ckpt-4")])
-  resumed = training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
-                                dataset_fn_of(examples(64)),
-                                train_config(resumed_dir, lr_schedule="linear"))
+  resumed = resume_from_step_4(straight_dir, resumed_dir, lr_schedule="linear")
   expected, actual = checkpoint_values(straight.checkpoint), checkpoint_values(resumed.checkpoint)
   assert set(actual) == set(expected)
   for name, value in expected.items():
