@@ -86,9 +86,8 @@ _SEED = FlagRule(lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)")
 _SEQ_LENGTH = FlagRule(lambda v: v >= 3, "an integer >= 3 (room for [CLS], a token and [SEP])")
 
 # The rule of every numeric flag of every script, by name: one name means one thing in all of them
-# (tests/test_validation.py checks that no script defines a numeric flag missing
-# here). A flag
-# whose value is None (not given, no default) is not checked.
+# (tests/test_validation.py fails for a numeric flag missing here: it would accept -1). A flag whose
+# value is None (not given, no default) is not checked.
 FLAG_RULES = {
     "batch_size": _POSITIVE, "train_batch_size": _POSITIVE, "eval_batch_size": _POSITIVE,
     "predict_batch_size": _POSITIVE, "phase2_train_batch_size": _POSITIVE,
