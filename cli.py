@@ -14,7 +14,7 @@ script calling two groups that share a flag, defines each flag once.
 """
 
 import os
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 from absl import flags
 

@@ -16,7 +16,6 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 
 from absl import flags
 
-import classifier
 import cli
 import multiple_choice
 
