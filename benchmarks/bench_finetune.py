@@ -1,4 +1,4 @@
-r"""Fine-tuning speed on real tasks: ours padded, ours with length bucketing, Hugging Face (issue 18).
+r"""Fine-tuning speed and quality on real tasks: ours padded, ours bucketed, Hugging Face.
 
 all-MiniLM-L6-v2 (real weights: the Google-format conversion for ours, the original safetensors for
 Hugging Face) is fine-tuned, evaluated and used for prediction on:
@@ -8,7 +8,10 @@ Hugging Face) is fine-tuned, evaluated and used for prediction on:
     documents 847-946 held out (--conll_dev_docs of them), max_seq_length 128; entity F1;
   - squad: --squad_train_questions questions of ../shared/squad's articles for training, a
     disjoint set of articles held out (--squad_dev_questions), max_seq_length 384, doc_stride 128;
-    F1 of the official v1.1 script.
+    F1 of the official v1.1 script;
+  - mc: 4-way answer-sentence choice built from ../shared/squad (multiple_choice_data.py), the
+    articles --mc_eval_articles held out, --mc_train_questions of the others for training,
+    max_seq_length 64; accuracy.
 Systems, one after another in the same run (so the same machine load), each task and system in a
 fresh Python process as a user's script runs (--nofresh_process: all in this one):
   - `padded`: our task (classifier.ClassifierTask, tagging.TaggingTask, squad.SquadTask) with
@@ -21,17 +24,26 @@ fresh Python process as a user's script runs (--nofresh_process: all in this one
     ForQuestionAnswering) on the same features (our tokenization, windows and labels), each batch
     padded to its longest row (Hugging Face's default dynamic padding), AdamW with bias correction,
     linear warmup and decay, gradient clipping 1.0, the same batch size, learning rate, epochs.
-Ours trains with --optimizer (default adamw, the same update as Hugging Face's).
+Ours trains with --optimizer and --lr_schedule (default adamw and linear: Hugging Face's recipe).
 Times: train = the training loop from the initial checkpoint to the last step (graph tracing and
 the final checkpoint included; feature files made before); eval and predict = the task's own
 evaluate/predict (feature conversion, padding, the model, metrics, writing files), and for
 Hugging Face the same conversion code plus its forward passes and the same metrics. SQuAD has no
-separate eval (run_squad scores its predictions). The table ends with the issue's ratios.
+separate eval (run_squad scores its predictions). The speed table ends with ratios.
+
+With several --seeds every task and system runs once per seed (the seed of the new output layer,
+dropout and the training order) and a quality table follows: per task and system the metric's
+mean, standard deviation, range, and the runs that collapsed (more than --collapse_points below
+the median of all the task's runs).
 
 Quick run (minutes on a loaded 2-core machine):
   python benchmarks/bench_finetune.py --tasks=sst2_64 --num_train=64 --num_dev=64 --epochs=1
-Issue 18's run:
+Speed:
   python benchmarks/bench_finetune.py --threads=2
+Quality over seeds (RESULTS.md gives each task's settings):
+  python benchmarks/bench_finetune.py --threads=2 --tasks=squad --systems=bucketed,padded,hf \
+    --seeds=1,2,3,4,5 --squad_train_questions=1000 --squad_dev_questions=500 \
+    --squad_max_seq_length=256 --batch_size=16 --epochs=2 --learning_rate=1e-4
 """
 import json
 import os
@@ -52,13 +64,15 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 import classifier  # pylint: disable=g-import-not-at-top
 import length_buckets  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
+import multiple_choice  # pylint: disable=g-import-not-at-top
+import multiple_choice_data  # pylint: disable=g-import-not-at-top
 import squad  # pylint: disable=g-import-not-at-top
 import tagging  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
 import training_loop  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
-TASKS = ("sst2_128", "sst2_64", "conll", "squad")
+TASKS = ("sst2_128", "sst2_64", "conll", "squad", "mc")
 SYSTEMS = ("padded", "bucketed", "grouped", "hf")
 flags.DEFINE_list("tasks", list(TASKS), "Tasks to run: %s." % ", ".join(TASKS))
 flags.DEFINE_list("systems", list(SYSTEMS), "Systems to run: %s." % ", ".join(SYSTEMS))
@@ -72,15 +86,24 @@ flags.DEFINE_integer("conll_train_docs", 250, "CoNLL training documents (from th
 flags.DEFINE_integer("conll_dev_docs", 100, "Held-out CoNLL documents (from document 847).")
 flags.DEFINE_integer("squad_train_questions", 400, "SQuAD training questions.")
 flags.DEFINE_integer("squad_dev_questions", 200, "Held-out SQuAD questions.")
+flags.DEFINE_integer("squad_max_seq_length", 384, "SQuAD max_seq_length (doc_stride 128).")
+flags.DEFINE_integer("mc_train_questions", 1000, "Multiple-choice training questions.")
+flags.DEFINE_list("mc_eval_articles", ["Apollo_program", "Black_Death", "Prime_number"],
+                  "SQuAD articles held out for the multiple-choice dev split.")
 flags.DEFINE_integer("batch_size", 32, "Training batch size (all systems).")
 flags.DEFINE_integer("eval_batch_size", 32, "Eval and predict batch size (all systems).")
 flags.DEFINE_float("epochs", 1.0, "Training epochs.")
 flags.DEFINE_float("learning_rate", 5e-5, "Peak learning rate (warmup 10%, then linear decay).")
 flags.DEFINE_string("optimizer", "adamw", "Our optimizer (bert_adam, adamw, lamb).")
+flags.DEFINE_string("lr_schedule", "linear", "Our learning-rate schedule (original, linear).")
 flags.DEFINE_integer("threads", 0, "CPU threads for TensorFlow and PyTorch; 0: all cores.")
 flags.DEFINE_string("work_dir", "/tmp/bench_finetune", "Where data splits and outputs go.")
 flags.DEFINE_integer("seed", 12345, "Seed of the new output layer, dropout and the training "
                      "order (all systems).")
+flags.DEFINE_list("seeds", [], "Run every task and system once per seed (replaces --seed) and "
+                  "print the quality table.")
+flags.DEFINE_float("collapse_points", 10.0, "A run whose metric is more than this many points "
+                   "below the median of all the task's runs collapsed.")
 flags.DEFINE_bool("fresh_process", True,
                   "Run each task and system in a fresh Python process. In one process a system "
                   "run after another starts warm (5 s less for the bucketed SST-2 training after "
@@ -130,6 +153,18 @@ def conll_split(directory: str) -> None:
       writer.write("".join("".join(doc) + "\n" for doc in docs))
 
 
+def mc_split(directory: str) -> None:
+  """train.jsonl and dev.jsonl of the multiple-choice set (held-out articles for dev)."""
+  with open(os.path.join(SHARED_DIR, "squad", "squad_v1.1_dev_part_a.json"),
+            encoding="utf-8") as reader:
+    articles = json.load(reader)["data"]
+  train, dev = multiple_choice_data.split(articles, FLAGS.mc_eval_articles,
+                                          FLAGS.mc_train_questions, 4, seed=0)
+  os.makedirs(directory, exist_ok=True)
+  multiple_choice_data.write_jsonl(os.path.join(directory, "train.jsonl"), train)
+  multiple_choice_data.write_jsonl(os.path.join(directory, "dev.jsonl"), dev)
+
+
 def squad_split(directory: str) -> tuple[str, str]:
   """train.json and dev.json from disjoint articles, cut to the requested question counts."""
   with open(os.path.join(SHARED_DIR, "squad", "squad_v1.1_dev_part_a.json"),
@@ -174,16 +209,19 @@ class Setup:
     self.tokenizer = tokenizer
     self.config = config
     self.data_dir = os.path.join(FLAGS.work_dir, "data", name.split("_")[0])
-    self.max_seq_length = 64 if name == "sst2_64" else 384 if name == "squad" else 128
+    self.max_seq_length = {"sst2_64": 64, "mc": 64,
+                           "squad": FLAGS.squad_max_seq_length}.get(name, 128)
     if name.startswith("sst2"):
       sst2_split(self.data_dir)
+    elif name == "mc":
+      mc_split(self.data_dir)
     elif name == "conll":
       conll_split(self.data_dir)
       self.tag_list = tagging.tag_list_from_sentences(
           tagging.read_conll(os.path.join(self.data_dir, "train.txt")))
     else:
       self.train_file, self.dev_file = squad_split(self.data_dir)
-      self.options = squad.SquadOptions(max_seq_length=384, doc_stride=128)
+      self.options = squad.SquadOptions(max_seq_length=self.max_seq_length, doc_stride=128)
 
   def task(self, output_dir: str, bucket: bool, group: bool):
     if self.name.startswith("sst2"):
@@ -195,6 +233,11 @@ class Setup:
       return tagging.TaggingTask(self.config, self.tokenizer, self.data_dir, output_dir,
                                  self.max_seq_length, tag_list=self.tag_list,
                                  bucket_by_length=bucket, group_by_length=group)
+    if self.name == "mc":
+      return multiple_choice.MultipleChoiceTask(
+          self.config, self.tokenizer, self.data_dir, output_dir, self.max_seq_length,
+          train_file="train.jsonl", dev_file="dev.jsonl", test_file="dev.jsonl",
+          bucket_by_length=bucket, group_by_length=group)
     return squad.SquadTask(self.config, self.tokenizer, self.options, output_dir, self.train_file,
                            self.dev_file, bucket_by_length=bucket, group_by_length=group)
 
@@ -215,6 +258,7 @@ def run_ours(setup: Setup, system: str) -> dict:
   data = task.train_data()
   config = training_loop.TrainConfig(
       output_dir=output_dir, learning_rate=FLAGS.learning_rate, optimizer=FLAGS.optimizer,
+      lr_schedule=FLAGS.lr_schedule,
       train_batch_size=FLAGS.batch_size,
       init_checkpoint=os.path.join(FLAGS.google_dir, "bert_model.ckpt"),
       save_checkpoints_steps=10**9, num_train_epochs=FLAGS.epochs,
@@ -233,6 +277,9 @@ def run_ours(setup: Setup, system: str) -> dict:
   if setup.name == "conll":
     row["metric"] = 100 * metrics["eval_f1"]
     row["eval_n"] = row["predict_n"] = len(task._read("eval"))  # pylint: disable=protected-access
+  elif setup.name == "mc":
+    row["metric"] = 100 * metrics["eval_accuracy"]
+    row["eval_n"] = row["predict_n"] = len(task.read_split("dev"))
   else:
     row["metric"] = 100 * metrics["eval_accuracy"]
     row["eval_n"] = row["predict_n"] = FLAGS.num_dev
@@ -264,6 +311,8 @@ class HuggingFace:
     if kind == "sst2":
       self.model = transformers.BertForSequenceClassification.from_pretrained(FLAGS.hf_dir,
                                                                               num_labels=2)
+    elif kind == "mc":
+      self.model = transformers.BertForMultipleChoice.from_pretrained(FLAGS.hf_dir)
     elif kind == "conll":
       self.model = transformers.BertForTokenClassification.from_pretrained(
           FLAGS.hf_dir, num_labels=len(setup.tag_list))
@@ -271,11 +320,12 @@ class HuggingFace:
       self.model = transformers.BertForQuestionAnswering.from_pretrained(FLAGS.hf_dir)
 
   def _batch(self, arrays: dict, rows: np.ndarray, label_names=()) -> dict:
-    """Tensors of these rows cut to their longest row (dynamic padding)."""
-    width = int(arrays["input_mask"][rows].sum(axis=1).max())
-    batch = {"input_ids": arrays["input_ids"][rows, :width],
-             "attention_mask": arrays["input_mask"][rows, :width],
-             "token_type_ids": arrays["segment_ids"][rows, :width]}
+    """Tensors of these rows (of multiple-choice rows: their choices) cut to their longest
+    sequence (dynamic padding)."""
+    width = int(arrays["input_mask"][rows].sum(axis=-1).max())
+    batch = {"input_ids": arrays["input_ids"][rows][..., :width],
+             "attention_mask": arrays["input_mask"][rows][..., :width],
+             "token_type_ids": arrays["segment_ids"][rows][..., :width]}
     for name, source in label_names:
       value = arrays[source][rows]
       if value.ndim == 2:  # per position: -100 is what Hugging Face's losses ignore
@@ -315,9 +365,9 @@ class HuggingFace:
   def predict(self, arrays: dict, names: tuple) -> list:
     """Outputs in input order; per-position outputs widened to max_seq_length with -inf."""
     self.model.eval()
-    count, length = arrays["input_ids"].shape
-    self.positions = computed_positions(arrays["input_mask"], length)
-    per_position = not self.setup.name.startswith("sst2")
+    count, length = len(arrays["input_ids"]), arrays["input_ids"].shape[-1]
+    self.positions = computed_positions(arrays["input_mask"].reshape([-1, length]), length)
+    per_position = self.setup.name in ("conll", "squad")
     results = [None] * len(names)
     with self.torch.inference_mode():
       for start in range(0, count, FLAGS.eval_batch_size):
@@ -344,6 +394,22 @@ def computed_positions(input_mask: np.ndarray, max_seq_length: int) -> dict:
              for start in range(0, len(lengths), FLAGS.eval_batch_size)]
   return {"bucketed": int(buckets[np.searchsorted(buckets, lengths)].sum()),
           "hf": int(sum(batch.max() * len(batch) for batch in batches))}
+
+
+def mc_arrays(task, split: str) -> dict:
+  """A multiple-choice split's pair features (our conversion) as [questions, choices, length]
+  arrays and the right ending's index."""
+  examples = task.read_split(split)
+  num_choices = multiple_choice.num_choices_of(examples)
+  features = [classifier.convert_single_example(i, pair, multiple_choice.PAIR_LABELS,
+                                                task.max_seq_length, task.tokenizer)
+              for i, pair in enumerate(multiple_choice.pair_examples(examples, num_choices))]
+  arrays = {name: np.array([getattr(f, name) for f in features]).reshape(
+      [len(examples), num_choices, -1]) for name in ("input_ids", "input_mask", "segment_ids")}
+  right = multiple_choice.PAIR_LABELS.index(multiple_choice.RIGHT)
+  labels = np.array([f.label_id for f in features]).reshape([len(examples), num_choices])
+  arrays["label_ids"] = (labels == right).argmax(axis=1)
+  return arrays
 
 
 def run_hf(setup: Setup) -> dict:
@@ -392,6 +458,18 @@ def run_hf(setup: Setup) -> dict:
     (evaluation, row["eval_n"]), row["eval_s"] = timed(tag, "eval")
     row["metric"] = 100 * tagging.evaluation_to_dict(evaluation)["eval_f1"]
     (_, row["predict_n"]), row["predict_s"] = timed(tag, "test")
+  elif setup.name == "mc":
+    train_arrays = mc_arrays(task, "train")
+    row["train_n"], row["train_s"] = timed(peer.train, train_arrays, [("labels", "label_ids")])
+
+    def choose():
+      arrays = mc_arrays(task, "dev")
+      (logits,) = peer.predict(arrays, ("logits",))
+      return float(np.mean(logits.argmax(-1) == arrays["label_ids"])), len(logits)
+
+    (accuracy, row["eval_n"]), row["eval_s"] = timed(choose)
+    row["metric"] = 100 * accuracy
+    row["predict_s"], row["predict_n"] = row["eval_s"], row["eval_n"]  # test = dev here
   else:
     path, _, _ = squad.cached_train_features(setup.train_file, task.output_dir, tokenizer,
                                              setup.options)
@@ -440,14 +518,36 @@ def run_system(setup: Setup, system: str) -> dict:
   return run_hf(setup) if system == "hf" else run_ours(setup, system)
 
 
-def run_in_fresh_process(name: str, system: str) -> dict:
-  """Runs this script for one task and system in a child process; returns its row."""
+def run_in_fresh_process(name: str, system: str, seed: int) -> dict:
+  """Runs this script for one task, system and seed in a child process; returns its row."""
   row_file = os.path.join(FLAGS.work_dir, "row.json")
   os.makedirs(FLAGS.work_dir, exist_ok=True)
   subprocess.run([sys.executable, os.path.abspath(__file__)] + sys.argv[1:] + [
-      "--tasks=" + name, "--systems=" + system, "--row_file=" + row_file], check=True)
+      "--tasks=" + name, "--systems=" + system, "--seed=%d" % seed, "--seeds=",
+      "--row_file=" + row_file], check=True)
   with open(row_file, encoding="utf-8") as reader:
     return json.load(reader)
+
+
+def print_quality_table(runs: dict, seeds: list[int]) -> None:
+  """Per task and system: the metric over seeds (mean, standard deviation, range, every run in
+  seed order), the collapsed runs and the median training time."""
+  print("Seeds %s; collapsed: more than %g points below the median of all the task's runs." % (
+      ", ".join(map(str, seeds)), FLAGS.collapse_points))
+  print()
+  print("| task | system | mean | std | range | runs | collapsed | train s (median) |")
+  print("| --- | --- | ---: | ---: | ---: | --- | ---: | ---: |")
+  for name in FLAGS.tasks:
+    median = np.median([row["metric"] for (task, _), rows in runs.items() if task == name
+                        for row in rows])
+    for system in FLAGS.systems:
+      rows = runs[name, system]
+      metrics = np.array([row["metric"] for row in rows])
+      collapsed = int(np.sum(metrics < median - FLAGS.collapse_points))
+      print("| %s | %s | %.1f | %.1f | %.1f-%.1f | %s | %d of %d | %.0f |" % (
+          name, system, metrics.mean(), metrics.std(ddof=1), metrics.min(), metrics.max(),
+          " ".join("%.1f" % m for m in metrics), collapsed, len(rows),
+          np.median([row["train_s"] for row in rows])))
 
 
 def main(_):
@@ -462,24 +562,32 @@ def main(_):
     with open(FLAGS.row_file, "w", encoding="utf-8") as writer:
       json.dump(run_system(Setup(FLAGS.tasks[0], tokenizer, config), FLAGS.systems[0]), writer)
     return
+  if FLAGS.seeds and not FLAGS.fresh_process:
+    raise app.UsageError("--seeds needs --fresh_process (each run starts from the same state)")
   print("load average at start: %.1f %.1f %.1f" % os.getloadavg())
-  table = {}
+  seeds = [int(seed) for seed in FLAGS.seeds] or [FLAGS.seed]
+  table, runs = {}, {}
   for name in FLAGS.tasks:
     setup = None if FLAGS.fresh_process else Setup(name, tokenizer, config)
-    for system in FLAGS.systems:
-      row = run_system(setup, system) if setup else run_in_fresh_process(name, system)
-      table[name, system] = row
-      print("%s %s: %s" % (name, system, row), flush=True)
+    for seed in seeds:
+      for system in FLAGS.systems:
+        row = run_system(setup, system) if setup else run_in_fresh_process(name, system, seed)
+        table.setdefault((name, system), row)
+        runs.setdefault((name, system), []).append(row)
+        print("%s %s seed %d: %s" % (name, system, seed, row), flush=True)
   print("load average at end: %.1f %.1f %.1f" % os.getloadavg())
   print()
+  if len(seeds) > 1:
+    print_quality_table(runs, seeds)
+    return
   print("| task | system | train | eval | predict | accuracy / F1 |")
   print("| --- | --- | ---: | ---: | ---: | ---: |")
   for (name, system), row in table.items():
     print("| %s | %s | %s | %s | %s | %.1f |" % (name, system, rate(row, "train"), rate(row, "eval"),
                                                  rate(row, "predict"), row["metric"]))
   print()
-  print("Ratios (issue 18 goals: sst2_128 train+eval >= 2x hf and >= 3x padded at accuracy within "
-        "0.5 point; conll and squad predict >= 1.5x hf):")
+  print("Ratios (goals: sst2_128 train+eval >= 2x hf and >= 3x padded at accuracy within 0.5 "
+        "point; conll and squad predict >= 1.5x hf):")
   for name in FLAGS.tasks:
     padded, bucketed, grouped, hf = (table.get((name, s), {}) for s in SYSTEMS)
 

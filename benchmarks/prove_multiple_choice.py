@@ -1,11 +1,8 @@
 r"""Proof on real data that run_multiple_choice learns: answer-sentence choice built from SQuAD.
 
-No SWAG copy is available offline, so this builds a 4-way multiple-choice set from
-`../shared/squad/squad_v1.1_dev_part_a.json`: for each question whose first answer lies inside
-one sentence of a paragraph of at least 4 sentences, the context is the question and the endings
-are that sentence and 3 other sentences of the same paragraph (drawn at random, the 4 shuffled;
-seeded). Sentences are split after `.`, `!` or `?` followed by whitespace and an upper-case
-letter, digit or quote. Articles are split: --eval_articles are held out for the dev file, the
+The 4-way multiple-choice set is built from `../shared/squad/squad_v1.1_dev_part_a.json` as
+multiple_choice_data.py describes (the sentence holding the answer among other sentences of its
+paragraph). Articles are split: --eval_articles are held out for the dev file, the
 training file takes --num_train questions of the others (shuffled).
 
 Then it runs `run_multiple_choice.py` (a subprocess, the real CLI) on the JSON Lines files:
@@ -19,7 +16,6 @@ question, ties to the first).
 """
 import json
 import os
-import random
 import re
 import subprocess
 import sys
@@ -29,6 +25,7 @@ from absl import app
 from absl import flags
 
 from benchmark_paths import REPO_ROOT, SHARED_DIR  # pylint: disable=g-import-not-at-top
+import multiple_choice_data  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("squad_file", os.path.join(SHARED_DIR, "squad", "squad_v1.1_dev_part_a.json"),
@@ -46,43 +43,6 @@ flags.DEFINE_integer("train_batch_size", 16, "run_multiple_choice --train_batch_
 flags.DEFINE_float("learning_rate", 1e-4, "run_multiple_choice --learning_rate.")
 flags.DEFINE_integer("seed", 0, "Seed of the distractor draw, ending order and training subset.")
 
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])")
-
-
-def sentence_spans(text: str) -> list[tuple[int, int]]:
-  """(start, end) character spans of the text's sentences."""
-  spans, start = [], 0
-  for match in SENTENCE_END.finditer(text):
-    spans.append((start, match.start()))
-    start = match.end()
-  spans.append((start, len(text)))
-  return [(s, e) for s, e in spans if text[s:e].strip()]
-
-
-def build_examples(articles: list, num_endings: int, rng: random.Random) -> list[dict]:
-  """JSON Lines records {"context": question, "endings": sentences, "label": index}."""
-  records = []
-  for article in articles:
-    for paragraph in article["paragraphs"]:
-      context = paragraph["context"]
-      spans = sentence_spans(context)
-      if len(spans) < num_endings:
-        continue
-      for qa in paragraph["qas"]:
-        answer = qa["answers"][0]
-        start, end = answer["answer_start"], answer["answer_start"] + len(answer["text"])
-        inside = [i for i, (s, e) in enumerate(spans) if s <= start and end <= e]
-        if not inside:  # The answer crosses a sentence boundary.
-          continue
-        others = [i for i in range(len(spans)) if i != inside[0]]
-        chosen = [inside[0]] + rng.sample(others, num_endings - 1)
-        rng.shuffle(chosen)
-        records.append({"context": qa["question"],
-                        "endings": [context[spans[i][0]:spans[i][1]] for i in chosen],
-                        "label": chosen.index(inside[0])})
-  return records
-
-
 def overlap_accuracy(records: list[dict]) -> float:
   """Accuracy of picking the ending with the most words in common with the question."""
   def words(text):
@@ -95,28 +55,19 @@ def overlap_accuracy(records: list[dict]) -> float:
   return correct / len(records)
 
 
-def write_jsonl(path: str, records: list[dict]) -> None:
-  with open(path, "w", encoding="utf-8") as f:
-    f.writelines(json.dumps(record) + "\n" for record in records)
-
-
 def main(_):
   with open(FLAGS.squad_file, encoding="utf-8") as f:
     articles = json.load(f)["data"]
-  rng = random.Random(FLAGS.seed)
-  held_out = [a for a in articles if a["title"] in FLAGS.eval_articles]
-  if len(held_out) != len(FLAGS.eval_articles):
-    raise app.UsageError("--eval_articles: not all found in %s" % FLAGS.squad_file)
-  train = build_examples([a for a in articles if a["title"] not in FLAGS.eval_articles],
-                         FLAGS.num_endings, rng)
-  rng.shuffle(train)
-  train = train[:FLAGS.num_train]
-  dev = build_examples(held_out, FLAGS.num_endings, rng)
+  try:
+    train, dev = multiple_choice_data.split(articles, FLAGS.eval_articles, FLAGS.num_train,
+                                            FLAGS.num_endings, FLAGS.seed)
+  except ValueError as error:
+    raise app.UsageError("--eval_articles: %s" % error) from error
   data_dir = os.path.join(FLAGS.work_dir, "data")
   output_dir = os.path.join(FLAGS.work_dir, "output")
   os.makedirs(data_dir, exist_ok=True)
-  write_jsonl(os.path.join(data_dir, "train.jsonl"), train)
-  write_jsonl(os.path.join(data_dir, "dev.jsonl"), dev)
+  multiple_choice_data.write_jsonl(os.path.join(data_dir, "train.jsonl"), train)
+  multiple_choice_data.write_jsonl(os.path.join(data_dir, "dev.jsonl"), dev)
   print("train %d questions, dev %d questions (%s), %d endings each" % (
       len(train), len(dev), ", ".join(FLAGS.eval_articles), FLAGS.num_endings))
   model = FLAGS.model_dir
