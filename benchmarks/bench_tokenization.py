@@ -1,49 +1,71 @@
 # coding=utf-8
-"""Tokenizer throughput: the original algorithm, our Python path, batch and in-graph paths, HF.
+"""Tokenizer throughput: the original tokenization.py, our Python, batch and in-graph paths, HF.
 
 Prints a Markdown table of lines/s and word pieces/s (medians over --repeats runs) and, for every
-path, the share of lines whose ids equal the original algorithm's.
+path, the share of lines whose ids equal those of the original's own `FullTokenizer`, read from
+--original_dir (../shared/reference/google-research-bert, unchanged; see load_original).
 
   python benchmarks/bench_tokenization.py --corpus=../shared/corpora/wikitext2_valid.bert.txt
 """
 
+import importlib.util
 import os
 import statistics
 import time
+import types
 
 from absl import app
 from absl import flags
 
-import benchmark_paths  # pylint: disable=unused-import  (puts the project on sys.path)
+from benchmark_paths import SHARED_DIR  # (first: it puts the project on sys.path)
 import tokenization  # pylint: disable=g-import-not-at-top,wrong-import-position
 
-_SHARED = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(
-    __file__)))), "shared")
-
 FLAGS = flags.FLAGS
-flags.DEFINE_string("corpus", os.path.join(_SHARED, "corpora", "wikitext2_valid.bert.txt"),
+flags.DEFINE_string("corpus", os.path.join(SHARED_DIR, "corpora", "wikitext2_valid.bert.txt"),
                     "Text file, one text per line (blank lines are skipped).")
-flags.DEFINE_string("vocab_file", os.path.join(_SHARED, "fixtures", "uncased_vocab", "vocab.txt"),
+flags.DEFINE_string("vocab_file",
+                    os.path.join(SHARED_DIR, "fixtures", "uncased_vocab", "vocab.txt"),
                     "WordPiece vocab.")
 flags.DEFINE_bool("do_lower_case", True, "Lower-case and strip accents.")
 flags.DEFINE_integer("max_lines", 0, "Use only the first N lines (0: all).")
 flags.DEFINE_integer("repeats", 3, "Timed runs per path; the median is reported.")
 flags.DEFINE_integer("batch_size", 1024, "Texts per call for the batch, in-graph and HF paths.")
 flags.DEFINE_bool("huggingface", True, "Include Hugging Face tokenizers if it is installed.")
+flags.DEFINE_string("original_dir", os.path.join(SHARED_DIR, "reference", "google-research-bert"),
+                    "Folder holding the original repository's tokenization.py (the reference).")
 
 
 def _batches(lines, batch_size):
   return [lines[i:i + batch_size] for i in range(0, len(lines), batch_size)]
 
 
-def original_path(vocab_file, do_lower_case):
-  """The straightforward algorithm: BasicTokenizer then WordpieceTokenizer per token."""
-  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case)
+def load_original(original_dir):
+  """Imports the original's tokenization.py from original_dir as it is (no copy, no edit).
+
+  It was written for TensorFlow 1, and its one TensorFlow call is `tf.gfile.GFile` in load_vocab;
+  TensorFlow 2 has that class as `tf.io.gfile.GFile`. So after the import the module's `tf` is
+  pointed at a stand-in module whose `gfile` is TensorFlow 2's.
+  """
+  path = os.path.join(original_dir, "tokenization.py")
+  if not os.path.exists(path):
+    raise app.UsageError("%s not found: this benchmark times the original's tokenizer; point "
+                         "--original_dir at a google-research/bert checkout" % path)
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  spec = importlib.util.spec_from_file_location("original_bert_tokenization", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  tf1_stand_in = types.ModuleType("tensorflow_gfile_for_tf1_code")
+  tf1_stand_in.gfile = tf.io.gfile
+  module.tf = tf1_stand_in
+  return module
+
+
+def original_path(original, vocab_file, do_lower_case):
+  """The original's FullTokenizer: tokenize, then convert_tokens_to_ids, one line at a time."""
+  tokenizer = original.FullTokenizer(vocab_file, do_lower_case)
 
   def run(lines):
-    return [tokenizer.convert_tokens_to_ids(
-        [piece for token in tokenizer.basic_tokenizer.tokenize(line)
-         for piece in tokenizer.wordpiece_tokenizer.tokenize(token)]) for line in lines]
+    return [tokenizer.convert_tokens_to_ids(tokenizer.tokenize(line)) for line in lines]
   return run
 
 
@@ -125,8 +147,10 @@ def main(_):
     lines = [line for line in f.read().splitlines() if line.strip()]
   if FLAGS.max_lines:
     lines = lines[:FLAGS.max_lines]
+  original = load_original(FLAGS.original_dir)
   paths = [
-      ("original algorithm (Python)", original_path(FLAGS.vocab_file, FLAGS.do_lower_case)),
+      ("original tokenization.py (google-research/bert)",
+       original_path(original, FLAGS.vocab_file, FLAGS.do_lower_case)),
       ("FullTokenizer.tokenize (cold cache)", python_path(FLAGS.vocab_file, FLAGS.do_lower_case)),
       ("BatchTokenizer.tokenize (batch %d)" % FLAGS.batch_size,
        batch_path(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.batch_size)),
