@@ -4,23 +4,21 @@
 names (`InputExample`, `InputFeatures`, `DataProcessor`, `convert_single_example`, ...) so its users
 find their way.
 
-Data files are read in the layouts GLUE and XNLI ship them in. A row that cannot be used (wrong
-number of columns, empty or unknown label, unparsable score) raises `BadInputError` naming the file
-and line, or, when the processor was built with `skip_bad_rows=True`, is skipped and counted in
-`processor.skipped_rows` (`BadRows`, which multiple choice's readers use too). A row of the test
-file is never skipped: test_results.tsv has one line per test row, in order, so an empty text is
+Data files are read in the layouts GLUE and XNLI ship them in, by task_files.py's readers. A row
+that cannot be used (wrong number of columns, empty or unknown label, unparsable score) raises
+`task_files.BadInputError` naming the file and line, or, when the processor was built with
+`skip_bad_rows=True`, is skipped and counted in `processor.skipped_rows` (`task_files.BadRows`).
+A row of the test file is never skipped: test_results.tsv has one line per test row, in order, so an empty text is
 predicted like any other and a bad test row is always an error.
 """
 
 import collections
-import csv
 import dataclasses
 import hashlib
 import json
 import math
 import os
-import re
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Optional, Sequence
 
 from absl import logging
 import numpy as np
@@ -37,6 +35,7 @@ import in_graph_tokenization
 import length_buckets
 import modeling
 import progress_log
+import task_files
 import tfrecord_files
 import tokenization
 import training_loop
@@ -44,10 +43,6 @@ import windowing
 
 # The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
 LABEL_LIST_FILE = "label_list.txt"
-
-
-class BadInputError(errors.InputError):
-  """Raised for a data file, row or directory that cannot be used; the message says where."""
 
 
 @dataclasses.dataclass
@@ -70,95 +65,6 @@ class InputFeatures:
   example_index: Optional[int] = None  # The example a window belongs to (with --doc_stride).
 
 
-@dataclasses.dataclass(frozen=True)
-class SplitLayout:
-  """Where a split's examples are and which columns hold what.
-
-  Attributes:
-    file_name: path of the file relative to data_dir.
-    text_a: column index of the first text.
-    text_b: column index of the second text, None for single-sentence tasks.
-    label: column index of the label, None for an unlabeled (test) split. Unlabeled examples get the
-      first label as a placeholder, as in the original.
-    has_header: whether the first line is a header. Every row must then have the header's number of
-      columns.
-    num_columns: the exact number of columns of a file without header (None: at least enough for the
-      indices above).
-    keep_if: optional (column, value): rows whose column differs are silently left out (XNLI's dev
-      and test files hold all 15 languages).
-    label_aliases: labels written differently in this file (XNLI's train file says "contradictory").
-    file_format: "tsv" (tab-separated, no quoting, as GLUE), "csv" or "jsonl".
-    jsonl_keys: for JSON Lines, the keys whose values make up the row's columns, in order.
-  """
-  file_name: str
-  text_a: int
-  text_b: Optional[int] = None
-  label: Optional[int] = None
-  has_header: bool = True
-  num_columns: Optional[int] = None
-  keep_if: Optional[tuple[int, str]] = None
-  label_aliases: tuple[tuple[str, str], ...] = ()
-  file_format: str = "tsv"
-  jsonl_keys: tuple[str, ...] = ()
-
-
-class BadRows:
-  """What a reader does with a data row it cannot use (`--skip_bad_rows`).
-
-  Without `skip`, `reject` raises BadInputError naming the file and line. With it, the first bad
-  row of each file is logged, every one is skipped and counted per file in `skipped`, and
-  `log_summary()` logs the counts at the end of the run. A reader calls `start_file` before a
-  file's rows (a file read again, e.g. the dev file at each evaluation, is counted once) and
-  `finish_file` after them. The rows of a file to predict are never skipped (`start_file`'s
-  `predicted`): its predictions are written one line per row, in order, without an id to match.
-  """
-
-  def __init__(self, skip: bool = False):
-    self.skip = skip
-    self.skipped: collections.Counter[str] = collections.Counter()
-    self.predicted: set[str] = set()
-
-  def reject(self, path: str, line_number: int, reason: str) -> None:
-    if path in self.predicted:
-      raise BadInputError("%s:%d: %s (a row of the file to predict is never skipped, not even with "
-                          "--skip_bad_rows: the predictions have one line per row, in order; fix "
-                          "the row)" % (path, line_number, reason))
-    if not self.skip:
-      raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
-                          (path, line_number, reason))
-    if not self.skipped[path]:
-      logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number,
-                      reason)
-    self.skipped[path] += 1
-
-  def start_file(self, path: str, predicted: bool = False) -> None:
-    """Starts counting a file's skipped rows; `predicted`: it is the file to predict (the test
-    file), whose bad rows are errors whatever `skip` says."""
-    self.skipped[path] = 0
-    if predicted:
-      self.predicted.add(path)
-    else:
-      self.predicted.discard(path)
-
-  def finish_file(self, path: str, examples: list, what: str) -> list:
-    """Logs the file's skipped rows; returns its examples, or raises BadInputError naming the file
-    (`what`: e.g. "train split") when it gave none."""
-    skipped = self.skipped[path]
-    if skipped:
-      logging.warning("%s: skipped %d bad rows", path, skipped)
-    if not examples:
-      raise BadInputError("%s: no examples in the %s%s" % (
-          path, what, " (%d bad rows skipped)" % skipped if skipped else ""))
-    return examples
-
-  def log_summary(self) -> None:
-    """Logs how many rows were skipped in all and per file (nothing when none was)."""
-    total = sum(self.skipped.values())
-    if total:
-      logging.info("Skipped %d bad rows (--skip_bad_rows): %s", total, ", ".join(
-          "%s %d" % (path, count) for path, count in self.skipped.items() if count))
-
-
 class DataProcessor:
   """Base class of the task processors: reads the train/dev/test splits of one task.
 
@@ -173,10 +79,10 @@ class DataProcessor:
   is_regression: bool = False
   label_delimiter: Optional[str] = None
   is_pair: bool = True
-  layouts: dict[str, SplitLayout] = {}
+  layouts: dict[str, task_files.SplitLayout] = {}
 
   def __init__(self, skip_bad_rows: bool = False):
-    self.bad_rows = BadRows(skip_bad_rows)
+    self.bad_rows = task_files.BadRows(skip_bad_rows)
 
   @property
   def skipped_rows(self) -> collections.Counter:
@@ -214,8 +120,9 @@ class DataProcessor:
       return "1 output (a score)"
     return "%d labels (%s)" % (len(self.get_labels()), ", ".join(self.get_labels()))
 
-  def _unknown_label(self, name: str) -> BadInputError:
-    return BadInputError("unknown label %r; expected one of %s" % (name, self.describe_labels()))
+  def _unknown_label(self, name: str) -> task_files.BadInputError:
+    return task_files.BadInputError("unknown label %r; expected one of %s" %
+                                    (name, self.describe_labels()))
 
   @property
   def is_multi_label(self) -> bool:
@@ -233,34 +140,34 @@ class DataProcessor:
     """Number of model outputs: one per class, or one score for regression."""
     return 1 if self.is_regression else len(self.get_labels())
 
-  def _layout(self, data_dir: str, split: str) -> SplitLayout:
+  def _layout(self, data_dir: str, split: str) -> task_files.SplitLayout:
     del data_dir  # Fixed layouts do not depend on the directory's content.
     return self.layouts[split]
 
   def _read_split(self, data_dir: str, split: str,
                   check_labels: bool = True) -> list[InputExample]:
     """The split's examples; `check_labels=False` takes any label (to learn the class names)."""
-    check_data_dir(data_dir)
+    task_files.check_data_dir(data_dir)
     layout = self._layout(data_dir, split)
     path = os.path.join(data_dir, layout.file_name)
     if not os.path.isfile(path):
-      raise BadInputError("%s: no such file (the %s split of task %s)" %
-                          (path, split, type(self).__name__))
+      raise task_files.BadInputError("%s: no such file (the %s split of task %s)" %
+                                     (path, split, type(self).__name__))
     examples = []
     self.bad_rows.start_file(path, predicted=split == "test")
-    for line_number, row in read_rows(path, layout.file_format, layout.has_header,
+    for line_number, row in task_files.read_rows(path, layout.file_format, layout.has_header,
                                       layout.jsonl_keys):
       try:
         example = self._create_example(layout, row, "%s-%d" % (split, len(examples)),
                                        check_labels)
-      except BadInputError as e:
+      except task_files.BadInputError as e:
         self.bad_rows.reject(path, line_number, str(e))
         continue
       if example is not None:
         examples.append(example)
     return self.bad_rows.finish_file(path, examples, "%s split" % split)
 
-  def _create_example(self, layout: SplitLayout, row: "Row", guid: str,
+  def _create_example(self, layout: task_files.SplitLayout, row: task_files.Row, guid: str,
                       check_labels: bool = True) -> Optional[InputExample]:
     """The example of one row; None when `keep_if` leaves it out; BadInputError if unusable."""
     row.check_columns(layout)
@@ -270,20 +177,21 @@ class DataProcessor:
     text_b = None if layout.text_b is None else row.get(layout.text_b)
     return InputExample(guid, text_a, text_b, self._label_of(layout, row, check_labels))
 
-  def _label_of(self, layout: SplitLayout, row: "Row", check_labels: bool = True) -> str:
+  def _label_of(self, layout: task_files.SplitLayout, row: task_files.Row,
+                check_labels: bool = True) -> str:
     if layout.label is None:
       return "0" if self.is_regression else self.get_labels()[0]
     label = row.get(layout.label).strip()
     label = dict(layout.label_aliases).get(label, label)
     if not label and not self.is_multi_label:  # A multi-label cell may list no label.
-      raise BadInputError("empty label: every training and evaluation row needs one")
+      raise task_files.BadInputError("empty label: every training and evaluation row needs one")
     if self.is_regression:
       try:
         score = float(label)
       except ValueError:
         score = math.nan
       if not math.isfinite(score):
-        raise BadInputError("score %r is not a number" % label)
+        raise task_files.BadInputError("score %r is not a number" % label)
     elif check_labels:
       for name in self.label_names(label):
         if name not in self.get_labels():
@@ -291,137 +199,15 @@ class DataProcessor:
     return label
 
 
-class Row:
-  """One parsed line of a data file: its cells, and what is known to be wrong with it."""
-
-  def __init__(self, cells: list[str], expected_width: Optional[int] = None,
-               problem: Optional[str] = None):
-    self.cells = cells
-    self.expected_width = expected_width
-    self.problem = problem
-
-  def get(self, column: int) -> str:
-    return self.cells[column]
-
-  def check_columns(self, layout: SplitLayout) -> None:
-    """Raises BadInputError unless the row parsed and has the expected number of columns."""
-    if self.problem:
-      raise BadInputError(self.problem)
-    width = self.expected_width or layout.num_columns
-    needed = 1 + max(c for c in (layout.text_a, layout.text_b, layout.label,
-                                 layout.keep_if and layout.keep_if[0]) if c is not None)
-    found = ("an empty line: " if self.cells == [""] else "") + "%d columns" % len(self.cells)
-    if width is not None and len(self.cells) != width:
-      raise BadInputError("%s, expected %d" % (found, width))
-    if len(self.cells) < needed:
-      raise BadInputError("%s, expected at least %d" % (found, needed))
-
-
-def check_data_dir(data_dir: Optional[str]) -> None:
-  """Raises BadInputError unless data_dir is an existing, non-empty directory."""
-  if not data_dir:
-    raise BadInputError("--data_dir is required to read the task's files")
-  if not os.path.isdir(data_dir):
-    raise BadInputError("--data_dir=%s: no such directory" % data_dir)
-  if not os.listdir(data_dir):
-    raise BadInputError("--data_dir=%s: the directory is empty" % data_dir)
-
-
-# csv's default field limit (128 KB) is below a long document; a TSV field cannot span lines, and a
-# CSV quote left open is still caught, at this size, as an error naming the line.
-MAX_FIELD_CHARS = 16 * 1024 * 1024
-
-
-def read_rows(path: str, file_format: str, has_header: bool,
-              jsonl_keys: Sequence[str] = ()) -> Iterator[tuple[int, Row]]:
-  """Yields (1-based line number, Row) for each data row of a TSV, CSV or JSONL file.
-
-  TSV is read like the original (tab-separated, no quoting); CSV with standard quoting (a row may
-  then span lines; its first line is reported). Every line after the header is a row: a blank one
-  is a row of one empty cell (an empty text in a one-column file, too few columns in a wider one).
-  Blank lines before the header, and in JSON Lines (where a row is an object), are no rows. A UTF-8
-  byte order mark is ignored. A JSON Lines row is an object; its cells are the values of
-  `jsonl_keys`, in order (a missing key or invalid JSON makes a row with a `problem`). So does a
-  row with bytes that are not UTF-8. A field over `MAX_FIELD_CHARS` raises BadInputError naming
-  the line.
-  """
-  with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
-    if file_format == "jsonl":
-      rows = _read_jsonl(f, jsonl_keys)
-    elif file_format in ("tsv", "csv"):
-      rows = _read_delimited(f, path, file_format, has_header)
-    else:
-      raise ValueError("unknown file format %r" % file_format)
-    for line_number, row in rows:
-      yield line_number, _check_utf8(row)
-
-
-def _read_delimited(f: Iterable[str], path: str, file_format: str,
-                    has_header: bool) -> Iterator[tuple[int, Row]]:
-  csv.field_size_limit(max(csv.field_size_limit(), MAX_FIELD_CHARS))
-  if file_format == "tsv":
-    reader = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-  else:
-    reader = csv.reader(f)
-  width = None
-  start_line = 1
-  while True:
-    try:
-      cells = next(reader)
-    except StopIteration:
-      return
-    except csv.Error as e:
-      raise BadInputError("%s:%d: %s" % (path, start_line, e)) from e
-    line_number, start_line = start_line, reader.line_num + 1
-    if has_header and width is None:
-      if cells and cells != [""]:
-        width = len(cells)
-      continue
-    yield line_number, Row(cells or [""], width)
-
-
-def _check_utf8(row: Row) -> Row:
-  """The row, with a `problem` if a cell holds bytes that are not UTF-8 (read as surrogates)."""
-  for column, cell in enumerate(row.cells):
-    bad = re.search("[\udc80-\udcff]", cell)
-    if bad and not row.problem:
-      row.problem = "invalid UTF-8 byte 0x%02x in column %d" % (ord(bad.group()) - 0xdc00, column)
-  return row
-
-
-def read_header(path: str, file_format: str) -> list[str]:
-  """Returns the cells of the first non-blank line of a TSV or CSV file."""
-  for _, row in read_rows(path, file_format, has_header=False):
-    if row.cells != [""]:
-      return row.cells
-  raise BadInputError("%s: the file is empty" % path)
-
-
-def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int, Row]]:
-  for line_number, line in enumerate(lines, start=1):
-    if not line.strip():
-      continue
-    try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      yield line_number, Row([], problem="invalid JSON (%s)" % e)
-      continue
-    if not isinstance(record, dict):
-      yield line_number, Row([], problem="a JSON object is expected, got %s" %
-                             type(record).__name__)
-      continue
-    missing = [k for k in keys if k not in record]
-    cells = ["" if record.get(k) is None else str(record.get(k)) for k in keys]
-    yield line_number, Row(cells, problem=missing and "no key %s" % ", ".join(map(repr, missing)))
 
 
 def _glue_layouts(text_a: int, text_b: Optional[int], label: int, test_text_a: int,
-                  test_text_b: Optional[int]) -> dict[str, SplitLayout]:
+                  test_text_b: Optional[int]) -> dict[str, task_files.SplitLayout]:
   """Layouts of a GLUE task whose train.tsv and dev.tsv share columns and test.tsv has no label."""
   return {
-      "train": SplitLayout("train.tsv", text_a, text_b, label),
-      "dev": SplitLayout("dev.tsv", text_a, text_b, label),
-      "test": SplitLayout("test.tsv", test_text_a, test_text_b),
+      "train": task_files.SplitLayout("train.tsv", text_a, text_b, label),
+      "dev": task_files.SplitLayout("dev.tsv", text_a, text_b, label),
+      "test": task_files.SplitLayout("test.tsv", test_text_a, test_text_b),
   }
 
 
@@ -437,10 +223,10 @@ class XnliProcessor(DataProcessor):
     super().__init__(skip_bad_rows)
     evaluation = dict(text_a=6, text_b=7, label=1, keep_if=(0, language))
     self.layouts = {
-        "train": SplitLayout("multinli/multinli.train.%s.tsv" % language, 0, 1, 2,
-                             label_aliases=(("contradictory", "contradiction"),)),
-        "dev": SplitLayout("xnli.dev.tsv", **evaluation),
-        "test": SplitLayout("xnli.test.tsv", **evaluation),
+        "train": task_files.SplitLayout("multinli/multinli.train.%s.tsv" % language, 0, 1, 2,
+                                        label_aliases=(("contradictory", "contradiction"),)),
+        "dev": task_files.SplitLayout("xnli.dev.tsv", **evaluation),
+        "test": task_files.SplitLayout("xnli.test.tsv", **evaluation),
     }
 
 
@@ -448,9 +234,9 @@ class MnliProcessor(DataProcessor):
   """MultiNLI (GLUE), matched dev and test sets, as the original."""
   labels = ("contradiction", "entailment", "neutral")
   layouts = {
-      "train": SplitLayout("train.tsv", 8, 9, -1),
-      "dev": SplitLayout("dev_matched.tsv", 8, 9, -1),
-      "test": SplitLayout("test_matched.tsv", 8, 9),
+      "train": task_files.SplitLayout("train.tsv", 8, 9, -1),
+      "dev": task_files.SplitLayout("dev_matched.tsv", 8, 9, -1),
+      "test": task_files.SplitLayout("test_matched.tsv", 8, 9),
   }
 
 
@@ -467,9 +253,9 @@ class ColaProcessor(DataProcessor):
   is_pair = False
   extra_metrics = ("matthews_corrcoef",)
   layouts = {
-      "train": SplitLayout("train.tsv", 3, label=1, has_header=False, num_columns=4),
-      "dev": SplitLayout("dev.tsv", 3, label=1, has_header=False, num_columns=4),
-      "test": SplitLayout("test.tsv", 1),
+      "train": task_files.SplitLayout("train.tsv", 3, label=1, has_header=False, num_columns=4),
+      "dev": task_files.SplitLayout("dev.tsv", 3, label=1, has_header=False, num_columns=4),
+      "test": task_files.SplitLayout("test.tsv", 1),
   }
 
 
@@ -559,7 +345,7 @@ class GenericProcessor(DataProcessor):
                         for example in self._read_split(data_dir, "train", check_labels=False)
                         for name in self.label_names(example.label)))
     if not labels:
-      raise BadInputError("%s: no labeled rows in the training file" % data_dir)
+      raise task_files.BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
     if distribution.is_chief():
       atomic_files.write_text(path, "".join(label + "\n" for label in labels))
@@ -572,14 +358,14 @@ class GenericProcessor(DataProcessor):
       return super().describe_labels()
     return "%s from %s" % (super().describe_labels(), self.label_list_path)
 
-  def _unknown_label(self, name: str) -> BadInputError:
+  def _unknown_label(self, name: str) -> task_files.BadInputError:
     error = super()._unknown_label(name)
     if self.label_list_path is None:
       return error
-    return BadInputError("%s, which every run in its output_dir keeps: if the data's labels "
-                         "changed, use a new --output_dir" % error)
+    return task_files.BadInputError("%s, which every run in its output_dir keeps: if the data's "
+                                    "labels changed, use a new --output_dir" % error)
 
-  def _layout(self, data_dir: str, split: str) -> SplitLayout:
+  def _layout(self, data_dir: str, split: str) -> task_files.SplitLayout:
     path, file_format = self._file_of(data_dir, split)
     wanted = [flag for flag, column in self.columns.items()
               if column is not None and not (flag == "label_column" and split == "test")]
@@ -588,13 +374,13 @@ class GenericProcessor(DataProcessor):
       keys = tuple(self.columns[flag] for flag in wanted)
       has_header = False
     else:
-      header = read_header(path, file_format) if self.has_header else None
+      header = task_files.read_header(path, file_format) if self.has_header else None
       index = {flag: self._column_index(flag, header, path) for flag in wanted}
       keys = ()
       has_header = self.has_header
-    return SplitLayout(os.path.basename(path), index["text_a_column"], index.get("text_b_column"),
-                       index.get("label_column"), has_header=has_header,
-                       file_format=file_format, jsonl_keys=keys)
+    return task_files.SplitLayout(os.path.basename(path), index["text_a_column"],
+                                  index.get("text_b_column"), index.get("label_column"),
+                                  has_header=has_header, file_format=file_format, jsonl_keys=keys)
 
   def _column_index(self, flag: str, header: Optional[list[str]], path: str) -> int:
     column = self.columns[flag]
@@ -602,18 +388,19 @@ class GenericProcessor(DataProcessor):
       return header.index(column)
     if column.isdigit():
       return int(column)
-    raise BadInputError("%s: no column %r (--%s); %s" % (
+    raise task_files.BadInputError("%s: no column %r (--%s); %s" % (
         path, column, flag, "the header has %s" % header if header is not None
         else "without header (--has_header=false) columns are 0-based indices"))
 
   def _file_of(self, data_dir: str, split: str) -> tuple[str, str]:
     """Returns (path, format) of the split's file, which must be unique."""
-    check_data_dir(data_dir)
+    task_files.check_data_dir(data_dir)
     found = [(os.path.join(data_dir, split + "." + fmt), fmt) for fmt in ("tsv", "csv", "jsonl")
              if os.path.isfile(os.path.join(data_dir, split + "." + fmt))]
     if len(found) != 1:
-      raise BadInputError("%s: expected exactly one of %s.tsv, %s.csv, %s.jsonl, found %s" % (
-          data_dir, split, split, split, [os.path.basename(p) for p, _ in found] or "none"))
+      raise task_files.BadInputError(
+          "%s: expected exactly one of %s.tsv, %s.csv, %s.jsonl, found %s" % (
+              data_dir, split, split, split, [os.path.basename(p) for p, _ in found] or "none"))
     return found[0]
 
 
@@ -623,13 +410,13 @@ def read_label_list(path: str) -> tuple[str, ...]:
   with open(path, encoding="utf-8") as f:
     labels = tuple(line.rstrip("\r\n") for line in f)
   if not labels:
-    raise BadInputError("%s: the label list is empty; delete it to learn the labels from the "
-                        "training file" % path)
+    raise task_files.BadInputError("%s: the label list is empty; delete it to learn the labels "
+                                   "from the training file" % path)
   for line_number, label in enumerate(labels, start=1):
     if not label.strip():
-      raise BadInputError("%s:%d: empty label: this label list was made from a training file with "
-                          "an empty label cell; train again in a new --output_dir" %
-                          (path, line_number))
+      raise task_files.BadInputError("%s:%d: empty label: this label list was made from a "
+                                     "training file with an empty label cell; train again in a "
+                                     "new --output_dir" % (path, line_number))
   return labels
 
 
@@ -1207,9 +994,10 @@ class ClassifierTask(fine_tuning.Task):
     except (tf.errors.OpError, ValueError):
       return  # A damaged checkpoint: the restore skips it and says so.
     if shape and shape[0] != self.processor.num_outputs:
-      raise BadInputError("checkpoint %s has a head of %d outputs, but the task has %s: that "
-                          "output_dir was trained for other labels; use a new --output_dir" %
-                          (prefix, shape[0], self.processor.describe_labels()))
+      raise task_files.BadInputError("checkpoint %s has a head of %d outputs, but the task has %s: "
+                                     "that output_dir was trained for other labels; use a new "
+                                     "--output_dir" %
+                                     (prefix, shape[0], self.processor.describe_labels()))
 
   def loss(self, model, features, training):
     """Mean (class-weighted) loss over real examples, plus accuracy when single-label."""

@@ -294,7 +294,7 @@ def define_data_dir_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> No
 
 
 def define_skip_bad_rows_flag(flag_values: flags.FlagValues = FLAGS) -> None:
-  """Defines `skip_bad_rows` (default false; `classifier.BadRows`)."""
+  """Defines `skip_bad_rows` (default false; `task_files.BadRows`)."""
   _define(flag_values, "bool", "skip_bad_rows", False,
           "Skip (and count) rows of the training and evaluation files that cannot be used (wrong "
           "number of columns, empty or unknown label) instead of stopping with an error naming "

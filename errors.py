@@ -1,7 +1,7 @@
 # coding=utf-8
 """Errors a user can fix, the checks that find them before any work, and how a script says so.
 
-Every module raises a subclass of `InputError` (`FlagError`, `classifier.BadInputError`,
+Every module raises a subclass of `InputError` (`FlagError`, `task_files.BadInputError`,
 `squad.SquadFormatError`, `modeling.ConfigError`, ...) with a message that names the flag or the
 file (and line) at fault and says what is allowed. Errors of the libraries we call on a user's file
 (json, TensorFlow's readers, safetensors, SentencePiece) are caught where the file is known and

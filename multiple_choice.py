@@ -18,7 +18,7 @@ An empty ending ("") is a missing one, in files as in the export's requests (who
 endings are filled with ""): it is no choice, gets probability 0, and the other endings get what
 they would get without it. So SWAG's four ending columns serve fewer endings too. A row needs at
 least one non-empty ending, and a label must point at one. A test row is never skipped (see
-`classifier.BadRows`): test_results.tsv has one line per test row, in order.
+`task_files.BadRows`): test_results.tsv has one line per test row, in order.
 
 Features reuse the classifier's pair records and cache (`classifier.cached_features_file`): one
 record per (context, ending) pair, an example's pairs consecutive, every example padded to the
@@ -46,11 +46,10 @@ import fine_tuning
 import in_graph_tokenization
 import length_buckets
 import modeling
+import task_files
 import tfrecord_files
 import tokenization
 import training_loop
-
-BadInputError = classifier.BadInputError
 
 # The classifier-record labels of the pairs (see the module docstring); their index is label_ids.
 WRONG, RIGHT, PADDING = "wrong", "right", "padding"
@@ -84,13 +83,13 @@ class MultipleChoiceExample:
 
 
 def read_examples(path: str, split: str = "data",
-                  bad_rows: Optional[classifier.BadRows] = None) -> list[MultipleChoiceExample]:
+                  bad_rows: Optional[task_files.BadRows] = None) -> list[MultipleChoiceExample]:
   """Reads SWAG CSV (`.csv`) or JSON Lines (`.jsonl`, `.json`) examples; BadInputError naming the
   file (and line) for a missing file, an unknown extension, a bad row (unless `bad_rows` skips
   it: `--skip_bad_rows`) or no examples."""
   if not os.path.isfile(path):
-    raise BadInputError("%s: no such file (the %s file)" % (path, split))
-  bad_rows = bad_rows or classifier.BadRows()
+    raise task_files.BadInputError("%s: no such file (the %s file)" % (path, split))
+  bad_rows = bad_rows or task_files.BadRows()
   bad_rows.start_file(path, predicted=split == "test")
   extension = os.path.splitext(path)[1].lower()
   if extension == ".csv":
@@ -98,31 +97,32 @@ def read_examples(path: str, split: str = "data",
   elif extension in (".jsonl", ".json"):
     examples = read_jsonl(path, split, bad_rows)
   else:
-    raise BadInputError("%s: unknown format: use SWAG's .csv or JSON Lines (.jsonl)" % path)
+    raise task_files.BadInputError("%s: unknown format: use SWAG's .csv or JSON Lines (.jsonl)" %
+                                   path)
   return bad_rows.finish_file(path, examples, "%s file" % split)
 
 
 def read_swag_csv(path: str, split: str,
-                  bad_rows: classifier.BadRows) -> list[MultipleChoiceExample]:
+                  bad_rows: task_files.BadRows) -> list[MultipleChoiceExample]:
   """SWAG's CSV files, columns found by header name; `label` optional (test file)."""
-  header = classifier.read_header(path, "csv")
+  header = task_files.read_header(path, "csv")
   missing = [name for name in SWAG_REQUIRED if name not in header]
   if missing:
-    raise BadInputError("%s:1: no column %s in the header (SWAG's columns: video-id,fold-ind,"
-                        "startphrase,sent1,sent2,gold-source,ending0,...,ending3[,label])" %
-                        (path, ", ".join(missing)))
+    raise task_files.BadInputError("%s:1: no column %s in the header (SWAG's columns: video-id,"
+                                   "fold-ind,startphrase,sent1,sent2,gold-source,ending0,...,"
+                                   "ending3[,label])" % (path, ", ".join(missing)))
   column = {name: header.index(name) for name in header}
   label_column = column.get("label")
-  layout = classifier.SplitLayout(path, column["sent1"], column["sent2"], label_column,
+  layout = task_files.SplitLayout(path, column["sent1"], column["sent2"], label_column,
                                   file_format="csv")
   examples = []
-  for line_number, row in classifier.read_rows(path, "csv", has_header=True):
+  for line_number, row in task_files.read_rows(path, "csv", has_header=True):
     try:
       row.check_columns(layout)
       endings = [row.get(column[name]) for name in SWAG_ENDINGS]
       label = None if label_column is None else _label_index(row.get(label_column).strip(), 4)
       _check_choices(endings, label)
-    except BadInputError as e:
+    except task_files.BadInputError as e:
       bad_rows.reject(path, line_number, str(e))
       continue
     examples.append(MultipleChoiceExample(
@@ -134,26 +134,28 @@ def read_swag_csv(path: str, split: str,
 def _label_index(label, num_endings: int) -> int:
   """An ending index from a CSV cell or a JSON value; BadInputError if it is not one."""
   if isinstance(label, bool) or not isinstance(label, (int, str)):
-    raise BadInputError("label %r is not an ending index" % (label,))
+    raise task_files.BadInputError("label %r is not an ending index" % (label,))
   try:
     index = int(label)
   except ValueError:
-    raise BadInputError("label %r is not an ending index" % label) from None
+    raise task_files.BadInputError("label %r is not an ending index" % label) from None
   if not 0 <= index < num_endings:
-    raise BadInputError("label %d is not an index of the %d endings" % (index, num_endings))
+    raise task_files.BadInputError("label %d is not an index of the %d endings" %
+                                   (index, num_endings))
   return index
 
 
 def _check_choices(endings: Sequence[str], label: Optional[int]) -> None:
   """BadInputError unless some ending is not empty and the label (if any) points at one."""
   if not any(endings):
-    raise BadInputError("every ending is empty: a row needs at least one (\"\" is a missing "
-                        "ending)")
+    raise task_files.BadInputError("every ending is empty: a row needs at least one (\"\" is a "
+                                   "missing ending)")
   if label is not None and not endings[label]:
-    raise BadInputError("label %d is an empty ending (\"\" is a missing ending)" % label)
+    raise task_files.BadInputError("label %d is an empty ending (\"\" is a missing ending)" %
+                                   label)
 
 
-def read_jsonl(path: str, split: str, bad_rows: classifier.BadRows) -> list[MultipleChoiceExample]:
+def read_jsonl(path: str, split: str, bad_rows: task_files.BadRows) -> list[MultipleChoiceExample]:
   """JSON Lines objects `{"context", "question"?, "endings": [...], "label"?}`, blank lines
   skipped."""
   examples = []
@@ -163,7 +165,7 @@ def read_jsonl(path: str, split: str, bad_rows: classifier.BadRows) -> list[Mult
         continue
       try:
         examples.append(_jsonl_example(line, "%s-%d" % (split, len(examples))))
-      except BadInputError as e:
+      except task_files.BadInputError as e:
         bad_rows.reject(path, line_number, str(e))
   return examples
 
@@ -172,19 +174,20 @@ def _jsonl_example(line: bytes, guid: str) -> MultipleChoiceExample:
   try:
     record = json.loads(line.decode("utf-8-sig"))
   except UnicodeDecodeError as e:
-    raise BadInputError("invalid UTF-8 byte 0x%02x at byte %d" % (line[e.start], e.start)) from None
+    raise task_files.BadInputError("invalid UTF-8 byte 0x%02x at byte %d" %
+                                   (line[e.start], e.start)) from None
   except json.JSONDecodeError as e:
-    raise BadInputError("invalid JSON (%s)" % e) from None
+    raise task_files.BadInputError("invalid JSON (%s)" % e) from None
   if not isinstance(record, dict):
-    raise BadInputError("a JSON object is expected, got %s" % type(record).__name__)
+    raise task_files.BadInputError("a JSON object is expected, got %s" % type(record).__name__)
   context, question, endings = record.get("context"), record.get("question"), record.get("endings")
   if not isinstance(context, str):
-    raise BadInputError("\"context\" must be a string")
+    raise task_files.BadInputError("\"context\" must be a string")
   if question is not None and not isinstance(question, str):
-    raise BadInputError("\"question\" must be a string")
+    raise task_files.BadInputError("\"question\" must be a string")
   if (not isinstance(endings, list) or not endings or
       not all(isinstance(ending, str) for ending in endings)):
-    raise BadInputError("\"endings\" must be a non-empty list of strings")
+    raise task_files.BadInputError("\"endings\" must be a non-empty list of strings")
   label = record.get("label")
   label = None if label is None else _label_index(label, len(endings))
   _check_choices(endings, label)
@@ -304,7 +307,7 @@ class MultipleChoiceTask(fine_tuning.Task):
     self.bucket_by_length = bucket_by_length
     # Training batches of one length bucket (length_buckets.batch).
     self.group_by_length = group_by_length
-    self.bad_rows = classifier.BadRows(skip_bad_rows)
+    self.bad_rows = task_files.BadRows(skip_bad_rows)
 
   def build_model(self) -> BertMultipleChoice:
     model = BertMultipleChoice(self.bert_config)
@@ -328,7 +331,7 @@ class MultipleChoiceTask(fine_tuning.Task):
 
   def read_split(self, split: str) -> list[MultipleChoiceExample]:
     """The examples of the train, dev or test file of data_dir."""
-    classifier.check_data_dir(self.data_dir)
+    task_files.check_data_dir(self.data_dir)
     return read_examples(os.path.join(self.data_dir, self.files[split]), split, self.bad_rows)
 
   def _examples_dataset(self, record_name: str, examples: Sequence[MultipleChoiceExample]
@@ -365,8 +368,9 @@ class MultipleChoiceTask(fine_tuning.Task):
     examples = self.read_split("dev")
     unlabeled = [example.guid for example in examples if example.label is None]
     if unlabeled:
-      raise BadInputError("%s: %d examples have no label (first: %s); --do_eval needs labels" % (
-          os.path.join(self.data_dir, self.files["dev"]), len(unlabeled), unlabeled[0]))
+      raise task_files.BadInputError(
+          "%s: %d examples have no label (first: %s); --do_eval needs labels" % (
+              os.path.join(self.data_dir, self.files["dev"]), len(unlabeled), unlabeled[0]))
     outputs = self._predict_split(strategy, model, "eval", examples, batch_size)
     loss = float(np.mean(outputs["per_example_loss"]))
     accuracy = float(np.mean(outputs["probabilities"].argmax(axis=1) == outputs["label_ids"]))

@@ -10,6 +10,7 @@ import pytest
 
 import checkpoints
 import classifier
+import task_files
 from conftest import shared_path
 
 T = "\t"
@@ -210,13 +211,13 @@ def test_processor_reads_the_shared_glue_training_file(task, directory, rows, fi
 def test_wrong_column_count_names_file_and_line(tmp_path):
   data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["good", "1"],
                                                      ["bad", "0", "extra"], ["fine", "0"])})
-  with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: 3 columns, expected 2"):
+  with pytest.raises(task_files.BadInputError, match=r"train\.tsv:3: 3 columns, expected 2"):
     classifier.get_processor("sst-2").get_train_examples(data_dir)
 
 
 def test_unknown_label_names_file_and_line(tmp_path):
   data_dir = write_files(tmp_path, {"dev.tsv": tsv(["x", "0", "", "a"], ["x", "2", "", "b"])})
-  with pytest.raises(classifier.BadInputError, match=r"dev\.tsv:2: unknown label '2'"):
+  with pytest.raises(task_files.BadInputError, match=r"dev\.tsv:2: unknown label '2'"):
     classifier.get_processor("cola").get_dev_examples(data_dir)
 
 
@@ -224,7 +225,7 @@ def test_bad_score_names_file_and_line(tmp_path):
   row = ["0"] + STSB_META + ["none", "none", "A.", "B."]
   for bad in ("high", "nan"):
     data_dir = write_files(tmp_path, {"train.tsv": tsv(["h"] * 10, row + ["4.2"], row + [bad])})
-    with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: score '%s' is not a" % bad):
+    with pytest.raises(task_files.BadInputError, match=r"train\.tsv:3: score '%s' is not a" % bad):
       classifier.get_processor("sts-b").get_train_examples(data_dir)
 
 
@@ -238,14 +239,14 @@ def test_bad_rows_are_skipped_and_counted_on_request(tmp_path):
 
 def test_missing_or_empty_data_dir_is_a_clear_error(tmp_path):
   processor = classifier.get_processor("mrpc")
-  with pytest.raises(classifier.BadInputError, match="no such directory"):
+  with pytest.raises(task_files.BadInputError, match="no such directory"):
     processor.get_train_examples(str(tmp_path / "absent"))
-  with pytest.raises(classifier.BadInputError, match="the directory is empty"):
+  with pytest.raises(task_files.BadInputError, match="the directory is empty"):
     processor.get_train_examples(str(tmp_path))
-  with pytest.raises(classifier.BadInputError, match="--data_dir is required"):
+  with pytest.raises(task_files.BadInputError, match="--data_dir is required"):
     processor.get_train_examples("")
   write_files(tmp_path, {"dev.tsv": ""})
-  with pytest.raises(classifier.BadInputError, match=r"train\.tsv: no such file"):
+  with pytest.raises(task_files.BadInputError, match=r"train\.tsv: no such file"):
     processor.get_train_examples(str(tmp_path))
 
 
@@ -301,17 +302,17 @@ def test_generic_jsonl_and_its_errors(tmp_path):
   assert processor.skipped_rows[os.path.join(data_dir, "train.jsonl")] == 2
   strict = classifier.get_processor("generic", text_a_column="text")
   strict.labels = ("0", "1")
-  with pytest.raises(classifier.BadInputError, match=r"train\.jsonl:3: invalid JSON"):
+  with pytest.raises(task_files.BadInputError, match=r"train\.jsonl:3: invalid JSON"):
     strict.get_train_examples(data_dir)
 
 
 def test_generic_column_and_file_errors(tmp_path):
   data_dir = write_files(tmp_path, {"train.csv": "a,b\nx,y\n", "dev.csv": "a\n", "dev.tsv": "a\n"})
   processor = classifier.get_processor("generic", text_a_column="text")
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"train\.csv: no column 'text' \(--text_a_column\)"):
     processor.load_or_create_label_list(data_dir, str(tmp_path / "out"))
-  with pytest.raises(classifier.BadInputError, match="exactly one of dev.tsv, dev.csv, dev.jsonl"):
+  with pytest.raises(task_files.BadInputError, match="exactly one of dev.tsv, dev.csv, dev.jsonl"):
     processor.get_dev_examples(data_dir)
 
 
@@ -320,7 +321,7 @@ def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
                                                              ["c", "x"])})
   output_dir = tmp_path / "out"
   strict = classifier.get_processor("generic", text_a_column="t", label_column="y")
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"train\.tsv:3: empty label: .*--skip_bad_rows"):
     strict.load_or_create_label_list(data_dir, str(output_dir))
   assert not output_dir.exists()  # No label list was written.
@@ -333,7 +334,7 @@ def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
   # A task with fixed labels says the same, not "unknown label ''".
   data_dir = write_files(tmp_path / "sst", {"train.tsv": tsv(["sentence", "label"], ["a", "1"],
                                                              ["b", ""])})
-  with pytest.raises(classifier.BadInputError, match=r"train\.tsv:3: empty label"):
+  with pytest.raises(task_files.BadInputError, match=r"train\.tsv:3: empty label"):
     classifier.get_processor("sst-2").get_train_examples(data_dir)
 
 
@@ -345,13 +346,13 @@ def test_a_label_list_that_does_not_fit_is_named_with_what_to_do(tmp_path):
   write_files(output_dir, {classifier.LABEL_LIST_FILE: "x\nz\n"})
   processor = classifier.get_processor("generic", text_a_column="t", label_column="y")
   assert processor.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
-  with pytest.raises(classifier.BadInputError) as error:
+  with pytest.raises(task_files.BadInputError) as error:
     processor.get_dev_examples(data_dir)
   assert str(error.value).startswith("%s:3: unknown label 'w'" % os.path.join(data_dir, "dev.tsv"))
   assert str(label_list) in str(error.value) and "new --output_dir" in str(error.value)
   # Written by a version that took an empty label cell for a class: its first line is empty.
   label_list.write_text("\nx\nz\n")
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"%s:1: empty label.*new --output_dir" % re.escape(str(label_list))):
     processor.load_or_create_label_list(data_dir, str(output_dir))
 
@@ -373,7 +374,7 @@ def test_head_of_another_size_in_output_dir_names_the_label_list(tmp_path):
   task = classifier.ClassifierTask(config, processor,
                                    tokenization.FullTokenizer(str(tmp_path / "vocab.txt")), None,
                                    str(output_dir), 16)
-  with pytest.raises(classifier.BadInputError) as error:
+  with pytest.raises(task_files.BadInputError) as error:
     task.build_model()
   message = str(error.value)
   assert str(output_dir / classifier.LABEL_LIST_FILE) in message
@@ -396,7 +397,7 @@ def test_blank_line_of_a_one_column_file_is_an_empty_text(tmp_path):
 def test_blank_line_of_a_wider_file_is_a_bad_row(tmp_path):
   data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["a", "1"]) + "\n" +
                                     tsv(["b", "0"])})
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"train\.tsv:3: an empty line: 1 columns, expected 2"):
     classifier.get_processor("sst-2").get_train_examples(data_dir)
   processor = classifier.get_processor("sst-2", skip_bad_rows=True)
@@ -414,7 +415,7 @@ def test_a_test_row_is_never_skipped(task, test_file, tmp_path):
   data_dir = write_files(tmp_path, {"test.tsv": test_file})
   processor = classifier.get_processor(task, skip_bad_rows=True)
   processor.labels = processor.labels or ("x",)
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"test\.tsv:3: .*never skipped, not even with --skip_bad_rows"):
     processor.get_test_examples(data_dir)
 
@@ -675,7 +676,7 @@ def test_multi_label_processor_features_and_loss(tmp_path, tokenizer):
                                                 label_delimiter=",")
               for i, e in enumerate(examples)]
   assert [f.label_id for f in features] == [[1, 0, 1], [0, 0, 0], [1, 1, 1]]
-  with pytest.raises(classifier.BadInputError, match=r"dev.tsv:2: unknown label 'zebra'"):
+  with pytest.raises(task_files.BadInputError, match=r"dev.tsv:2: unknown label 'zebra'"):
     processor.get_dev_examples(data_dir)
   # Loss: the mean over labels of each label's binary cross-entropy.
   logits = np.array([[2.0, -1.0, 0.0]], np.float32)

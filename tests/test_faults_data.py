@@ -29,6 +29,7 @@ import pretraining
 import pretraining_data
 import squad
 import tagging
+import task_files
 import tfrecord_files
 import tokenization
 import training_loop
@@ -319,7 +320,7 @@ def test_tsv_with_invalid_utf8_names_the_line_and_skip_bad_rows_skips_it(tmp_pat
   rows = [b"1\t1\t2\tThe cat.\tA cat.\n", b"0\t3\t4\tcaf\xe9 noir\tA dog.\n",
           b"1\t5\t6\tThe dog.\tA dog.\n"]
   _write_mrpc(tmp_path / "mrpc", rows)
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"train.tsv:3: invalid UTF-8 byte 0xe9 in column 3"):
     classifier.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
   processor = classifier.get_processor("mrpc", skip_bad_rows=True)
@@ -337,7 +338,7 @@ def test_tsv_field_over_128_kb_is_read(tmp_path):
 
 def test_empty_train_tsv_is_an_error_naming_it(tmp_path):
   _write_mrpc(tmp_path / "mrpc", [])
-  with pytest.raises(classifier.BadInputError, match=r"mrpc/train.tsv: no examples"):
+  with pytest.raises(task_files.BadInputError, match=r"mrpc/train.tsv: no examples"):
     classifier.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
 
 

@@ -15,12 +15,12 @@ import tensorflow as tf
 
 from conftest import write_model_files
 import checkpoints
-import classifier
 import distribution
 import length_buckets
 import modeling
 import multiple_choice
 import run_multiple_choice
+import task_files
 import tokenization
 import training_loop
 from test_serving import CLIENT, assert_same, warmup_requests
@@ -77,7 +77,7 @@ def test_swag_csv_with_and_without_labels(tmp_path):
 ])
 def test_bad_swag_rows_name_file_and_line(tmp_path, rows, message):
   path = write(tmp_path / "train.csv", SWAG_HEADER + "\n" + rows)
-  with pytest.raises(multiple_choice.BadInputError, match=message):
+  with pytest.raises(task_files.BadInputError, match=message):
     multiple_choice.read_examples(path, "train")
 
 
@@ -86,7 +86,7 @@ def test_skip_bad_rows_skips_and_counts_them_per_file(tmp_path):
                    "1,v,1,s,c,q,g,a,b,c,1\n2,v,1,s,c3,q,g,a,b,c,d,3\n3,v,1,s,c,q,g,a,b,c,d,x\n")
   jsonl_path = write(tmp_path / "dev.jsonl", '{"context": "c", "endings": []}\n'
                      '{"context": "ok", "endings": ["a", "b"], "label": 1}\n')
-  bad_rows = classifier.BadRows(skip=True)
+  bad_rows = task_files.BadRows(skip=True)
   first, second = multiple_choice.read_examples(csv_path, "train", bad_rows)
   (only,) = multiple_choice.read_examples(jsonl_path, "dev", bad_rows)
   assert [(e.guid, e.context, e.label) for e in (first, second, only)] == [
@@ -95,23 +95,23 @@ def test_skip_bad_rows_skips_and_counts_them_per_file(tmp_path):
   multiple_choice.read_examples(csv_path, "train", bad_rows)  # Read again (as each evaluation):
   assert bad_rows.skipped == {csv_path: 2, jsonl_path: 1}  # its rows count once.
   all_bad = write(tmp_path / "val.jsonl", '["c"]\n{"endings": ["a"]}\n')
-  with pytest.raises(multiple_choice.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"val\.jsonl: no examples in the dev file \(2 bad rows skipped\)"):
     multiple_choice.read_examples(all_bad, "dev", bad_rows)
   # test_results.tsv has one line per test row: a bad one stops the run even when skipping.
-  with pytest.raises(multiple_choice.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"test\.jsonl:1: .* never skipped, not even with --skip_bad_rows"):
     multiple_choice.read_examples(write(tmp_path / "test.jsonl", '["c"]\n'),
                                   "test", bad_rows)
   # Without skipping, the first bad row stops the run and the message says how to skip it.
-  with pytest.raises(multiple_choice.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"train\.csv:3: 11 columns, expected 12 \(pass --skip_bad_rows"):
     multiple_choice.read_examples(csv_path, "train")
 
 
 def test_swag_header_without_endings_is_named(tmp_path):
   path = write(tmp_path / "val.csv", "sent1,sent2,ending0,label\nA,B,c,0\n")
-  with pytest.raises(multiple_choice.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"val\.csv:1: no column ending1, ending2, ending3 in the header"):
     multiple_choice.read_examples(path)
 
@@ -139,14 +139,14 @@ def test_jsonl_any_number_of_endings_question_and_label_optional(tmp_path):
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, message):
   path = write(tmp_path / "train.jsonl", '{"context": "c", "endings": ["a"], "label": 0}\n\n' +
                line + "\n")
-  with pytest.raises(multiple_choice.BadInputError, match=r"train\.jsonl:3: " + message):
+  with pytest.raises(task_files.BadInputError, match=r"train\.jsonl:3: " + message):
     multiple_choice.read_examples(path)
 
 
 def test_unknown_extension_and_missing_file_are_named(tmp_path):
-  with pytest.raises(multiple_choice.BadInputError, match=r"x\.tsv: unknown format"):
+  with pytest.raises(task_files.BadInputError, match=r"x\.tsv: unknown format"):
     multiple_choice.read_examples(write(tmp_path / "x.tsv", "a\tb\n"))
-  with pytest.raises(multiple_choice.BadInputError, match=r"absent\.csv: no such file"):
+  with pytest.raises(task_files.BadInputError, match=r"absent\.csv: no such file"):
     multiple_choice.read_examples(str(tmp_path / "absent.csv"), "test")
 
 
@@ -327,7 +327,7 @@ def test_cli_learns_the_marker_rule_and_writes_results(tmp_path):
   assert saved["cls/multiple_choice/output_weights"] == [1, 32]
   # A dev file without labels cannot be evaluated: one line naming it.
   write_jsonl(data_dir / "dev.jsonl", test_records)
-  with pytest.raises(multiple_choice.BadInputError, match=r"dev\.jsonl: 7 examples have no label"):
+  with pytest.raises(task_files.BadInputError, match=r"dev\.jsonl: 7 examples have no label"):
     run(vocab_file=vocab_file, bert_config_file=config_file, data_dir=str(data_dir),
         dev_file="dev.jsonl", output_dir=output_dir, do_eval=True, max_seq_length=16)
 

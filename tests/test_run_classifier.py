@@ -14,6 +14,7 @@ import checkpoints
 import classifier
 import modeling
 import run_classifier
+import task_files
 
 FLAGS = flags.FLAGS
 run_classifier.define_flags()
@@ -154,7 +155,7 @@ def test_bad_flags_and_data_give_clear_errors(tmp_path):
         init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt", **files)
   with pytest.raises(ValueError, match="At least one of"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, **files)
-  with pytest.raises(classifier.BadInputError, match="no such directory"):
+  with pytest.raises(task_files.BadInputError, match="no such directory"):
     run(task_name="mrpc", data_dir=str(tmp_path / "absent"), output_dir=output_dir, do_train=True,
         **files)
   with pytest.raises(ValueError, match="--max_seq_length=128 exceeds .*max_position_embeddings=64"):
@@ -431,7 +432,7 @@ def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path)
   flag_values = dict(tiny_model_files(str(tmp_path)), task_name="generic", data_dir=str(data_dir),
                      text_a_column="sentence", output_dir=str(output_dir), max_seq_length=16,
                      train_batch_size=8, num_train_epochs=1.0)
-  with pytest.raises(classifier.BadInputError,
+  with pytest.raises(task_files.BadInputError,
                      match=r"train\.tsv:7: empty label: .*--skip_bad_rows"):
     run(do_train=True, **flag_values)
   assert not label_list.exists()
@@ -444,10 +445,10 @@ def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path)
   assert not np.allclose(probabilities[0], probabilities[1])
   # A label list of other labels than output_dir's checkpoints (here: another number of them).
   label_list.write_text("neg\npos\nzzz\n")
-  with pytest.raises(classifier.BadInputError) as error:
+  with pytest.raises(task_files.BadInputError) as error:
     run(do_predict=True, **flag_values)
   assert str(label_list) in str(error.value) and "new --output_dir" in str(error.value)
   # The label list an earlier version wrote from the empty cell: "" first, then the others.
   label_list.write_text("\nneg\npos\n")
-  with pytest.raises(classifier.BadInputError, match=r"label_list\.txt:1: empty label"):
+  with pytest.raises(task_files.BadInputError, match=r"label_list\.txt:1: empty label"):
     run(do_predict=True, **flag_values)
