@@ -43,6 +43,7 @@ import distribution
 import errors
 import in_graph_tokenization
 import modeling
+import tfrecord_encoding
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
 TOKEN_IDS_SIGNATURE = "token_ids"
@@ -188,21 +189,6 @@ def text_signature(encoder: Callable[..., Mapping[str, tf.Tensor]], outputs_fn: 
   return serve_text
 
 
-def _varint(value: int) -> bytes:
-  """Protocol buffer base-128 varint."""
-  out = bytearray()
-  while True:
-    byte, value = value & 0x7F, value >> 7
-    out.append(byte | (0x80 if value else 0))
-    if not value:
-      return bytes(out)
-
-
-def _message_field(number: int, payload: bytes) -> bytes:
-  """A length-delimited protobuf field (strings, sub-messages, map entries)."""
-  return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def prediction_log(signature_name: str, inputs: Mapping[str, np.ndarray]) -> bytes:
   """A serialized `tensorflow.serving.PredictionLog` holding one PredictRequest.
 
@@ -210,13 +196,14 @@ def prediction_log(signature_name: str, inputs: Mapping[str, np.ndarray]) -> byt
   PredictLog.request = 1, PredictRequest.model_spec = 1 and inputs = 2 (map<string, TensorProto>),
   ModelSpec.signature_name = 3), so exporting needs no tensorflow-serving-api package.
   """
-  model_spec = _message_field(3, signature_name.encode("utf-8"))
-  request = _message_field(1, model_spec)
+  field = tfrecord_encoding.length_delimited
+  model_spec = field(3, signature_name.encode("utf-8"))
+  request = field(1, model_spec)
   for name in sorted(inputs):
-    entry = (_message_field(1, name.encode("utf-8")) +
-             _message_field(2, tf.make_tensor_proto(inputs[name]).SerializeToString()))
-    request += _message_field(2, entry)
-  return _message_field(6, _message_field(1, request))
+    entry = (field(1, name.encode("utf-8")) +
+             field(2, tf.make_tensor_proto(inputs[name]).SerializeToString()))
+    request += field(2, entry)
+  return field(6, field(1, request))
 
 
 def warmup_text(num_words: int) -> str:

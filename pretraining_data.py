@@ -12,8 +12,8 @@ the original's `tf.train.Example` TFRecords. What changes is how the corpus flow
   `chunk_bytes` of text each; a file end always ends a document).
 * Each chunk is an independent task: a worker process tokenizes it, creates `dupe_factor` passes of
   instances from its documents (the random "other document" of a NotNext pair is drawn from the same
-  chunk), shuffles them, serializes each `tf.train.Example` and frames it as a TFRecord (CRC-32C
-  computed with NumPy), all without TensorFlow.
+  chunk), shuffles them, serializes each `tf.train.Example` and frames it as a TFRecord
+  (tfrecord_encoding.py: CRC-32C computed with NumPy), all without TensorFlow.
 * The main process receives the chunks in order, passes the records through a bounded shuffle
   buffer and writes them round-robin to the output files.
 
@@ -38,12 +38,12 @@ import sys
 from typing import Any, BinaryIO, Iterable, Iterator, NamedTuple, Optional, Sequence
 
 from absl import logging
-import numpy as np
 
 import atomic_files
 import errors
 import file_patterns
 import progress_log
+import tfrecord_encoding
 import tokenization
 
 SPECIAL_TOKENS = ("[CLS]", "[SEP]", "[MASK]")
@@ -323,44 +323,19 @@ def _random_continuation(documents: Sequence[list], document_index: int, target_
 
 
 # --------------------------------------------------------------------------------------------------
-# tf.train.Example and TFRecord encoding without TensorFlow.
+# tf.train.Example encoding without TensorFlow (the wire format: tfrecord_encoding.py).
 
-
-def _varint(value: int) -> bytes:
-  """Protocol-buffer base-128 varint of a non-negative int."""
-  out = bytearray()
-  while value > 0x7F:
-    out.append((value & 0x7F) | 0x80)
-    value >>= 7
-  out.append(value)
-  return bytes(out)
-
-
-def _length_delimited(field_tag: bytes, payload: bytes) -> bytes:
-  """A length-delimited protobuf field (wire type 2) with its one-byte tag."""
-  return field_tag + _varint(len(payload)) + payload
-
-
-# Field tags of feature.proto / example.proto (field number << 3 | wire type 2).
-_TAG_1, _TAG_2, _TAG_3 = b"\x0a", b"\x12", b"\x1a"
-_INT64_LIST, _FLOAT_LIST = _TAG_3, _TAG_2  # Feature.int64_list is field 3, Feature.float_list 2.
-_FEATURE_LIST_TAGS = {name: _FLOAT_LIST if name == "masked_lm_weights" else _INT64_LIST
-                      for name in FEATURE_NAMES}
+# Which value list (tfrecord_encoding.INT64_LIST or FLOAT_LIST) holds each feature's values.
+_FEATURE_VALUE_LISTS = {name: tfrecord_encoding.FLOAT_LIST if name == "masked_lm_weights"
+                        else tfrecord_encoding.INT64_LIST for name in FEATURE_NAMES}
+# The tag of Example.features (field 1), which holds every feature entry.
+_FEATURES_TAG = tfrecord_encoding.field_tag(1)
 
 
 def _feature_entry_prefix(name: str, packed_values_length: int) -> bytes:
-  """Bytes before the packed values of one `Features.feature` map entry.
-
-  The entry is: map key `name`, map value a Feature holding one value list (Int64List or FloatList)
-  whose `value` field 1 holds the packed values. Everything but the values depends on their length.
-  """
-  values_field = _TAG_1 + _varint(packed_values_length)
-  list_field = _FEATURE_LIST_TAGS[name] + _varint(len(values_field) + packed_values_length)
-  feature_length = len(list_field) + len(values_field) + packed_values_length
-  key_field = _length_delimited(_TAG_1, name.encode())
-  value_field = _TAG_2 + _varint(feature_length)
-  entry_length = len(key_field) + len(value_field) + feature_length
-  return _TAG_1 + _varint(entry_length) + key_field + value_field + list_field + values_field
+  """`tfrecord_encoding.feature_entry_prefix` of one of the FEATURE_NAMES."""
+  return tfrecord_encoding.feature_entry_prefix(name, _FEATURE_VALUE_LISTS[name],
+                                                packed_values_length)
 
 
 class ExampleEncoder:
@@ -374,7 +349,8 @@ class ExampleEncoder:
   def __init__(self, max_seq_length: int, max_predictions_per_seq: int, max_id: int):
     self.max_seq_length = max_seq_length
     self.max_predictions_per_seq = max_predictions_per_seq
-    self._varints = [_varint(value) for value in range(max(max_id, max_seq_length) + 1)]
+    self._varints = [tfrecord_encoding.varint(value)
+                     for value in range(max(max_id, max_seq_length) + 1)]
     # Entries that take few values are built once; 0/1 values are one byte each, so the input_mask
     # and segment_ids values always have max_seq_length bytes.
     self._input_mask_entries = [self._entry("input_mask", b"\x01" * count
@@ -419,7 +395,8 @@ class ExampleEncoder:
         self._label_entries[instance.is_random_next],
     ))
     size = len(features)
-    return _TAG_1 + (self._varints[size] if size < len(self._varints) else _varint(size)) + features
+    return _FEATURES_TAG + (self._varints[size] if size < len(self._varints)
+                            else tfrecord_encoding.varint(size)) + features
 
   def feature_values(self, instance: TrainingInstance) -> dict:
     """The padded feature values of one instance, as lists (for the readable log and for tests)."""
@@ -437,85 +414,6 @@ class ExampleEncoder:
                               + [0.0] * len(pad_masked)),
         "next_sentence_labels": [1 if instance.is_random_next else 0],
     }
-
-
-def _crc32c_tables() -> tuple:
-  """Tables of the reflected CRC-32C (Castagnoli, polynomial 0x82F63B78) update.
-
-  Returns (byte_table, low_table, high_table): `byte_table[b]` advances the register by one byte;
-  after four bytes the register is `low_table[x & 0xFFFF] ^ high_table[x >> 16]` with x = register
-  XOR the four bytes read as a little-endian uint32 (the update is linear, and after four bytes
-  nothing of the old register is left but what x carries).
-  """
-  byte_table = np.arange(256, dtype=np.uint32)
-  for _ in range(8):
-    byte_table = np.where(byte_table & 1, (byte_table >> 1) ^ np.uint32(0x82F63B78),
-                          byte_table >> 1).astype(np.uint32)
-  halves = np.arange(1 << 16, dtype=np.uint32)
-  low_table, high_table = halves, halves << np.uint32(16)
-  for _ in range(4):
-    low_table = byte_table[low_table & 0xFF] ^ (low_table >> np.uint32(8))
-    high_table = byte_table[high_table & 0xFF] ^ (high_table >> np.uint32(8))
-  return byte_table, low_table, high_table
-
-
-_CRC_BYTE_TABLE, _CRC_LOW_TABLE, _CRC_HIGH_TABLE = _crc32c_tables()
-_CRC_OF_ZEROS = [0xFFFFFFFF]  # [n]: the register after n zero bytes from the initial 0xFFFFFFFF.
-_CRC_BATCH = 4096
-
-
-def _initial_register_effect(lengths: np.ndarray) -> np.ndarray:
-  """What the initial register value contributes to the CRC of a message of each length."""
-  longest = int(lengths.max())
-  while len(_CRC_OF_ZEROS) <= longest:
-    register = _CRC_OF_ZEROS[-1]
-    _CRC_OF_ZEROS.append(int(_CRC_BYTE_TABLE[register & 0xFF]) ^ (register >> 8))
-  return np.asarray(_CRC_OF_ZEROS, dtype=np.uint32)[lengths]
-
-
-def crc32c(messages: Sequence[bytes]) -> np.ndarray:
-  """CRC-32C of every message, computed together with NumPy: one vector step per 4 bytes.
-
-  The CRC update is linear, so a message's CRC is its CRC from a zero register XOR the effect of the
-  initial register over its length; from a zero register leading zero bytes change nothing, so the
-  messages are right-aligned in one zero-padded matrix and processed column by column.
-  """
-  result = np.empty(len(messages), dtype=np.uint32)
-  for start in range(0, len(messages), _CRC_BATCH):
-    batch = messages[start:start + _CRC_BATCH]
-    lengths = np.fromiter(map(len, batch), dtype=np.int64, count=len(batch))
-    width = -(-int(lengths.max()) // 4) * 4
-    zeros = bytes(width)
-    padded = b"".join(part for message in batch for part in (zeros[len(message):], message))
-    words = np.frombuffer(padded, dtype="<u4").reshape(len(batch), width // 4)
-    register = np.zeros(len(batch), dtype=np.uint32)
-    for column in np.ascontiguousarray(words.T):
-      mixed = register ^ column
-      register = _CRC_LOW_TABLE[mixed & 0xFFFF] ^ _CRC_HIGH_TABLE[mixed >> 16]
-    result[start:start + len(batch)] = (register ^ _initial_register_effect(lengths)
-                                        ^ np.uint32(0xFFFFFFFF))
-  return result
-
-
-def _masked_crc(crc: np.ndarray) -> np.ndarray:
-  """TFRecord's masked CRC: rotate right by 15 bits and add a constant (mod 2**32)."""
-  return ((crc >> np.uint32(15)) | (crc << np.uint32(17))) + np.uint32(0xA282EAD8)
-
-
-def frame_tfrecords(records: Sequence[bytes]) -> list:
-  """Each record framed as in a TFRecord file: length, its masked CRC, data, data's masked CRC."""
-  if not records:
-    return []
-  lengths = np.fromiter(map(len, records), dtype="<u8", count=len(records))
-  length_bytes = lengths.tobytes()
-  length_fields = [length_bytes[8 * i:8 * i + 8] for i in range(len(records))]
-  headers = np.empty(len(records), dtype=[("length", "<u8"), ("crc", "<u4")])
-  headers["length"] = lengths
-  headers["crc"] = _masked_crc(crc32c(length_fields))
-  header_bytes = headers.tobytes()
-  footer_bytes = _masked_crc(crc32c(records)).astype("<u4").tobytes()
-  return [header_bytes[12 * i:12 * i + 12] + record + footer_bytes[4 * i:4 * i + 4]
-          for i, record in enumerate(records)]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -752,7 +650,7 @@ class ChunkProcessor:
     readable = [self.readable(instance) for instance in instances[:NUM_LOGGED_INSTANCES]]
     encoded = [self.encoder.encode(instance) for instance in instances]
     del instances, documents  # Only one form of the chunk's instances at a time besides the last.
-    records = frame_tfrecords(encoded)
+    records = tfrecord_encoding.frame_tfrecords(encoded)
     del encoded
     release_free_heap_memory()
     return ChunkResult(chunk.index, chunk.end_offset, records, counts, readable)

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, shared_path
 import pretraining_data
+import tfrecord_encoding
 import tokenization
 
 SPECIALS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -149,7 +150,7 @@ def test_encoder_bytes_parse_to_the_expected_example():
 
 def test_crc32c_known_values_and_tfrecord_framing_match_tensorflow(tmp_path):
   # Published CRC-32C check values (RFC 3720 B.4 and the "123456789" check).
-  assert [int(crc) for crc in pretraining_data.crc32c(
+  assert [int(crc) for crc in tfrecord_encoding.crc32c(
       [b"123456789", bytes(32), b"\xff" * 32, bytes(range(32)), b""])] == [
           0xE3069283, 0x8A9136AA, 0x62A8AB43, 0x46DD794E, 0]
   rng = random.Random(3)
@@ -157,7 +158,7 @@ def test_crc32c_known_values_and_tfrecord_framing_match_tensorflow(tmp_path):
   with tf.io.TFRecordWriter(str(tmp_path / "tf.tfrecord")) as writer:
     for record in records:
       writer.write(record)
-  ours = b"".join(pretraining_data.frame_tfrecords(records))
+  ours = b"".join(tfrecord_encoding.frame_tfrecords(records))
   assert ours == open(tmp_path / "tf.tfrecord", "rb").read()
 
 
