@@ -8,8 +8,8 @@ Data files are read in the layouts GLUE and XNLI ship them in, by task_files.py'
 that cannot be used (wrong number of columns, empty or unknown label, unparsable score) raises
 `task_files.BadInputError` naming the file and line, or, when the processor was built with
 `skip_bad_rows=True`, is skipped and counted in `processor.skipped_rows` (`task_files.BadRows`).
-A row of the test file is never skipped: test_results.tsv has one line per test row, in order, so an empty text is
-predicted like any other and a bad test row is always an error.
+A row of the test file is never skipped: test_results.tsv has one line per test row, in order,
+so an empty text is predicted like any other and a bad test row is always an error.
 """
 
 import collections
@@ -652,32 +652,24 @@ def window_inputs(tokenizer, text_a: str, text_b: Optional[str], max_seq_length:
                                     max_seq_length, cls_id, sep_id) for span in spans]
 
 
-def _int_feature(values) -> tf.train.Feature:
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
-def _float_feature(values) -> tf.train.Feature:
-  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
-
-
 def features_to_tf_example(features: InputFeatures, is_regression: bool) -> tf.train.Example:
   """The original's record: input_ids, input_mask, segment_ids, label_ids, is_real_example
   (label_ids holds one 0/1 per label for multi-label; a window also has `example_index`)."""
   if is_regression:
-    label = _float_feature([features.label_id])
+    label = tfrecord_files.float_feature([features.label_id])
   elif isinstance(features.label_id, list):
-    label = _int_feature(features.label_id)
+    label = tfrecord_files.int64_feature(features.label_id)
   else:
-    label = _int_feature([int(features.label_id)])
+    label = tfrecord_files.int64_feature([int(features.label_id)])
   feature = {
-      "input_ids": _int_feature(features.input_ids),
-      "input_mask": _int_feature(features.input_mask),
-      "segment_ids": _int_feature(features.segment_ids),
+      "input_ids": tfrecord_files.int64_feature(features.input_ids),
+      "input_mask": tfrecord_files.int64_feature(features.input_mask),
+      "segment_ids": tfrecord_files.int64_feature(features.segment_ids),
       "label_ids": label,
-      "is_real_example": _int_feature([int(features.is_real_example)]),
+      "is_real_example": tfrecord_files.int64_feature([int(features.is_real_example)]),
   }
   if features.example_index is not None:
-    feature["example_index"] = _int_feature([features.example_index])
+    feature["example_index"] = tfrecord_files.int64_feature([features.example_index])
   return tf.train.Example(features=tf.train.Features(feature=feature))
 
 
@@ -752,14 +744,11 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
   `num_multi_labels`: label_ids is that many 0/1 values (multi-label); `windowed`: the records are
   windows with their `example_index`.
   """
-  name_to_features = {
-      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "label_ids": tf.io.FixedLenFeature([num_multi_labels] if num_multi_labels else [],
-                                         tf.float32 if is_regression else tf.int64),
-      "is_real_example": tf.io.FixedLenFeature([], tf.int64),
-  }
+  name_to_features = dict(
+      tfrecord_files.id_features_spec(seq_length),
+      label_ids=tf.io.FixedLenFeature([num_multi_labels] if num_multi_labels else [],
+                                      tf.float32 if is_regression else tf.int64),
+      is_real_example=tf.io.FixedLenFeature([], tf.int64))
   if windowed:
     name_to_features["example_index"] = tf.io.FixedLenFeature([], tf.int64)
 

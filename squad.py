@@ -33,6 +33,7 @@ import in_graph_tokenization
 import length_buckets
 import modeling
 import progress_log
+import tfrecord_files
 import tokenization
 import training_loop
 import windowing
@@ -369,10 +370,6 @@ def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: An
 # TFRecords of features (the original's feature names) and their input pipeline.
 
 
-def _int64_feature(values: Sequence[int]) -> tf.train.Feature:
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
-
-
 def write_features_tfrecord(features: Iterable[InputFeatures], path: str,
                             is_training: bool) -> int:
   """Writes features as tf.train.Examples (as the original) and returns how many were written.
@@ -383,15 +380,15 @@ def write_features_tfrecord(features: Iterable[InputFeatures], path: str,
   with atomic_files.atomic_output(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
     for feature in features:
       record = {
-          "unique_ids": _int64_feature([feature.unique_id]),
-          "input_ids": _int64_feature(feature.input_ids),
-          "input_mask": _int64_feature(feature.input_mask),
-          "segment_ids": _int64_feature(feature.segment_ids),
+          "unique_ids": tfrecord_files.int64_feature([feature.unique_id]),
+          "input_ids": tfrecord_files.int64_feature(feature.input_ids),
+          "input_mask": tfrecord_files.int64_feature(feature.input_mask),
+          "segment_ids": tfrecord_files.int64_feature(feature.segment_ids),
       }
       if is_training:
-        record["start_positions"] = _int64_feature([feature.start_position])
-        record["end_positions"] = _int64_feature([feature.end_position])
-        record["is_impossible"] = _int64_feature([int(feature.is_impossible)])
+        record["start_positions"] = tfrecord_files.int64_feature([feature.start_position])
+        record["end_positions"] = tfrecord_files.int64_feature([feature.end_position])
+        record["is_impossible"] = tfrecord_files.int64_feature([int(feature.is_impossible)])
       writer.write(tf.train.Example(features=tf.train.Features(feature=record))
                    .SerializeToString())
       count += 1
@@ -400,12 +397,8 @@ def write_features_tfrecord(features: Iterable[InputFeatures], path: str,
 
 def feature_spec(seq_length: int, is_training: bool) -> dict[str, tf.io.FixedLenFeature]:
   """The parsing spec of the TFRecords `write_features_tfrecord` writes."""
-  spec = {
-      "unique_ids": tf.io.FixedLenFeature([], tf.int64),
-      "input_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "input_mask": tf.io.FixedLenFeature([seq_length], tf.int64),
-      "segment_ids": tf.io.FixedLenFeature([seq_length], tf.int64),
-  }
+  spec = dict(unique_ids=tf.io.FixedLenFeature([], tf.int64),
+              **tfrecord_files.id_features_spec(seq_length))
   if is_training:
     spec["start_positions"] = tf.io.FixedLenFeature([], tf.int64)
     spec["end_positions"] = tf.io.FixedLenFeature([], tf.int64)

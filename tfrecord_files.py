@@ -1,4 +1,8 @@
-"""Corrupt records in TFRecord files: errors that name the file and record, and skipping them.
+"""TFRecord files with TensorFlow: the features of their `tf.train.Example`s, and corrupt records.
+
+The fine-tuning tasks build their records' features with `int64_feature` and `float_feature` and
+parse their model inputs with `id_features_spec`. (Records written without TensorFlow, as by the
+pretraining data's workers, are tfrecord_encoding.py's.)
 
 tf.data stops at a corrupt record with `DataLossError: corrupted record at <offset>`, naming
 neither the file nor the record, and a record that fails its checksum also ends its file for
@@ -12,7 +16,7 @@ tf.data (it cannot find the next record boundary it can trust). So:
 
 import contextlib
 import dataclasses
-from typing import Iterator, Optional, Sequence
+from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
 import numpy as np
@@ -26,6 +30,25 @@ _FRAMING_BYTES = 16
 
 # The hint for a features file a run wrote itself (classifier and SQuAD caches).
 REBUILD_CACHE_HINT = "delete it and its .json note to rebuild it from the data"
+
+
+# The model inputs of every fine-tuning record, [seq_length] int64 each.
+ID_FEATURES = ("input_ids", "input_mask", "segment_ids")
+
+
+def int64_feature(values: Iterable[int]) -> tf.train.Feature:
+  """A `tf.train.Feature` of int64 values."""
+  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+
+
+def float_feature(values: Iterable[float]) -> tf.train.Feature:
+  """A `tf.train.Feature` of float values."""
+  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+
+
+def id_features_spec(seq_length: int) -> dict[str, tf.io.FixedLenFeature]:
+  """The parsing spec of a record's `ID_FEATURES` (the task adds its labels' and ids')."""
+  return {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in ID_FEATURES}
 
 
 class CorruptRecordError(errors.InputError):
