@@ -25,15 +25,12 @@ from typing import Iterator
 from absl import logging
 
 import errors
+import file_patterns
 
 _TEMPORARY_MARK = ".tmp-"
 # What follows the mark: host, pid, and for a checkpoint prefix's files a suffix (".index", ...).
 _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
-
-
-def _is_remote(path: str) -> bool:
-  return "://" in path
 
 
 def _gfile():
@@ -42,18 +39,18 @@ def _gfile():
 
 
 def _list_dir(directory: str) -> list:
-  if _is_remote(directory):
+  if file_patterns.is_remote(directory):
     return [name.rstrip("/") for name in _gfile().listdir(directory)]
   return os.listdir(directory or ".")
 
 
 def _exists(path: str) -> bool:
-  return _gfile().exists(path) if _is_remote(path) else os.path.lexists(path)
+  return _gfile().exists(path) if file_patterns.is_remote(path) else os.path.lexists(path)
 
 
 def _remove(path: str) -> None:
   """Deletes a file or a directory tree; a missing path is not an error."""
-  if _is_remote(path):
+  if file_patterns.is_remote(path):
     gfile = _gfile()
     if gfile.isdir(path):
       gfile.rmtree(path)
@@ -68,7 +65,7 @@ def _remove(path: str) -> None:
 
 def _rename(source: str, target: str) -> None:
   """Renames a file or directory over `target` (a directory target is replaced whole)."""
-  if _is_remote(source):
+  if file_patterns.is_remote(source):
     gfile = _gfile()
     if gfile.isdir(target):
       gfile.rmtree(target)
@@ -166,7 +163,7 @@ def atomic_output(path: str) -> Iterator[str]:
 def write_text(path: str, text: str) -> None:
   """Writes a whole text file (UTF-8) atomically."""
   with atomic_output(path) as temporary:
-    if _is_remote(path):
+    if file_patterns.is_remote(path):
       with _gfile().GFile(temporary, "w") as writer:
         writer.write(text)
     else:
@@ -182,7 +179,7 @@ def check_writable_directory(directory: str, flag_name: str) -> None:
   directory = directory or "."
   probe = temporary_path(os.path.join(directory, "write-check"))
   try:
-    if _is_remote(directory):
+    if file_patterns.is_remote(directory):
       _gfile().makedirs(directory)
       with _gfile().GFile(probe, "w") as writer:
         writer.write("")

@@ -36,6 +36,7 @@ import tensorflow as tf
 
 import atomic_files
 import errors
+import file_patterns
 
 CHECKPOINT_BASENAME = "model.ckpt"
 # The optimizer's per-variable slots, stored as `<variable name>/<slot>`, as the original's.
@@ -190,7 +191,7 @@ def _state_file(directory: str) -> str:
 
 def _same_directory(first: str, second: str) -> bool:
   """Whether two spellings name one directory (local paths resolved, remote ones normalized)."""
-  if "://" in first or "://" in second:
+  if file_patterns.is_remote(first) or file_patterns.is_remote(second):
     return first.rstrip("/") == second.rstrip("/")
   return os.path.realpath(first) == os.path.realpath(second)
 

@@ -431,7 +431,7 @@ def _check_input_paths() -> None:
     if errors.flag_value(name):
       file_patterns.expand(errors.flag_value(name), "--" + name)
   data_dir = errors.flag_value("data_dir")
-  if data_dir and "://" not in data_dir and not os.path.isdir(data_dir):
+  if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
 
 

@@ -52,7 +52,7 @@ def check_regular_file(path: str, what: str) -> None:
   """Raises InputError unless the local `path` is a readable regular file (remote `scheme://`
   paths are left to their reader): a directory, FIFO or device would hang or fail deep inside a
   reader. `what` says what the file is for, e.g. "--vocab_file"."""
-  if "://" in path:
+  if "://" in path:  # file_patterns.is_remote (file_patterns imports this module).
     return
   if not os.path.exists(path):
     raise InputError("%s: %s does not exist" % (what, path))

@@ -41,6 +41,7 @@ import tensorflow as tf
 import atomic_files
 import distribution
 import errors
+import file_patterns
 import in_graph_tokenization
 import modeling
 import tfrecord_encoding
@@ -304,7 +305,7 @@ def _rename_unless_taken(source: str, target: str) -> bool:
   empty directory or file is left alone too. On `scheme://` file systems, which have no atomic
   directory rename, tf.io.gfile checks the name just before renaming.
   """
-  if "://" in target:
+  if file_patterns.is_remote(target):
     try:
       tf.io.gfile.rename(source, target, overwrite=False)
     except tf.errors.AlreadyExistsError:

@@ -24,7 +24,8 @@ import errors
 
 
 def is_remote(path: str) -> bool:
-  """Whether `path` is a URL-like path (gs://, hdfs://, ...) read through tf.io.gfile."""
+  """Whether `path` is a URL-like path (gs://, hdfs://, ...) read through tf.io.gfile: the rule
+  by which the modules tell a remote path from a local one."""
   return "://" in path
 
 

@@ -428,10 +428,6 @@ class Chunk(NamedTuple):
   counts: collections.Counter  # What was cut or found empty while reading it.
 
 
-def _is_remote(path: str) -> bool:
-  return "://" in path
-
-
 class _GFileReader(io.RawIOBase):
   """A tf.io.gfile.GFile as a raw binary stream, so io.BufferedReader gives it readline(limit)."""
 
@@ -457,7 +453,7 @@ def open_file(path: str, mode: str) -> BinaryIO:
 
   `mode` is "rb" or "wb".
   """
-  if _is_remote(path):
+  if file_patterns.is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     gfile = tf.io.gfile.GFile(path, mode)
     return io.BufferedReader(_GFileReader(gfile), 1 << 20) if mode == "rb" else gfile
@@ -465,7 +461,7 @@ def open_file(path: str, mode: str) -> BinaryIO:
 
 
 def file_size(path: str) -> int:
-  if _is_remote(path):
+  if file_patterns.is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.io.gfile.stat(path).length
   return os.path.getsize(path)

@@ -35,6 +35,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 import atomic_files
 import errors
+import file_patterns
 import pretraining_data
 
 COUNTER_NAMESPACE = "create_pretraining_data"
@@ -122,7 +123,7 @@ def build_pipeline(pipeline: beam.Pipeline, config: pretraining_data.RunConfig,
 def _remove_files(paths: Sequence[str]) -> None:
   """Deletes the (empty) shard files of a run that made no instance."""
   for path in paths:
-    if "://" in path:  # A gs://-style path (as pretraining_data.open_file).
+    if file_patterns.is_remote(path):
       import tensorflow as tf  # pylint: disable=g-import-not-at-top
       tf.io.gfile.remove(path)
     else:

@@ -34,6 +34,7 @@ import unicodedata
 from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 import errors
+import file_patterns
 
 
 TextLike = Union[str, bytes]
@@ -117,7 +118,7 @@ def printable_text(text: TextLike) -> str:
 
 def _open_text(path: str):
   """Opens a local file, or a remote one (gs://...) through TensorFlow's gfile."""
-  if "://" in path:
+  if file_patterns.is_remote(path):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.io.gfile.GFile(path, "rb")
   return open(path, "rb")
