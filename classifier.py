@@ -1054,11 +1054,9 @@ class ClassifierTask(fine_tuning.Task):
     """Outputs per example (windows aggregated), in input order."""
     path = self._features_file(split, examples)
     windowed = self.doc_stride is not None
-    with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
-      outputs = training_loop.predict(
-          strategy, model, self.predict_outputs,
-          features_dataset(path, self.max_seq_length, self.processor.is_regression,
-                           self.num_multi_labels, windowed), batch_size, self.bucket_by_length)
+    dataset = features_dataset(path, self.max_seq_length, self.processor.is_regression,
+                               self.num_multi_labels, windowed)
+    outputs = self.predict_dataset(strategy, model, dataset, batch_size, [path])
     if not windowed:
       return outputs
     index = outputs["example_index"]

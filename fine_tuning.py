@@ -42,6 +42,9 @@ class Task(abc.ABC):
 
   # The `evaluate` metric that early stopping and the best checkpoint follow by default.
   default_eval_metric = "eval_accuracy"
+  # Evaluation and prediction batch examples of similar length (length_buckets); tasks set it
+  # from --bucket_by_length.
+  bucket_by_length = True
 
   @abc.abstractmethod
   def build_model(self) -> keras.Model:
@@ -73,6 +76,18 @@ class Task(abc.ABC):
   @abc.abstractmethod
   def export(self, model: keras.Model, export_dir: str) -> str:
     """Writes a raw-text SavedModel version under `export_dir`; returns its path."""
+
+  def predict_dataset(self, strategy: tf.distribute.Strategy, model: keras.Model,
+                      dataset: tf.data.Dataset, batch_size: int,
+                      feature_files: Sequence[str] = ()) -> dict:
+    """`predict_outputs` over an unbatched, finite dataset of features, one row per example in
+    input order (`training_loop.predict`, by length bucket as `bucket_by_length` says). The one
+    prediction path of every task's evaluation and prediction: a corrupt record in one of the
+    cached `feature_files` the dataset reads is an error naming the file and how to rebuild it."""
+    with tfrecord_files.naming_corrupt_records(list(feature_files),
+                                               tfrecord_files.REBUILD_CACHE_HINT):
+      return training_loop.predict(strategy, model, self.predict_outputs, dataset, batch_size,
+                                   self.bucket_by_length)
 
 
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,

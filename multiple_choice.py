@@ -47,7 +47,6 @@ import in_graph_tokenization
 import length_buckets
 import modeling
 import task_files
-import tfrecord_files
 import tokenization
 import training_loop
 
@@ -359,9 +358,7 @@ class MultipleChoiceTask(fine_tuning.Task):
   def _predict_split(self, strategy, model, record_name: str,
                      examples: Sequence[MultipleChoiceExample], batch_size: int) -> dict:
     dataset, path = self._examples_dataset(record_name, examples)
-    with tfrecord_files.naming_corrupt_records([path], tfrecord_files.REBUILD_CACHE_HINT):
-      return training_loop.predict(strategy, model, self.predict_outputs, dataset, batch_size,
-                                   self.bucket_by_length)
+    return self.predict_dataset(strategy, model, dataset, batch_size, [path])
 
   def evaluate(self, strategy, model, batch_size: int) -> dict:
     """eval_accuracy (right ending ranked first) and eval_loss over the dev file."""

@@ -1194,9 +1194,9 @@ class SquadTask(fine_tuning.Task):
     logging.info("***** Predicting: %d examples, %d features, batch %d *****", len(examples),
                  len(features), batch_size)
     start_time = time.time()
-    outputs = training_loop.predict(strategy, model, self.predict_outputs,
-                                    input_dataset(record_path, options.max_seq_length, False),
-                                    batch_size, self.bucket_by_length)
+    outputs = self.predict_dataset(strategy, model,
+                                   input_dataset(record_path, options.max_seq_length, False),
+                                   batch_size, [record_path])
     seconds = time.time() - start_time
     logging.info("Predicted %d examples (%d features) in %.1fs: %.1f examples/s, %.1f features/s",
                  len(examples), len(features), seconds, len(examples) / max(seconds, 1e-9),

@@ -32,7 +32,6 @@ import in_graph_tokenization
 import length_buckets
 import modeling
 import tokenization
-import training_loop
 import windowing
 
 DOCSTART = "-DOCSTART-"
@@ -697,9 +696,7 @@ class TaggingTask(fine_tuning.Task):
     logging.info("%s: %d sentences, %d windows", self._file_name(split), len(sentences),
                  len(features))
     if features:
-      outputs = training_loop.predict(strategy, model, self.predict_outputs,
-                                      features_dataset(features), batch_size,
-                                      self.bucket_by_length)
+      outputs = self.predict_dataset(strategy, model, features_dataset(features), batch_size)
       ids = words_tag_ids(features, outputs["tag_ids"], sentences)
       tag_list = self.tags()
       predicted = [[tag_list[i] for i in sentence_ids] for sentence_ids in ids]
