@@ -44,12 +44,6 @@ SLOT_NAMES = ("adam_m", "adam_v")
 GLOBAL_STEP = "global_step"
 
 
-class TrainingError(errors.InputError):
-  """A run cannot continue: the loss became NaN or Inf, no checkpoint is readable, the output
-  directory is in use or cannot be written, `--init_checkpoint` does not fit the model. The
-  message says what to do; `cli.run_script` prints it as one line."""
-
-
 class CheckpointError(errors.InputError):
   """A checkpoint cannot be used: there is none at the path, or its variables do not fit the
   model (names, shapes, dtypes). The message names the checkpoint and the variable."""
@@ -226,7 +220,7 @@ def open_checkpoint(prefix: str):
     reader = tf.train.load_checkpoint(prefix)
   except _CHECKPOINT_READ_ERRORS as error:
     raise UnreadableCheckpointError("checkpoint %s cannot be read (%s)" %
-                                    (prefix, first_line(error))) from error
+                                    (prefix, errors.first_line(error))) from error
   described = _described_bytes(reader)
   held = sum(tf.io.gfile.stat(path).length for path in tf.io.gfile.glob(prefix + ".data-*"))
   if described > held:
@@ -250,7 +244,7 @@ def read_tensor(reader, prefix: str, name: str) -> np.ndarray:
     return np.asarray(reader.get_tensor(name))
   except _CHECKPOINT_READ_ERRORS as error:
     raise UnreadableCheckpointError("checkpoint %s: variable %s cannot be read (%s)" %
-                                    (prefix, name, first_line(error))) from error
+                                    (prefix, name, errors.first_line(error))) from error
 
 
 def _same_kind(stored: tf.DType, wanted: tf.DType) -> bool:
@@ -466,14 +460,6 @@ def _missing_files(prefix: str) -> Optional[str]:
   return None
 
 
-def first_line(error: BaseException) -> str:
-  """`<type>: <first line of the message>`, without TensorFlow's op and function decorations."""
-  message = getattr(error, "message", None) or str(error) or type(error).__name__
-  message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "",
-                   message.strip().splitlines()[0])
-  return "%s: %s" % (type(error).__name__, message)
-
-
 def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Optional[str]:
   """Loads the newest readable checkpoint of `output_dir` with `load_fn(prefix)`.
 
@@ -495,7 +481,7 @@ def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Opt
       try:
         load_fn(prefix)
       except (UnreadableCheckpointError,) + _CHECKPOINT_READ_ERRORS as error:
-        problem = "cannot be read (%s)" % first_line(error.__cause__ or error)
+        problem = "cannot be read (%s)" % errors.first_line(error.__cause__ or error)
     if problem is None:
       if damaged:
         logging.warning("Using %s, the newest intact checkpoint", prefix)
@@ -503,7 +489,7 @@ def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Opt
     logging.warning("Checkpoint %s is damaged: %s; trying the previous one", prefix, problem)
     damaged.append("%s (%s)" % (os.path.basename(prefix), problem))
   if damaged:
-    raise TrainingError(
+    raise errors.TrainingError(
         "no readable checkpoint in %s: %s. Remove these files (or use another --output_dir) to "
         "start over" % (output_dir, "; ".join(damaged)))
   return None
@@ -553,9 +539,9 @@ def save_training_checkpoint(named_variables: Mapping[str, Any], output_dir: str
     keep = max(1, keep_checkpoint_max)
     _write_state_file(output_dir, history[-keep:])
   except (tf.errors.OpError, OSError) as error:
-    raise TrainingError("cannot write checkpoint %s (%s); the latest complete checkpoint is %s" %
-                        (prefix, first_line(error), latest_checkpoint(output_dir) or "(none)")
-                        ) from error
+    raise errors.TrainingError(
+        "cannot write checkpoint %s (%s); the latest complete checkpoint is %s" %
+        (prefix, errors.first_line(error), latest_checkpoint(output_dir) or "(none)")) from error
   for old in history[:-keep]:
     _delete_checkpoint_files(old)
   return prefix
@@ -624,7 +610,7 @@ def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
       encoder_names.update(checkpoint_variables(layer))
   missing = [name for name in report.missing if name in encoder_names]
   if missing and not allow_partial:
-    raise TrainingError(
+    raise errors.TrainingError(
         "--init_checkpoint=%s fills only %d of the encoder's %d variables: %d missing, e.g. %s%s. "
         "Pass a checkpoint with these names, or --allow_partial_init_checkpoint to train with the "
         "missing ones at random initial values" % (

@@ -570,7 +570,7 @@ def _writing(output_dir: str) -> Iterator[None]:
     yield
   except (tf.errors.OpError, OSError, safetensors.SafetensorError) as error:
     raise ConversionError("cannot write the converted model to %s (%s)" %
-                          (output_dir, checkpoints.first_line(error))) from error
+                          (output_dir, errors.first_line(error))) from error
 
 
 def _copy_vocab(source_dir: str, output_dir: str) -> None:

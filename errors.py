@@ -1,11 +1,12 @@
 # coding=utf-8
 """Errors a user can fix, the checks that find them before any work, and how a script says so.
 
-Every module raises a subclass of `InputError` (`FlagError`, `task_files.BadInputError`,
-`squad.SquadFormatError`, `modeling.ConfigError`, ...) with a message that names the flag or the
-file (and line) at fault and says what is allowed. Errors of the libraries we call on a user's file
-(json, TensorFlow's readers, safetensors, SentencePiece) are caught where the file is known and
-raised again as an `InputError` that names it (`named`).
+Every module raises a subclass of `InputError` (`FlagError`, `TrainingError`,
+`task_files.BadInputError`, `squad.SquadFormatError`, `modeling.ConfigError`, ...) with a message
+that names the flag or the file (and line) at fault and says what is allowed. Errors of the
+libraries we call on a user's file (json, TensorFlow's readers, safetensors, SentencePiece) are
+caught where the file is known and raised again as an `InputError` that names it (`named`) or
+quotes them in one line (`first_line`).
 
 `run_script` is how every command-line script runs its `main`: it parses the flags, runs the
 validation pass (every numeric flag against `FLAG_RULES`, the flags that go together, the input
@@ -22,6 +23,7 @@ need TensorFlow (config, checkpoint, TF_CONFIG).
 import dataclasses
 import math
 import os
+import re
 import stat
 import sys
 from typing import Any, Callable, Optional
@@ -41,11 +43,25 @@ class FlagError(InputError):
   """A flag is missing, out of range or does not fit another: the message names the flag."""
 
 
+class TrainingError(InputError):
+  """A run cannot continue: the loss became NaN or Inf, no checkpoint is readable, the output
+  directory is in use or cannot be written, `--init_checkpoint` does not fit the model. The
+  message says what to do; `cli.run_script` prints it as one line."""
+
+
 def named(path: str, error: BaseException) -> str:
   """`path: <what went wrong>` for a library's error on a user's file, on one line."""
   what = str(error).strip().splitlines()
   return "%s: %s%s" % (path, type(error).__name__ + ": " if what else type(error).__name__,
                        what[0] if what else "")
+
+
+def first_line(error: BaseException) -> str:
+  """`<type>: <first line of the message>`, without TensorFlow's op and function decorations."""
+  message = getattr(error, "message", None) or str(error) or type(error).__name__
+  message = re.sub(r"\{\{function_node [^}]*\}\}\s*|\s*\[Op:\w+\]", "",
+                   message.strip().splitlines()[0])
+  return "%s: %s" % (type(error).__name__, message)
 
 
 def check_regular_file(path: str, what: str) -> None:

@@ -75,7 +75,7 @@ class OutputDirLock:
   processes starting at the same moment and dies with its process (SIGKILL included); a lock file
   left by a process that is gone is taken over with a warning. Elsewhere (e.g. gs://) the file is
   the lock: a holder on this host that is no longer running is taken over, any other holder must
-  be removed by hand. Use as a context manager; `checkpoints.TrainingError` names the holder.
+  be removed by hand. Use as a context manager; `errors.TrainingError` names the holder.
   """
 
   def __init__(self, output_dir: str):
@@ -112,8 +112,8 @@ class OutputDirLock:
       pass
     return False
 
-  def _in_use(self, holder: str) -> checkpoints.TrainingError:
-    return checkpoints.TrainingError(
+  def _in_use(self, holder: str) -> errors.TrainingError:
+    return errors.TrainingError(
         "--output_dir=%s is in use by %s (lock file %s): only one job may write to a directory. "
         "If that job is gone, remove the lock file" % (self.output_dir, self._describe(holder),
                                                         self.path))
@@ -129,8 +129,8 @@ class OutputDirLock:
       else:
         self._acquire_local()
     except (tf.errors.OpError, OSError) as error:
-      raise checkpoints.TrainingError("--output_dir=%s cannot be written (%s)" %
-                          (self.output_dir, checkpoints.first_line(error))) from error
+      raise errors.TrainingError("--output_dir=%s cannot be written (%s)" %
+                          (self.output_dir, errors.first_line(error))) from error
 
   def _acquire_local(self) -> None:
     while True:
@@ -528,7 +528,7 @@ class _Evaluations:
       try:
         return json.load(f)["evaluations"]
       except (ValueError, KeyError, TypeError) as error:
-        raise checkpoints.TrainingError(
+        raise errors.TrainingError(
             "%s is not an evaluation history (%s); remove it to start early stopping anew" %
             (self.path, error)) from None
 
@@ -580,7 +580,7 @@ class _Evaluations:
     metric = self.config.early_stopping_metric
     if (self.config.early_stopping_patience or self.config.keep_best_checkpoint) and (
         metric not in metrics):
-      raise checkpoints.TrainingError(
+      raise errors.TrainingError(
           "--early_stopping_metric=%s is not one of the evaluation's metrics: %s" %
           (metric, ", ".join(sorted(metrics))))
     self.history.append({"step": step, "metrics": metrics})
@@ -648,7 +648,7 @@ def train(strategy: tf.distribute.Strategy,
     A TrainResult with the trained model (usable for evaluate/predict in the same process).
 
   Raises:
-    checkpoints.TrainingError: the loss became NaN or Inf (the last good checkpoint stays the
+    errors.TrainingError: the loss became NaN or Inf (the last good checkpoint stays the
       latest); a checkpoint cannot be written; `output_dir` is in use by another job or cannot be
       written; it holds checkpoints but none is readable; `init_checkpoint` lacks encoder
       variables; a resume has other settings than those recorded in `output_dir` (see
@@ -682,7 +682,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
 
   step, restored = _restore_or_initialize(model, named_variables, config)
   if step < config.phase_start_step:
-    raise checkpoints.TrainingError(
+    raise errors.TrainingError(
         "%s is at step %d, before this phase's first step %d: finish the previous phase first" %
         (restored or config.output_dir, step, config.phase_start_step))
   if chief:
@@ -714,8 +714,8 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
     writer = (tf.summary.create_file_writer(config.output_dir) if chief else
               tf.summary.create_noop_writer())
   except tf.errors.OpError as error:
-    raise checkpoints.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
-                                    (config.output_dir, checkpoints.first_line(error))) from error
+    raise errors.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
+                               (config.output_dir, errors.first_line(error))) from error
   try:
     first_step, metrics, prefix, loop_rates = step, {}, None, []
     seconds_per_step = None
@@ -736,7 +736,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
       step += num_steps
       if not all(math.isfinite(value) for value in metrics.values()):
         last = checkpoints.latest_checkpoint(config.output_dir)
-        raise checkpoints.TrainingError(
+        raise errors.TrainingError(
             "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
             (metrics.get("loss"), step - num_steps + 1, step, metrics, last or "(none)"))
       examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
@@ -865,7 +865,7 @@ def _read_settings(path: str) -> dict:
     try:
       return dict(json.load(f)["phases"])
     except (ValueError, KeyError, TypeError) as error:
-      raise checkpoints.TrainingError(
+      raise errors.TrainingError(
           "%s is not a record of training settings (%s); remove it to record this run's" %
           (path, error)) from None
 
@@ -891,7 +891,7 @@ def _check_and_record_settings(config: TrainConfig, step: int) -> None:
     differences = _settings_differences(recorded, current, config.num_train_epochs is not None)
     where = "" if phase == "0" else " for the phase that starts at step %s" % phase
     if differences and not config.allow_changed_settings:
-      raise checkpoints.TrainingError(
+      raise errors.TrainingError(
           "--output_dir=%s was trained with other settings (recorded in %s%s): %s. Resume with "
           "the recorded values, use another --output_dir, or pass --allow_changed_settings to "
           "continue this run with the new ones" % (config.output_dir, path, where,

@@ -12,6 +12,7 @@ import tensorflow as tf
 from conftest import write_model_files
 import checkpoints
 import classifier
+import errors
 import modeling
 import run_classifier
 import task_files
@@ -202,7 +203,7 @@ def test_lr_schedule_linear_reaches_the_optimizer_and_a_resume_with_another_is_r
   assert {4, 8, 12} <= set(rates)
   for step, rate in rates.items():
     assert rate == pytest.approx(1e-3 * (12 - step) / 11, rel=1e-5, abs=1e-10), step
-  with pytest.raises(checkpoints.TrainingError,
+  with pytest.raises(errors.TrainingError,
                      match="--lr_schedule: recorded linear, now original"):
     run(do_train=True, **dict(flag_values, lr_schedule="original"))
 
@@ -247,7 +248,7 @@ def test_eval_on_unreadable_checkpoints_is_an_error_not_a_random_model(generic_t
   checkpoints.write_checkpoint({"bert/embeddings/word_embeddings": np.ones([len(VOCAB), 32])},
                             os.path.join(output_dir, "model.ckpt-10"))
   os.truncate(os.path.join(output_dir, "model.ckpt-10.data-00000-of-00001"), 10)
-  with pytest.raises(checkpoints.TrainingError,
+  with pytest.raises(errors.TrainingError,
                      match=r"no readable checkpoint in .*: "
                      r"model\.ckpt-20 \(its files are missing\); "
                      r"model\.ckpt-10 \(cannot be read \(.*\)\)"):

@@ -402,7 +402,7 @@ def test_phase2_continues_step_and_optimizer_state_at_its_length_and_resumes_in_
   # phase-2 learning rate is refused (phase 1, finished, has the same settings).
   changed = tmp_path / "changed_in_phase2"
   _copy_checkpoint(one_job, 30, changed)
-  with pytest.raises(checkpoints.TrainingError, match=(
+  with pytest.raises(errors.TrainingError, match=(
       r"\(recorded in .*training_settings.json for the phase that starts at step 20\): "
       r"--learning_rate: recorded 0.0005, now 0.001\. ")):
     _two_phases(changed, phase1_file, phase2_file, phase2_learning_rate=1e-3)

@@ -29,6 +29,7 @@ from conftest import small_tmpfs  # pylint: disable=g-import-not-at-top
 import checkpoints  # pylint: disable=g-import-not-at-top
 import cli  # pylint: disable=g-import-not-at-top
 import distribution  # pylint: disable=g-import-not-at-top
+import errors  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import optimization  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
@@ -264,7 +265,7 @@ def test_linear_schedule_reaches_the_optimizer_and_resumes_exactly(reference, tm
 
 def test_non_finite_loss_stops_with_clear_error_and_keeps_last_good_checkpoint(tmp_path):
   data = examples(48, bad_after=40)  # Batches 1-5 are finite, batch 6 is not.
-  with pytest.raises(checkpoints.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
+  with pytest.raises(errors.TrainingError, match=r"steps 5-6.*model\.ckpt-4"):
     training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(data),
                    train_config(str(tmp_path), num_train_steps=8, keep_checkpoint_max=5))
   assert checkpoints.latest_checkpoint(str(tmp_path)) == str(tmp_path / "model.ckpt-4")
@@ -720,7 +721,7 @@ def test_early_stopping_state_survives_a_resume(tmp_path):
 
 
 def test_an_unknown_early_stopping_metric_names_the_flag_and_the_metrics(tmp_path):
-  with pytest.raises(checkpoints.TrainingError, match=r"--early_stopping_metric=f1 is not one of "
+  with pytest.raises(errors.TrainingError, match=r"--early_stopping_metric=f1 is not one of "
                      r"the evaluation's metrics: eval_loss, m"):
     training_loop.train(
         tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
@@ -810,12 +811,12 @@ def test_all_checkpoints_unreadable_is_an_error_not_a_fresh_start(reference, tmp
   before = sorted(os.listdir(tmp_path))
   expected = (r"no readable checkpoint in %s: model\.ckpt-6 \(its \.index file is missing\); "
               r"model\.ckpt-4 \(cannot be read \(.*\)\)\. Remove these files" % tmp_path)
-  with pytest.raises(checkpoints.TrainingError, match=expected):
+  with pytest.raises(errors.TrainingError, match=expected):
     training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(str(tmp_path)))
   assert sorted(os.listdir(tmp_path)) == before  # Nothing written, nothing removed.
   # Evaluation and prediction refuse too, instead of using a random model.
-  with pytest.raises(checkpoints.TrainingError, match="no readable checkpoint"):
+  with pytest.raises(errors.TrainingError, match="no readable checkpoint"):
     checkpoints.restore_model(tf.distribute.get_strategy(), model_fn, str(tmp_path))
 
 
@@ -860,7 +861,7 @@ def test_full_disk_while_writing_a_checkpoint_leaves_no_temporaries(reference, s
   os.makedirs(output_dir)
   with open(os.path.join(small_filesystem, "ballast"), "wb") as f:
     f.write(b"\0" * (256 * 1024 - size - size // 2 - 4 * page))
-  with pytest.raises(checkpoints.TrainingError,
+  with pytest.raises(errors.TrainingError,
                      match=r"^cannot write checkpoint .*model\.ckpt-(\d+) \("
                      r"ResourceExhaustedError: "
                      r".*No space left on device\); the latest complete checkpoint is "
@@ -905,7 +906,7 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
   with training_loop.OutputDirLock(output_dir):
     holder = open(os.path.join(output_dir, ".lock")).read().split()
     assert holder[:2] == [str(os.getpid()), socket.gethostname()]
-    with pytest.raises(checkpoints.TrainingError,
+    with pytest.raises(errors.TrainingError,
                        match=r"--output_dir=%s is in use by pid %d on host %s since "
                        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(lock file %s/\.lock\)" % (
                            output_dir, os.getpid(), socket.gethostname(), output_dir)):
@@ -930,7 +931,7 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
 def test_unwritable_output_dir_is_a_one_line_error(tmp_path):
   (tmp_path / "file.txt").write_text("not a directory")
   output_dir = str(tmp_path / "file.txt" / "out")
-  with pytest.raises(checkpoints.TrainingError,
+  with pytest.raises(errors.TrainingError,
                      match=r"^--output_dir=%s cannot be written \(\w+: .+\)$" % output_dir):
     training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(output_dir))
@@ -944,7 +945,7 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
                              if not checkpoints.is_training_state_name(name)}, prefixed)
   output_dir = str(tmp_path / "out")
   config = train_config(output_dir, init_checkpoint=prefixed)
-  with pytest.raises(checkpoints.TrainingError,
+  with pytest.raises(errors.TrainingError,
                      match=r"--init_checkpoint=.*prefixed/model\.ckpt fills only 0 of the "
                      r"encoder's 23 variables: 23 missing, e\.g\. bert/embeddings/LayerNorm/beta, "
                      r".*; its unused names are e\.g\. model/bert/.*"
@@ -952,7 +953,7 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
     training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    config)
   assert not tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*"))
-  with pytest.raises(checkpoints.TrainingError, match="fills only 0 of the encoder's 23"):
+  with pytest.raises(errors.TrainingError, match="fills only 0 of the encoder's 23"):
     checkpoints.restore_model(tf.distribute.get_strategy(), model_fn, None, prefixed)
   # Allowed explicitly: it trains, and the load report is a warning.
   with caplog.at_level("INFO", logger="absl"):
@@ -1032,7 +1033,7 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
   output_dir = killed_after_step_4(reference, str(tmp_path / "changed"))
   changes = dict(learning_rate=2e-2, train_batch_size=4,
                  model_settings=dict(MODEL_SETTINGS, bert_config=dict(CONFIG, hidden_size=32)))
-  with pytest.raises(checkpoints.TrainingError) as error:
+  with pytest.raises(errors.TrainingError) as error:
     resume(output_dir, **changes)
   message = str(error.value)
   for difference in ("--learning_rate: recorded 0.01, now 0.02",
@@ -1052,7 +1053,7 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
   assert changed.global_step == 6
   assert "--learning_rate: recorded 0.01, now 0.02" in warnings_text(caplog)
   assert recorded_settings(output_dir)["0"]["learning_rate"] == 2e-2
-  with pytest.raises(checkpoints.TrainingError, match="--learning_rate: recorded 0.02, now 0.01"):
+  with pytest.raises(errors.TrainingError, match="--learning_rate: recorded 0.02, now 0.01"):
     resume(output_dir)
 
 
@@ -1060,7 +1061,7 @@ def test_a_resume_with_another_lr_schedule_is_refused_and_an_older_record_means_
     reference, tmp_path):
   output_dir = killed_after_step_4(reference, str(tmp_path / "out"))
   refused = "--lr_schedule: recorded original, now linear"
-  with pytest.raises(checkpoints.TrainingError, match=refused):
+  with pytest.raises(errors.TrainingError, match=refused):
     resume(output_dir, lr_schedule="linear")
   # A record written before --lr_schedule existed has none: that run had the original's schedule.
   path = os.path.join(output_dir, training_loop.SETTINGS_FILE)
@@ -1068,7 +1069,7 @@ def test_a_resume_with_another_lr_schedule_is_refused_and_an_older_record_means_
   del phases["0"]["lr_schedule"]
   with open(path, "w") as f:
     json.dump({"phases": phases}, f)
-  with pytest.raises(checkpoints.TrainingError, match=refused):
+  with pytest.raises(errors.TrainingError, match=refused):
     resume(output_dir, lr_schedule="linear")
   assert resume(output_dir).global_step == 6
   assert recorded_settings(output_dir)["0"]["lr_schedule"] == "original"
