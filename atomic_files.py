@@ -10,16 +10,21 @@ One mechanism serves single files, directories (a SavedModel, a directory of .np
 checkpoint prefixes (`<prefix>.index` + `<prefix>.data-*`): when the block succeeds, the temporary
 itself and every `<temporary>.<suffix>` are renamed to the final name (+ suffix), `.index` last.
 
-Pure Python (TensorFlow is imported only for `gs://`-style paths), so pretraining data workers and
-the tokenizer-only tools can use it.
+`OutputDirLock` makes one job at a time write to an output directory (training's --output_dir).
+
+Pure Python (TensorFlow is imported only for `gs://`-style paths, and by `OutputDirLock` and
+`remove_quietly`, which go through tf.io.gfile), so pretraining data workers and the
+tokenizer-only tools can use the rest.
 """
 
 import contextlib
 import errno
+import fcntl
 import os
 import re
 import shutil
 import socket
+import time
 from typing import Iterator
 
 from absl import logging
@@ -33,9 +38,13 @@ _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-def _gfile():
+def _tensorflow():
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  return tf.io.gfile
+  return tf
+
+
+def _gfile():
+  return _tensorflow().io.gfile
 
 
 def _list_dir(directory: str) -> list:
@@ -61,6 +70,15 @@ def _remove(path: str) -> None:
   else:
     with contextlib.suppress(FileNotFoundError):
       os.remove(path)
+
+
+def remove_quietly(path: str) -> None:
+  """Deletes a file through tf.io.gfile, ignoring any failure (e.g. another process deleted it)."""
+  tf = _tensorflow()
+  try:
+    tf.io.gfile.remove(path)
+  except (tf.errors.OpError, OSError):
+    pass
 
 
 def _rename(source: str, target: str) -> None:
@@ -192,3 +210,121 @@ def check_writable_directory(directory: str, flag_name: str) -> None:
     reason = getattr(error, "message", None) or getattr(error, "strerror", None) or str(error)
     raise errors.FlagError("--%s: cannot write in %s (%s)" %
                            (flag_name, directory, reason)) from error
+
+
+LOCK_FILE_NAME = ".lock"
+
+
+class OutputDirLock:
+  """An exclusive lock on an output directory: `output_dir/.lock`, holding `pid host since`.
+
+  On a local file system the file is also `flock`ed, so the lock is exclusive even between
+  processes starting at the same moment and dies with its process (SIGKILL included); a lock file
+  left by a process that is gone is taken over with a warning. Elsewhere (e.g. gs://) the file is
+  the lock: a holder on this host that is no longer running is taken over, any other holder must
+  be removed by hand. Use as a context manager; `errors.TrainingError` names the holder.
+  """
+
+  def __init__(self, output_dir: str):
+    self.output_dir = output_dir
+    self.path = os.path.join(output_dir, LOCK_FILE_NAME)
+    self._fd = None
+
+  def __enter__(self) -> "OutputDirLock":
+    self.acquire()
+    return self
+
+  def __exit__(self, *unused_exc_info) -> None:
+    self.release()
+
+  def _describe(self, holder: str) -> str:
+    """`pid P on host H since <local time>` from a lock file's `pid host since` line."""
+    fields = holder.split()
+    try:
+      since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(fields[2])))
+    except (IndexError, ValueError):
+      return "an unknown process (the lock file holds %r)" % holder
+    return "pid %s on host %s since %s" % (fields[0], fields[1], since)
+
+  def _is_gone(self, holder: str) -> bool:
+    """Whether the holder is a process of this host that is no longer running."""
+    fields = holder.split()
+    if len(fields) < 2 or fields[1] != socket.gethostname() or not fields[0].isdigit():
+      return False
+    return not _process_is_alive(int(fields[0]))
+
+  def _in_use(self, holder: str) -> errors.TrainingError:
+    return errors.TrainingError(
+        "--output_dir=%s is in use by %s (lock file %s): only one job may write to a directory. "
+        "If that job is gone, remove the lock file" % (self.output_dir, self._describe(holder),
+                                                        self.path))
+
+  def _record(self) -> str:
+    return "%d %s %.0f\n" % (os.getpid(), socket.gethostname(), time.time())
+
+  def acquire(self) -> None:
+    """Takes the lock, or raises TrainingError naming its holder (or why the directory cannot
+    be written)."""
+    try:
+      _gfile().makedirs(self.output_dir)
+      if file_patterns.is_remote(self.output_dir):
+        self._acquire_remote()
+      else:
+        self._acquire_local()
+    except (_tensorflow().errors.OpError, OSError) as error:
+      raise errors.TrainingError("--output_dir=%s cannot be written (%s)" %
+                                 (self.output_dir, errors.first_line(error))) from error
+
+  def _acquire_local(self) -> None:
+    while True:
+      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+      try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+      except BlockingIOError:
+        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+        os.close(fd)
+        raise self._in_use(holder) from None
+      # A releasing holder unlinks the file before unlocking it: make sure the locked file is
+      # still the one at the path, else lock the new one.
+      try:
+        same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
+      except FileNotFoundError:
+        same_file = False
+      if same_file:
+        break
+      os.close(fd)
+    try:
+      previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
+      os.ftruncate(fd, 0)
+      os.pwrite(fd, self._record().encode("utf-8"), 0)
+    except OSError:
+      os.close(fd)
+      raise
+    if previous:
+      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+                      "running", self._describe(previous), self.output_dir)
+    self._fd = fd
+
+  def _acquire_remote(self) -> None:
+    gfile = _gfile()
+    if gfile.exists(self.path):
+      with gfile.GFile(self.path) as f:
+        holder = f.read().strip()
+      if not self._is_gone(holder):
+        raise self._in_use(holder)
+      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+                      "running", self._describe(holder), self.output_dir)
+    with gfile.GFile(self.path, "w") as f:
+      f.write(self._record())
+
+  def release(self) -> None:
+    """Removes the lock file (only this holder's) and unlocks."""
+    if self._fd is not None:
+      remove_quietly(self.path)
+      os.close(self._fd)
+      self._fd = None
+    elif file_patterns.is_remote(self.output_dir) and _gfile().exists(self.path):
+      with _gfile().GFile(self.path) as f:
+        holder = f.read().split()
+      if holder[:2] == [str(os.getpid()), socket.gethostname()]:
+        remove_quietly(self.path)

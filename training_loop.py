@@ -18,11 +18,9 @@ convention under distribution is distribution.py's (`replica_weighted_mean`).
 """
 
 import dataclasses
-import fcntl
 import json
 import math
 import os
-import socket
 import time
 from typing import Any, Callable, Mapping, Optional
 
@@ -51,139 +49,6 @@ LossFn = Callable[[keras.Model, Mapping[str, tf.Tensor], bool], tuple]
 MetricFn = Callable[[keras.Model, Mapping[str, tf.Tensor]], Mapping[str, tuple]]
 # A task's prediction: (model, features) -> {name: tensor with one row per example}.
 PredictFn = Callable[[keras.Model, Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
-
-
-# ------------------------------------------------------------------------------------------------
-# One writer per output_dir.
-# ------------------------------------------------------------------------------------------------
-
-
-def _remove_quietly(path: str) -> None:
-  try:
-    tf.io.gfile.remove(path)
-  except (tf.errors.OpError, OSError):
-    pass
-
-
-LOCK_FILE_NAME = ".lock"
-
-
-class OutputDirLock:
-  """An exclusive lock on an output directory: `output_dir/.lock`, holding `pid host since`.
-
-  On a local file system the file is also `flock`ed, so the lock is exclusive even between
-  processes starting at the same moment and dies with its process (SIGKILL included); a lock file
-  left by a process that is gone is taken over with a warning. Elsewhere (e.g. gs://) the file is
-  the lock: a holder on this host that is no longer running is taken over, any other holder must
-  be removed by hand. Use as a context manager; `errors.TrainingError` names the holder.
-  """
-
-  def __init__(self, output_dir: str):
-    self.output_dir = output_dir
-    self.path = os.path.join(output_dir, LOCK_FILE_NAME)
-    self._fd = None
-
-  def __enter__(self) -> "OutputDirLock":
-    self.acquire()
-    return self
-
-  def __exit__(self, *unused_exc_info) -> None:
-    self.release()
-
-  def _describe(self, holder: str) -> str:
-    """`pid P on host H since <local time>` from a lock file's `pid host since` line."""
-    fields = holder.split()
-    try:
-      since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(fields[2])))
-    except (IndexError, ValueError):
-      return "an unknown process (the lock file holds %r)" % holder
-    return "pid %s on host %s since %s" % (fields[0], fields[1], since)
-
-  def _is_gone(self, holder: str) -> bool:
-    """Whether the holder is a process of this host that is no longer running."""
-    fields = holder.split()
-    if len(fields) < 2 or fields[1] != socket.gethostname() or not fields[0].isdigit():
-      return False
-    try:
-      os.kill(int(fields[0]), 0)
-    except ProcessLookupError:
-      return True
-    except PermissionError:  # Running, as another user.
-      pass
-    return False
-
-  def _in_use(self, holder: str) -> errors.TrainingError:
-    return errors.TrainingError(
-        "--output_dir=%s is in use by %s (lock file %s): only one job may write to a directory. "
-        "If that job is gone, remove the lock file" % (self.output_dir, self._describe(holder),
-                                                        self.path))
-
-  def _record(self) -> str:
-    return "%d %s %.0f\n" % (os.getpid(), socket.gethostname(), time.time())
-
-  def acquire(self) -> None:
-    try:
-      tf.io.gfile.makedirs(self.output_dir)
-      if "://" in self.output_dir:
-        self._acquire_remote()
-      else:
-        self._acquire_local()
-    except (tf.errors.OpError, OSError) as error:
-      raise errors.TrainingError("--output_dir=%s cannot be written (%s)" %
-                          (self.output_dir, errors.first_line(error))) from error
-
-  def _acquire_local(self) -> None:
-    while True:
-      fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-      try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-      except BlockingIOError:
-        holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-        os.close(fd)
-        raise self._in_use(holder) from None
-      # A releasing holder unlinks the file before unlocking it: make sure the locked file is
-      # still the one at the path, else lock the new one.
-      try:
-        same_file = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-      except FileNotFoundError:
-        same_file = False
-      if same_file:
-        break
-      os.close(fd)
-    try:
-      previous = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip()
-      os.ftruncate(fd, 0)
-      os.pwrite(fd, self._record().encode("utf-8"), 0)
-    except OSError:
-      os.close(fd)
-      raise
-    if previous:
-      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
-                      "running", self._describe(previous), self.output_dir)
-    self._fd = fd
-
-  def _acquire_remote(self) -> None:
-    if tf.io.gfile.exists(self.path):
-      with tf.io.gfile.GFile(self.path) as f:
-        holder = f.read().strip()
-      if not self._is_gone(holder):
-        raise self._in_use(holder)
-      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
-                      "running", self._describe(holder), self.output_dir)
-    with tf.io.gfile.GFile(self.path, "w") as f:
-      f.write(self._record())
-
-  def release(self) -> None:
-    """Removes the lock file (only this holder's) and unlocks."""
-    if self._fd is not None:
-      _remove_quietly(self.path)
-      os.close(self._fd)
-      self._fd = None
-    elif "://" in self.output_dir and tf.io.gfile.exists(self.path):
-      with tf.io.gfile.GFile(self.path) as f:
-        holder = f.read().split()
-      if holder[:2] == [str(os.getpid()), socket.gethostname()]:
-        _remove_quietly(self.path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -603,7 +468,7 @@ class _Evaluations:
                        dict(metrics, global_step=step))
     for path in tf.io.gfile.glob(os.path.join(directory, checkpoints.CHECKPOINT_BASENAME + "-*")):
       if not path.startswith(prefix + "."):
-        _remove_quietly(path)
+        atomic_files.remove_quietly(path)
     logging.info("Best %s so far: %s at step %d, kept in %s", self.config.early_stopping_metric,
                  metrics[self.config.early_stopping_metric], step, prefix)
 
@@ -658,7 +523,7 @@ def train(strategy: tf.distribute.Strategy,
   config.validate(strategy.num_replicas_in_sync)
   if not distribution.is_chief():
     return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
-  with OutputDirLock(config.output_dir):
+  with atomic_files.OutputDirLock(config.output_dir):
     checkpoints.remove_leftover_temporaries(config.output_dir)
     return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
 

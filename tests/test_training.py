@@ -26,6 +26,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
 from conftest import small_tmpfs  # pylint: disable=g-import-not-at-top
+import atomic_files  # pylint: disable=g-import-not-at-top
 import checkpoints  # pylint: disable=g-import-not-at-top
 import cli  # pylint: disable=g-import-not-at-top
 import distribution  # pylint: disable=g-import-not-at-top
@@ -903,7 +904,7 @@ def test_a_new_run_removes_temporaries_left_by_a_killed_one(reference, tmp_path,
 
 def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, caplog):
   output_dir = str(tmp_path / "out")
-  with training_loop.OutputDirLock(output_dir):
+  with atomic_files.OutputDirLock(output_dir):
     holder = open(os.path.join(output_dir, ".lock")).read().split()
     assert holder[:2] == [str(os.getpid()), socket.gethostname()]
     with pytest.raises(errors.TrainingError,
