@@ -287,26 +287,26 @@ def num_choices_of(examples: Sequence[MultipleChoiceExample]) -> int:
   return max(len(example.endings) for example in examples)
 
 
+@dataclasses.dataclass
 class MultipleChoiceTask(fine_tuning.Task):
   """SWAG-style multiple choice on files in data_dir (run_multiple_choice)."""
+  bert_config: modeling.BertConfig
+  tokenizer: tokenization.FullTokenizer
+  data_dir: Optional[str]
+  output_dir: str
+  max_seq_length: int
+  train_file: str = "train.csv"
+  dev_file: str = "val.csv"
+  test_file: str = "test.csv"
+  # Each example padded only to the length bucket of its longest (context, ending) pair.
+  bucket_by_length: bool = True
+  skip_bad_rows: bool = False
+  group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
 
-  def __init__(self, bert_config: modeling.BertConfig, tokenizer: tokenization.FullTokenizer,
-               data_dir: Optional[str], output_dir: str, max_seq_length: int,
-               train_file: str = "train.csv", dev_file: str = "val.csv",
-               test_file: str = "test.csv", bucket_by_length: bool = True,
-               skip_bad_rows: bool = False, group_by_length: bool = False):
-    classifier.check_max_seq_length(max_seq_length, is_pair=True)
-    self.bert_config = bert_config
-    self.tokenizer = tokenizer
-    self.data_dir = data_dir
-    self.output_dir = output_dir
-    self.max_seq_length = max_seq_length
-    self.files = {"train": train_file, "dev": dev_file, "test": test_file}
-    # Each example padded only to the length bucket of its longest (context, ending) pair.
-    self.bucket_by_length = bucket_by_length
-    # Training batches of one length bucket (length_buckets.batch).
-    self.group_by_length = group_by_length
-    self.bad_rows = task_files.BadRows(skip_bad_rows)
+  def __post_init__(self):
+    classifier.check_max_seq_length(self.max_seq_length, is_pair=True)
+    self.files = {"train": self.train_file, "dev": self.dev_file, "test": self.test_file}
+    self.bad_rows = task_files.BadRows(self.skip_bad_rows)
 
   def build_model(self) -> BertMultipleChoice:
     model = BertMultipleChoice(self.bert_config)
