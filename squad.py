@@ -445,6 +445,13 @@ class SquadOptions:
   verbose_logging: bool = False
 
 
+def features_settings(tokenizer: Any, options: SquadOptions) -> dict:
+  """What SQuAD features depend on besides their input file (`feature_cache` settings)."""
+  return dict(feature_cache.tokenizer_settings(tokenizer), max_seq_length=options.max_seq_length,
+              doc_stride=options.doc_stride, max_query_length=options.max_query_length,
+              version_2_with_negative=options.version_2_with_negative)
+
+
 def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
                           options: SquadOptions, seed: int = 12345) -> tuple[str, int, int]:
   """Returns (TFRecord path, number of examples, number of features) of the training features.
@@ -456,11 +463,8 @@ def cached_train_features(train_file: str, output_dir: str, tokenizer: Any,
   the original.
   """
   path = os.path.join(output_dir, "train.tf_record")
-  settings = dict(feature_cache.tokenizer_settings(tokenizer),
-                  train_file_sha256=feature_cache.file_sha256(train_file),
-                  max_seq_length=options.max_seq_length, doc_stride=options.doc_stride,
-                  max_query_length=options.max_query_length,
-                  version_2_with_negative=options.version_2_with_negative, seed=seed)
+  settings = dict(features_settings(tokenizer, options),
+                  train_file_sha256=feature_cache.file_sha256(train_file), seed=seed)
 
   def write(temporary: str) -> dict:
     examples = read_squad_examples(train_file, is_training=True,
@@ -1168,8 +1172,10 @@ class SquadTask(fine_tuning.Task):
         "%s %.2f" % item for item in sorted(metrics.items())) if metrics else "")
 
   def _predict_inputs(self) -> tuple:
-    """(data, examples, features, features file) of the predict file, read, tokenized and written
-    once per task: evaluation during training predicts the same file many times."""
+    """(data, examples, features, features file) of the predict file, read and tokenized once
+    per task (evaluation during training predicts the same file many times). The features file,
+    `output_dir/eval.tf_record`, follows `feature_cache`'s rule as every task's cached features
+    do; the features themselves stay in memory for post-processing."""
     if self._predict_cache is None:
       options = self.options
       data = load_squad_json(self.predict_file)
@@ -1182,7 +1188,10 @@ class SquadTask(fine_tuning.Task):
                                                    options.max_seq_length, options.doc_stride,
                                                    options.max_query_length, is_training=False))
       record_path = os.path.join(self.output_dir, "eval.tf_record")
-      write_features_tfrecord(features, record_path, is_training=False)
+      settings = dict(features_settings(self.tokenizer, options),
+                      predict_file_sha256=feature_cache.file_sha256(self.predict_file))
+      feature_cache.reuse_or_write(record_path, settings, lambda temporary: {
+          "num_features": write_features_tfrecord(features, temporary, is_training=False)})
       self._predict_cache = (data, examples, features, record_path)
     return self._predict_cache
 

@@ -58,6 +58,35 @@ def test_squad_cache_follows_content_not_size_and_time(tmp_path):
   assert note["contents"] == {"num_examples": 1, "num_features": 1}
 
 
+def test_squad_predict_features_follow_the_same_rule(tmp_path):
+  """run_squad's eval.tf_record is reused by a later run on the same predict file and rebuilt when
+  its content changes, though its size and time do not."""
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(VOCAB) + "\n")
+  tokenizer = tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
+  options = squad.SquadOptions(max_seq_length=16, doc_stride=4, max_query_length=8)
+  predict_file = squad_file(tmp_path / "dev.json", "bob")
+  output_dir = str(tmp_path / "out")
+  os.makedirs(output_dir)
+
+  def features_file():  # A new task each time: what a later run reads.
+    task = squad.SquadTask(None, tokenizer, options, output_dir, predict_file=predict_file)
+    return task._predict_inputs()[3]  # pylint: disable=protected-access
+
+  path = features_file()
+  first = identity(path)
+  assert features_file() == path and identity(path) == first
+  stat = os.stat(predict_file)
+  squad_file(tmp_path / "dev.json", "ann")
+  os.utime(predict_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  assert features_file() == path and identity(path) != first
+  record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
+  assert VOCAB.index("ann") in record.features.feature["input_ids"].int64_list.value
+  with open(path + ".json") as f:
+    assert json.load(f)["settings"]["predict_file_sha256"] == feature_cache.file_sha256(
+        predict_file)
+
+
 def write_records(path, count=3):
   """Writes `count` TFRecord records; returns the contents a features writer would report."""
   with tf.io.TFRecordWriter(path) as writer:
