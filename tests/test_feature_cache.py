@@ -29,14 +29,28 @@ def identity(path):
   return stat.st_ino, stat.st_mtime_ns
 
 
-def test_squad_cache_follows_content_not_size_and_time(tmp_path):
+def squad_setup(tmp_path):
+  """(tokenizer, window options, an empty output_dir) for the tiny SQuAD files above."""
   vocab_file = tmp_path / "vocab.txt"
   vocab_file.write_text("\n".join(VOCAB) + "\n")
   tokenizer = tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
   options = squad.SquadOptions(max_seq_length=16, doc_stride=4, max_query_length=8)
-  train_file = squad_file(tmp_path / "train.json", "bob")
   output_dir = str(tmp_path / "out")
   os.makedirs(output_dir)
+  return tokenizer, options, output_dir
+
+
+def replace_answer_keeping_size_and_time(path, seller):
+  """Rewrites a squad_file with another seller of the same length and the old file times."""
+  stat = os.stat(path)
+  squad_file(pathlib.Path(path), seller)
+  os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  assert os.stat(path).st_size == stat.st_size
+
+
+def test_squad_cache_follows_content_not_size_and_time(tmp_path):
+  tokenizer, options, output_dir = squad_setup(tmp_path)
+  train_file = squad_file(tmp_path / "train.json", "bob")
   cached = lambda: squad.cached_train_features(train_file, output_dir, tokenizer, options)
   path, num_examples, num_features = cached()
   assert (num_examples, num_features) == (1, 1)
@@ -44,10 +58,7 @@ def test_squad_cache_follows_content_not_size_and_time(tmp_path):
   assert cached() == (path, 1, 1) and identity(path) == first  # Unchanged input: reused.
 
   # Same size, same modification time, other content: rebuilt, with the new answer's ids.
-  stat = os.stat(train_file)
-  squad_file(tmp_path / "train.json", "ann")
-  os.utime(train_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-  assert os.stat(train_file).st_size == stat.st_size
+  replace_answer_keeping_size_and_time(train_file, "ann")
   assert cached() == (path, 1, 1) and identity(path) != first
   record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
   input_ids = record.features.feature["input_ids"].int64_list.value
@@ -61,13 +72,8 @@ def test_squad_cache_follows_content_not_size_and_time(tmp_path):
 def test_squad_predict_features_follow_the_same_rule(tmp_path):
   """run_squad's eval.tf_record is reused by a later run on the same predict file and rebuilt when
   its content changes, though its size and time do not."""
-  vocab_file = tmp_path / "vocab.txt"
-  vocab_file.write_text("\n".join(VOCAB) + "\n")
-  tokenizer = tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
-  options = squad.SquadOptions(max_seq_length=16, doc_stride=4, max_query_length=8)
+  tokenizer, options, output_dir = squad_setup(tmp_path)
   predict_file = squad_file(tmp_path / "dev.json", "bob")
-  output_dir = str(tmp_path / "out")
-  os.makedirs(output_dir)
 
   def features_file():  # A new task each time: what a later run reads.
     task = squad.SquadTask(None, tokenizer, options, output_dir, predict_file=predict_file)
@@ -76,9 +82,7 @@ def test_squad_predict_features_follow_the_same_rule(tmp_path):
   path = features_file()
   first = identity(path)
   assert features_file() == path and identity(path) == first
-  stat = os.stat(predict_file)
-  squad_file(tmp_path / "dev.json", "ann")
-  os.utime(predict_file, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+  replace_answer_keeping_size_and_time(predict_file, "ann")
   assert features_file() == path and identity(path) != first
   record = tf.train.Example.FromString(next(iter(tf.data.TFRecordDataset(path))).numpy())
   assert VOCAB.index("ann") in record.features.feature["input_ids"].int64_list.value
