@@ -32,7 +32,6 @@ import export
 import feature_cache
 import fine_tuning
 import in_graph_tokenization
-import length_buckets
 import modeling
 import progress_log
 import task_files
@@ -760,26 +759,6 @@ def features_dataset(input_file: str, seq_length: int, is_regression: bool = Fal
   return tf.data.TFRecordDataset(input_file).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-def train_dataset_fn(input_file: str, seq_length: int, num_examples: int,
-                     is_regression: bool = False, bucket_by_length: bool = False,
-                     num_multi_labels: int = 0, group_by_length: bool = False):
-  """Returns `training_loop.train`'s `dataset_fn(global_batch_size, seed)` for a features file.
-
-  The examples repeat and are shuffled with a buffer of up to 10,000 examples (the original's 100
-  leaves a file sorted by label nearly sorted); with `bucket_by_length` each batch is cut to a
-  length bucket, and with `group_by_length` too, batches are made of examples of one bucket
-  (`length_buckets.batch`).
-  """
-
-  def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
-    dataset = features_dataset(input_file, seq_length, is_regression, num_multi_labels).repeat()
-    dataset = dataset.shuffle(min(max(num_examples, 1), 10000), seed=seed)
-    return length_buckets.batch(dataset, batch_size, True, bucket_by_length,
-                                group_by_length).prefetch(tf.data.AUTOTUNE)
-
-  return dataset_fn
-
-
 # --------------------------------------------------------------------------------------------------
 # Model, loss, predictions.
 
@@ -1043,9 +1022,11 @@ class ClassifierTask(fine_tuning.Task):
       logging.info("Class weights (--class_weights=auto): %s", ", ".join(
           "%s %.4g" % item for item in zip(labels, self.class_weight_values)))
     path = self._features_file("train", examples)
+    rows = features_dataset(path, self.max_seq_length, self.processor.is_regression,
+                            self.num_multi_labels)
     return fine_tuning.TrainData(
-        train_dataset_fn(path, self.max_seq_length, len(examples), self.processor.is_regression,
-                         self.bucket_by_length, self.num_multi_labels, self.group_by_length),
+        fine_tuning.training_dataset_fn(rows, feature_cache.noted_records(path),
+                                        self.bucket_by_length, self.group_by_length),
         len(examples), [path],
         unit="examples (their windows not counted)" if self.doc_stride else "examples")
 

@@ -88,6 +88,13 @@ def reuse_or_write(output_file: str, settings: dict,
   return contents, False
 
 
+def noted_records(output_file: str) -> int:
+  """The number of records in a features file, as its note (checked or just written by
+  `reuse_or_write`) counts them."""
+  with open(output_file + ".json", encoding="utf-8") as reader:
+    return json.load(reader)["file"]["records"]
+
+
 def _is_counts(value: Any) -> bool:
   """Whether a note's value is an object of non-negative integer counts."""
   return isinstance(value, dict) and all(

@@ -21,8 +21,15 @@ import keras
 import tensorflow as tf
 
 import checkpoints
+import length_buckets
 import tfrecord_files
 import training_loop
+
+# The shuffle policy of every task's training data (`training_dataset_fn`): each epoch the rows
+# come in a new order drawn from the run's seed, as Hugging Face's random sampler draws them. The
+# shuffle buffer holds the whole training set while its rows (their tensors as parsed) fit in this
+# many bytes; a larger set is shuffled through a buffer of that size.
+TRAINING_SHUFFLE_BUFFER_BYTES = 512 * 2**20
 
 
 @dataclasses.dataclass
@@ -35,6 +42,34 @@ class TrainData:
   num_examples: int
   feature_files: Sequence[str] = ()
   unit: str = training_loop.EXAMPLES_UNIT
+
+
+def row_bytes(element_spec: Mapping[str, tf.TensorSpec]) -> int:
+  """The bytes of one row's tensors (fixed shapes) as a dataset holds them."""
+  return sum((spec.shape.num_elements() or 1) * spec.dtype.size
+             for spec in element_spec.values())
+
+
+def training_dataset_fn(rows: tf.data.Dataset, num_rows: int, bucket_by_length: bool,
+                        group_by_length: bool) -> Callable[[int, int], tf.data.Dataset]:
+  """The one training pipeline of every task: `training_loop.train`'s `dataset_fn(global
+  batch size, seed)` over `rows`, one pass over the training set in file order (unbatched feature
+  dicts; a row is what a batch counts: a feature, a window, a question with all its endings).
+
+  Every epoch is a new permutation of the rows, drawn from the seed (`TRAINING_SHUFFLE_BUFFER_BYTES`
+  bounds the buffer), so what a model learns does not depend on the order of the file (a file
+  sorted by label, or the original's SQuAD order whose buffer of 100 kept every epoch nearly
+  alike). The epochs repeat without end; batches are full, cut to length buckets as
+  `length_buckets.batch` says. The same seed gives the same batches, which exact resume needs.
+  """
+  buffer_size = max(1, min(num_rows, TRAINING_SHUFFLE_BUFFER_BYTES // row_bytes(rows.element_spec)))
+
+  def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
+    dataset = rows.shuffle(buffer_size, seed=seed, reshuffle_each_iteration=True).repeat()
+    return length_buckets.batch(dataset, batch_size, True, bucket_by_length,
+                                group_by_length).prefetch(tf.data.AUTOTUNE)
+
+  return dataset_fn
 
 
 class Task(abc.ABC):

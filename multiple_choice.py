@@ -44,7 +44,6 @@ import distribution
 import export
 import fine_tuning
 import in_graph_tokenization
-import length_buckets
 import modeling
 import task_files
 import tokenization
@@ -346,14 +345,10 @@ class MultipleChoiceTask(fine_tuning.Task):
   def train_data(self) -> fine_tuning.TrainData:
     examples = self.read_split("train")
     examples_dataset, path = self._examples_dataset("train", examples)
-    num_examples = len(examples)
-
-    def dataset_fn(batch_size: int, seed: int) -> tf.data.Dataset:
-      dataset = examples_dataset.repeat().shuffle(min(num_examples, 10000), seed=seed)
-      return length_buckets.batch(dataset, batch_size, True, self.bucket_by_length,
-                                  self.group_by_length).prefetch(tf.data.AUTOTUNE)
-
-    return fine_tuning.TrainData(dataset_fn, num_examples, [path], unit="questions")
+    return fine_tuning.TrainData(
+        fine_tuning.training_dataset_fn(examples_dataset, len(examples), self.bucket_by_length,
+                                        self.group_by_length),
+        len(examples), [path], unit="questions")
 
   def _predict_split(self, strategy, model, record_name: str,
                      examples: Sequence[MultipleChoiceExample], batch_size: int) -> dict:

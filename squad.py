@@ -30,7 +30,6 @@ import export
 import feature_cache
 import fine_tuning
 import in_graph_tokenization
-import length_buckets
 import modeling
 import progress_log
 import tfrecord_files
@@ -405,15 +404,10 @@ def feature_spec(seq_length: int, is_training: bool) -> dict[str, tf.io.FixedLen
   return spec
 
 
-def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int | None = None,
-                  seed: int | None = None, bucket_by_length: bool = False,
-                  group_by_length: bool = False) -> tf.data.Dataset:
-  """Int32 feature dicts (int64 `unique_ids`) from a TFRecord file.
-
-  Training data repeats forever, is shuffled (buffer 100, like the original) and comes in full
-  batches of `batch_size` (cut to a length bucket with `bucket_by_length`, of one bucket each
-  with `group_by_length` too: `length_buckets.batch`); prediction data
-  is read once, in order, unbatched (`training_loop.predict` batches it).
+def input_dataset(path: str, seq_length: int, is_training: bool) -> tf.data.Dataset:
+  """One pass over a features file, in file order: unbatched int32 feature dicts (int64
+  `unique_ids`), with the span labels when `is_training` (`fine_tuning.training_dataset_fn`
+  shuffles, repeats and batches training data; `training_loop.predict` batches prediction data).
   """
   spec = feature_spec(seq_length, is_training)
 
@@ -423,13 +417,7 @@ def input_dataset(path: str, seq_length: int, is_training: bool, batch_size: int
     return {name: value if name == "unique_ids" else tf.cast(value, tf.int32)
             for name, value in parsed.items()}
 
-  dataset = tf.data.TFRecordDataset(path)
-  if is_training:
-    dataset = dataset.repeat().shuffle(buffer_size=100, seed=seed)
-  dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-  if is_training:
-    dataset = length_buckets.batch(dataset, batch_size, True, bucket_by_length, group_by_length)
-  return dataset.prefetch(tf.data.AUTOTUNE)
+  return tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 @dataclasses.dataclass
@@ -1146,12 +1134,11 @@ class SquadTask(fine_tuning.Task):
     if num_examples == 0:
       raise SquadFormatError("%s: no usable training examples" % self.train_file)
     logging.info("%s: %d examples, %d features", self.train_file, num_examples, num_features)
-
-    def dataset_fn(batch_size, seed):
-      return input_dataset(record_path, self.options.max_seq_length, True, batch_size, seed,
-                           self.bucket_by_length, self.group_by_length)
-
-    return fine_tuning.TrainData(dataset_fn, num_examples, [record_path], unit="questions")
+    rows = input_dataset(record_path, self.options.max_seq_length, True)
+    return fine_tuning.TrainData(
+        fine_tuning.training_dataset_fn(rows, num_features, self.bucket_by_length,
+                                        self.group_by_length),
+        num_examples, [record_path], unit="questions")
 
   default_eval_metric = "f1"
 

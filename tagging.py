@@ -27,10 +27,11 @@ import atomic_files
 import distribution
 import errors
 import export
+import feature_cache
 import fine_tuning
 import in_graph_tokenization
-import length_buckets
 import modeling
+import tfrecord_files
 import tokenization
 import windowing
 
@@ -487,8 +488,35 @@ def predict_tag_ids(model: keras.Model, features) -> tf.Tensor:
 
 
 def features_dataset(features: Sequence[TaggingFeature]) -> tf.data.Dataset:
-  """An unbatched dataset of feature dicts, in order (for training, evaluate and predict)."""
+  """An unbatched dataset of feature dicts, in order, from features in memory."""
   return tf.data.Dataset.from_tensor_slices(features_to_arrays(features))
+
+
+def write_features_tfrecord(features: Iterable[TaggingFeature], path: str) -> int:
+  """Writes the model inputs and `label_ids` of features as tf.train.Examples; returns how many
+  (the file appears under `path` only when complete)."""
+  count = 0
+  with atomic_files.atomic_output(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+    for feature in features:
+      record = {name: tfrecord_files.int64_feature(getattr(feature, name))
+                for name in tfrecord_files.ID_FEATURES + ("label_ids",)}
+      writer.write(tf.train.Example(features=tf.train.Features(feature=record))
+                   .SerializeToString())
+      count += 1
+  return count
+
+
+def records_dataset(path: str, seq_length: int) -> tf.data.Dataset:
+  """One pass over a features file of `write_features_tfrecord`, in order: int32 feature dicts."""
+  spec = dict(tfrecord_files.id_features_spec(seq_length),
+              label_ids=tf.io.FixedLenFeature([seq_length], tf.int64))
+
+  @tf.autograph.experimental.do_not_convert
+  def parse(record):
+    return {name: tf.cast(value, tf.int32)
+            for name, value in tf.io.parse_single_example(record, spec).items()}
+
+  return tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -636,18 +664,41 @@ class TaggingTask(fine_tuning.Task):
   def _file_name(self, split: str) -> str:
     return {"train": self.train_file, "eval": self.dev_file, "test": self.test_file}[split]
 
-  def _read(self, split: str) -> list[TaggedSentence]:
+  def _path(self, split: str) -> str:
     if not self.data_dir:
       raise errors.FlagError("--data_dir is required for --do_train, --do_eval and --do_predict")
     path = os.path.join(self.data_dir, self._file_name(split))
     if not os.path.exists(path):
       raise ConllFormatError("%s not found (--data_dir=%s, file name flag %r)" %
                              (path, self.data_dir, self._file_name(split)))
-    return read_conll(path)
+    return path
+
+  def _read(self, split: str) -> list[TaggedSentence]:
+    return read_conll(self._path(split))
 
   def _features(self, sentences: Sequence[TaggedSentence]) -> list[TaggingFeature]:
     return convert_sentences_to_features(sentences, self.tags(), self.max_seq_length,
                                          self.tokenizer, self.doc_stride)
+
+  def _split_inputs(self, split: str, sentences: Optional[list[TaggedSentence]] = None
+                    ) -> tuple[list[TaggedSentence], list[TaggingFeature], str]:
+    """(sentences, features, features file) of a split (its `sentences` if already read), read
+    and tokenized once per task (evaluation during training tags the dev file often). The features file,
+    `output_dir/<split>.tf_record`, follows `feature_cache`'s rule as every task's cached features
+    do; the features stay in memory too, for reassembling words' tags."""
+    if split not in self._split_cache:
+      path = self._path(split)
+      sentences = read_conll(path) if sentences is None else sentences
+      features = self._features(sentences)
+      record_path = os.path.join(self.output_dir, split + ".tf_record")
+      settings = dict(feature_cache.tokenizer_settings(self.tokenizer),
+                      data_sha256=feature_cache.file_sha256(path), tag_list=self.tags(),
+                      max_seq_length=self.max_seq_length, doc_stride=self.doc_stride)
+      feature_cache.reuse_or_write(record_path, settings, lambda temporary: {
+          "num_sentences": len(sentences),
+          "num_windows": write_features_tfrecord(features, temporary)})
+      self._split_cache[split] = sentences, features, record_path
+    return self._split_cache[split]
 
   def build_model(self) -> BertTagger:
     model = BertTagger(self.bert_config, len(self.tags()))
@@ -675,28 +726,25 @@ class TaggingTask(fine_tuning.Task):
     sentences = self._read("train")
     self.tag_list = tag_list_from_sentences(sentences)
     write_tag_list(self.tag_list, self.output_dir)
-    features = self._features(sentences)
+    sentences, features, record_path = self._split_inputs("train", sentences)
     logging.info("Training on %d sentences (%d windows), %d tags", len(sentences), len(features),
                  len(self.tag_list))
-    dataset = features_dataset(features)
-
-    def dataset_fn(batch_size, seed):
-      return length_buckets.batch(dataset.shuffle(len(features), seed=seed).repeat(), batch_size,
-                                  True, self.bucket_by_length, self.group_by_length)
-
-    return fine_tuning.TrainData(dataset_fn, len(features), unit="sentence windows")
+    return fine_tuning.TrainData(
+        fine_tuning.training_dataset_fn(records_dataset(record_path, self.max_seq_length),
+                                        len(features), self.bucket_by_length,
+                                        self.group_by_length),
+        len(features), [record_path], unit="sentence windows")
 
   def _tag_file(self, strategy, model, split: str, batch_size: int) -> tuple:
     """Predicts one CoNLL file; writes `<split>_predictions.txt` and `<split>_conlleval.txt`.
     Returns (the conlleval evaluation, the mean loss over first sub-tokens)."""
-    if split not in self._split_cache:  # Evaluation during training reads the dev file often.
-      sentences = self._read(split)
-      self._split_cache[split] = sentences, self._features(sentences)
-    sentences, features = self._split_cache[split]
+    sentences, features, record_path = self._split_inputs(split)
     logging.info("%s: %d sentences, %d windows", self._file_name(split), len(sentences),
                  len(features))
     if features:
-      outputs = self.predict_dataset(strategy, model, features_dataset(features), batch_size)
+      outputs = self.predict_dataset(strategy, model,
+                                     records_dataset(record_path, self.max_seq_length),
+                                     batch_size, [record_path])
       ids = words_tag_ids(features, outputs["tag_ids"], sentences)
       tag_list = self.tags()
       predicted = [[tag_list[i] for i in sentence_ids] for sentence_ids in ids]

@@ -13,6 +13,7 @@ from conftest import write_model_files
 import checkpoints
 import classifier
 import errors
+import fine_tuning
 import modeling
 import run_classifier
 import task_files
@@ -216,13 +217,13 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_weights_bit_for_bit(generic_
   straight_dir = str(tmp_path / "straight")
   run(do_train=True, **dict(flag_values, output_dir=straight_dir))
   # The same run, but its input ends after 8 batches: it fails after writing model.ckpt-5.
-  train_dataset_fn = classifier.train_dataset_fn
+  training_dataset_fn = fine_tuning.training_dataset_fn
 
-  def crashing_train_dataset_fn(*args, **kwargs):
-    dataset_fn = train_dataset_fn(*args, **kwargs)
+  def crashing_training_dataset_fn(*args, **kwargs):
+    dataset_fn = training_dataset_fn(*args, **kwargs)
     return lambda batch_size, seed: dataset_fn(batch_size, seed).take(8)
 
-  monkeypatch.setattr(classifier, "train_dataset_fn", crashing_train_dataset_fn)
+  monkeypatch.setattr(fine_tuning, "training_dataset_fn", crashing_training_dataset_fn)
   with pytest.raises(tf.errors.OutOfRangeError):
     run(do_train=True, **flag_values)
   monkeypatch.undo()
@@ -375,8 +376,8 @@ def test_multi_label_learns_a_two_label_rule(tmp_path):
   output_dir = str(tmp_path / "out")
   run(do_train=True, do_eval=True, do_predict=True, task_name="generic", data_dir=str(data_dir),
       text_a_column="sentence", label_column="tags", multi_label=True, label_delimiter="|",
-      output_dir=output_dir, max_seq_length=16, learning_rate=3e-3, optimizer="adamw",
-      train_batch_size=16, num_train_epochs=4.0, **tiny_model_files(str(tmp_path)))
+      output_dir=output_dir, max_seq_length=16, learning_rate=1e-3, optimizer="adamw",
+      train_batch_size=16, num_train_epochs=6.0, **tiny_model_files(str(tmp_path)))
   with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
     assert f.read().split() == ["colour", "happy"]
   results = read_eval_results(output_dir)
