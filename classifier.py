@@ -18,9 +18,10 @@ import hashlib
 import json
 import math
 import os
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 from absl import logging
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -1082,41 +1083,42 @@ class ClassifierTask(fine_tuning.Task):
     return {"logits": logits, "probabilities": tf.nn.softmax(logits, axis=-1),
             "label": tf.gather(class_names, tf.argmax(logits, axis=-1))}
 
-  def export(self, model, export_dir: str, dynamic_padding: bool = True) -> str:
-    """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
-
-    `serving_default` takes raw strings `text_a` (and `text_b` for pair tasks), tokenized in the
-    graph exactly as FullTokenizer does; `token_ids` takes the ids. Both return `logits` and, for
-    classification, `probabilities` and `label` (class names); for regression `score`; for
-    multi-label `probabilities` per label and `labels` [B, num_labels]: the names of the labels
-    above the threshold, first, then "". With `doc_stride` the text signature windows each text
-    as do_predict does and aggregates the windows' logits (`token_ids` reads one window per row).
-    With `dynamic_padding` (the default) the text signature pads each request only to a length
-    bucket (`BertInputEncoder`); without it, to max_seq_length (fixed shapes, several times
-    slower for short texts).
+  def serving_module(self, model, dynamic_padding: bool = True) -> export.ServingModule:
+    """The export (see export.py): `serving_default` takes raw strings `text_a` (and `text_b` for
+    pair tasks), tokenized in the graph exactly as FullTokenizer does; `token_ids` takes the ids.
+    Both return `logits` and, for classification, `probabilities` and `label` (class names); for
+    regression `score`; for multi-label `probabilities` per label and `labels` [B, num_labels]:
+    the names of the labels above the threshold, first, then "". With `doc_stride` the text
+    signature windows each text as do_predict does and aggregates the windows' logits
+    (`token_ids` reads one window per row). With `dynamic_padding` (the default) the text
+    signature pads each request only to a length bucket (`BertInputEncoder`); without it, to
+    max_seq_length (fixed shapes, several times slower for short texts).
     """
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(
         self.tokenizer, self.max_seq_length, dynamic_padding=dynamic_padding)
+    return ClassifierServing(encoder, model, self._head_outputs,
+                             ("text_a", "text_b") if self.processor.is_pair else ("text_a",),
+                             self.doc_stride, self.window_aggregation)
 
-    def outputs_fn(features):
-      return self._head_outputs(model(features, training=False))
 
-    text_inputs = ("text_a", "text_b") if self.processor.is_pair else ("text_a",)
+class ClassifierServing(export.EncodedTextServing):
+  """The classifier's export: `head_outputs` of the model's logits. With `doc_stride` the text
+  signature windows every text as do_predict does and aggregates its windows' logits."""
+
+  def __init__(self, encoder: tf.Module, model: keras.Model,
+               head_outputs: Callable[[tf.Tensor], dict], text_inputs: Sequence[str],
+               doc_stride: Optional[int], window_aggregation: str):
+    super().__init__(encoder, model.config,
+                     lambda features: head_outputs(model(features, training=False)), text_inputs)
+    self.model = model
+    self.head_outputs = head_outputs
+    self.doc_stride = doc_stride
+    self.window_aggregation = window_aggregation
+
+  def text_outputs(self, texts):
     if self.doc_stride is None:
-      return export.export_task_model(export_dir, encoder, outputs_fn, text_inputs,
-                                      config=model.config)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs],
-                 autograph=False)
-    def serve_windowed_text(*texts):
-      named = dict(zip(text_inputs, texts))
-      named = export.checked(export.text_input_checks(named), named)
-      features, windows = window_inputs_in_graph(encoder, self.doc_stride,
-                                                 *[named[name] for name in text_inputs])
-      logits = model(features, training=False)
-      return self._head_outputs(aggregate_windows_in_graph(logits, windows,
-                                                           self.window_aggregation))
-
-    signatures = {export.SERVING_DEFAULT: serve_windowed_text,
-                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn, model.config)}
-    return export.write_saved_model(export_dir, signatures, encoder)
+      return super().text_outputs(texts)
+    features, windows = window_inputs_in_graph(self.encoder, self.doc_stride,
+                                               *[texts[name] for name in self.text_inputs])
+    return self.head_outputs(aggregate_windows_in_graph(self.model(features, training=False),
+                                                        windows, self.window_aggregation))

@@ -1,14 +1,17 @@
-"""Versioned SavedModel export for TF Serving, shared by every export (classifier, SQuAD, NER,
-feature extraction).
+"""Versioned SavedModel export for TF Serving, the one export shape of every task and script.
 
-An export holds the in-graph text encoder (`in_graph_tokenization.BertInputEncoder`, whose vocab
-travels as a SavedModel asset) and signatures built around one task function
-`outputs_fn(features) -> dict of tensors`:
+A task hands `write_saved_model` a `ServingModule`: the in-graph text encoder
+(`in_graph_tokenization.BertInputEncoder`, whose vocab travels as a SavedModel asset), the model's
+config and what its two signatures compute:
 
-- `serving_default`: raw strings (e.g. `text_a`, `text_b`, each a [batch] tf.string tensor); the
-  encoder turns them into ids inside the graph, then `outputs_fn` runs.
+- `serving_default`: raw strings (e.g. `text_a`, `text_b`, each a [batch] tf.string tensor),
+  tokenized inside the graph;
 - `token_ids` (`TOKEN_IDS_SIGNATURE`): `input_ids`, `input_mask`, `segment_ids` (int32
   [batch, seq_length]) for clients that tokenize themselves.
+
+`EncodedTextServing` is the common case (encode the texts, then one function of the ids); tasks
+whose text path does more (SQuAD's span choice, tagging's words, multiple choice's endings)
+subclass `ServingModule`.
 
 A malformed request fails with InvalidArgument and a message naming the input, never with a
 wrong answer or a crash: text inputs of different batch sizes or more than
@@ -28,6 +31,7 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
+import abc
 import errno
 import os
 import re
@@ -131,23 +135,6 @@ def checked(checks: Sequence[tf.Operation], tensors: Mapping[str, tf.Tensor]
     return {name: tf.identity(value) for name, value in tensors.items()}
 
 
-def ids_signature(outputs_fn: OutputsFn, config: Optional[modeling.BertConfig] = None
-                  ) -> tf.types.experimental.GenericFunction:
-  """A tf.function on int32 `input_ids`, `input_mask`, `segment_ids` of any [batch, length].
-
-  A malformed request fails with InvalidArgument naming the input (`id_input_checks`; pass the
-  model's `config` to also check ids against its vocab and type vocab sizes and length).
-  """
-
-  @tf.function(input_signature=[tf.TensorSpec([None, None], tf.int32, name=n) for n in ID_INPUTS],
-               autograph=False)
-  def serve_token_ids(*ids):
-    features = dict(zip(ID_INPUTS, ids))
-    return dict(outputs_fn(checked(id_input_checks(features, config), features)))
-
-  return serve_token_ids
-
-
 def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
   """Asserts that string inputs have one batch size and at most MAX_REQUEST_TEXT_BYTES in all.
 
@@ -171,23 +158,84 @@ def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
   return checks
 
 
-def text_signature(encoder: Callable[..., Mapping[str, tf.Tensor]], outputs_fn: OutputsFn,
-                   text_inputs: Sequence[str]) -> tf.types.experimental.GenericFunction:
-  """A tf.function on [batch] string tensors named `text_inputs`, encoded by `encoder(*texts)`.
+class ServingModule(abc.ABC):
+  """One export: its in-graph text encoder, the model's config and what its signatures compute.
 
-  A request whose inputs differ in batch size, or that is over the size limit, fails with
-  InvalidArgument (`text_input_checks`).
+  Every export has the same two signatures, which this class builds with the request checks
+  around what a task writes:
+  - `serving_default` on the string inputs `text_inputs` (name -> rank: 1 for [batch], 2 for
+    multiple choice's [batch, endings]); `text_outputs(texts)` computes its outputs;
+  - `token_ids` on int32 `input_ids`, `input_mask`, `segment_ids` of rank `ids_rank` ([batch,
+    length]; multiple choice's [batch, endings, length]); `ids_outputs(features)` computes them.
+  Both receive inputs that passed `text_input_checks` or `id_input_checks` (ids also against the
+  sizes of `config`, when given), so no op runs on a malformed request. `extra_signatures` adds
+  further named signatures (built with `text_signature`, they get the same checks).
+  `write_saved_model` saves a module.
   """
 
-  @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=n) for n in text_inputs],
-               autograph=False)
-  def serve_text(*texts):
-    named = dict(zip(text_inputs, texts))
-    named = checked(text_input_checks(named), named)
-    features = encoder(*[named[name] for name in text_inputs])
-    return dict(outputs_fn({name: tf.cast(features[name], tf.int32) for name in ID_INPUTS}))
+  text_inputs: Mapping[str, int] = {"text": 1}
+  ids_rank = 2
 
-  return serve_text
+  def __init__(self, encoder: tf.Module, config: Optional[modeling.BertConfig]):
+    self.encoder = encoder
+    self.config = config
+
+  @abc.abstractmethod
+  def text_outputs(self, texts: Mapping[str, tf.Tensor]) -> Mapping[str, tf.Tensor]:
+    """The text signature's outputs for checked string inputs."""
+
+  @abc.abstractmethod
+  def ids_outputs(self, features: Mapping[str, tf.Tensor]) -> Mapping[str, tf.Tensor]:
+    """The token-ids signature's outputs for checked int32 id features."""
+
+  def extra_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
+    """Signatures beyond the two every export has (none by default)."""
+    return {}
+
+  def text_signature(self, text_inputs: Mapping[str, int],
+                     outputs_fn: Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
+                     ) -> tf.types.experimental.GenericFunction:
+    """A tf.function on string inputs `text_inputs` (name -> rank) that computes `outputs_fn` of
+    the inputs once they passed `text_input_checks`."""
+    names = list(text_inputs)
+
+    @tf.function(input_signature=[tf.TensorSpec([None] * text_inputs[name], tf.string, name=name)
+                                  for name in names], autograph=False)
+    def serve_text(*texts):
+      named = dict(zip(names, texts))
+      return dict(outputs_fn(checked(text_input_checks(named), named)))
+
+    return serve_text
+
+  def signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
+    """Every signature of the export, by name."""
+
+    @tf.function(input_signature=[tf.TensorSpec([None] * self.ids_rank, tf.int32, name=name)
+                                  for name in ID_INPUTS], autograph=False)
+    def serve_token_ids(*ids):
+      features = dict(zip(ID_INPUTS, ids))
+      return dict(self.ids_outputs(checked(id_input_checks(features, self.config), features)))
+
+    return {SERVING_DEFAULT: self.text_signature(self.text_inputs, self.text_outputs),
+            TOKEN_IDS_SIGNATURE: serve_token_ids, **self.extra_signatures()}
+
+
+class EncodedTextServing(ServingModule):
+  """The common export: each text row encoded by `encoder(*texts)` (a `BertInputEncoder`: one
+  text, or a pair), then one function of the id features for both signatures."""
+
+  def __init__(self, encoder: tf.Module, config: Optional[modeling.BertConfig],
+               outputs_fn: OutputsFn, text_inputs: Sequence[str]):
+    super().__init__(encoder, config)
+    self.outputs_fn = outputs_fn
+    self.text_inputs = {name: 1 for name in text_inputs}
+
+  def text_outputs(self, texts):
+    features = self.encoder(*[texts[name] for name in self.text_inputs])
+    return self.outputs_fn({name: tf.cast(features[name], tf.int32) for name in ID_INPUTS})
+
+  def ids_outputs(self, features):
+    return self.outputs_fn(features)
 
 
 def prediction_log(signature_name: str, inputs: Mapping[str, np.ndarray]) -> bytes:
@@ -341,13 +389,11 @@ def claim_version(staged_dir: str, export_dir: str, version: Optional[int] = Non
 _EXPORT_LOCK = threading.Lock()
 
 
-def write_saved_model(export_dir: str,
-                      signatures: Mapping[str, tf.types.experimental.GenericFunction],
-                      encoder: tf.Module, version: Optional[int] = None) -> str:
-  """Saves `signatures` as `export_dir/<version>/` for TF Serving and returns that path.
+def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None) -> str:
+  """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
 
-  Saves the variables the signatures read and `encoder` (whose vocab or SentencePiece model
-  travels as an asset), plus `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
+  Saves the variables the signatures read and the module's encoder (whose vocab or SentencePiece
+  model travels as an asset), plus `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
   Everything is written to a hidden staging directory first; the version is claimed only when
   the model is complete, by renaming it into place (`claim_version`: the next free number, or
   `version`). Only the chief of a multi-worker run writes; the others return the path of the
@@ -358,7 +404,8 @@ def write_saved_model(export_dir: str,
   if version is not None and os.path.exists(os.path.join(export_dir, str(version))):
     raise VersionTakenError(export_dir, version)  # Before any work; claim_version checks again.
   tf.io.gfile.makedirs(export_dir)
-  concrete = {name: fn.get_concrete_function() for name, fn in signatures.items()}
+  encoder = module.encoder
+  concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
   # atomic_output gives the staging directory (`.export.tmp-<host>-<pid>`, deleted by the next
   # export if this process dies) and deletes it if anything fails; claim_version moves it away,
   # so there is nothing left for atomic_output to rename.
@@ -370,25 +417,3 @@ def write_saved_model(export_dir: str,
       final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir
-
-
-def export_task_model(export_dir: str, encoder: tf.Module, outputs_fn: OutputsFn,
-                      text_inputs: Sequence[str], version: Optional[int] = None,
-                      config: Optional[modeling.BertConfig] = None) -> str:
-  """Exports a task model with the text (`serving_default`) and `token_ids` signatures.
-
-  Args:
-    export_dir: the directory TF Serving watches; the model goes to `export_dir/<version>/`.
-    encoder: the in-graph text encoder: `encoder(*texts)` returns a dict with the three id tensors.
-    outputs_fn: features dict (int32 ids) -> dict of output tensors (inference mode); the
-      variables it reads are saved.
-    text_inputs: the names of the text signature's string inputs, e.g. ("text_a", "text_b").
-    version: the version number, default the next free one.
-    config: the model's config, to check `token_ids` requests against its sizes.
-
-  Returns:
-    The SavedModel directory.
-  """
-  signatures = {SERVING_DEFAULT: text_signature(encoder, outputs_fn, text_inputs),
-                TOKEN_IDS_SIGNATURE: ids_signature(outputs_fn, config)}
-  return write_saved_model(export_dir, signatures, encoder, version)

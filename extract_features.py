@@ -221,35 +221,42 @@ class FeatureExtractor(tf.Module):
 TEXT_PAIR_SIGNATURE = "text_pair"
 
 
-def export_encoder(export_dir: str, extractor: FeatureExtractor,
-                   tokenizer: tokenization.FullTokenizer, max_seq_length: int) -> str:
-  """Writes the feature extractor as a SavedModel under `export_dir/<version>/`; returns its path.
-
-  Signatures (all with `FeatureExtractor.serving_outputs`' outputs): `serving_default` on `text`,
-  `text_pair` on `text` and `text_b` (a row whose text_b has no tokens is encoded as a single
-  text, as this script treats a line without ` ||| `), `token_ids` on the ids. Texts are
+class EncoderServing(export.EncodedTextServing):
+  """The encoder export (`FeatureExtractor.serving_outputs`' outputs): `serving_default` on
+  `text`, `text_pair` on `text` and `text_b` (a row whose text_b has no tokens is encoded as a
+  single text, as this script treats a line without ` ||| `), `token_ids` on the ids. Texts are
   tokenized in the graph as FullTokenizer does, truncated as `example_tokens`, and padded to a
-  length bucket (`BertInputEncoder(dynamic_padding=True)`).
-  """
-  encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(tokenizer, max_seq_length)
+  length bucket (`BertInputEncoder(dynamic_padding=True)`)."""
 
-  def encode_pair(text, text_b):
+  def __init__(self, extractor: FeatureExtractor, tokenizer: tokenization.FullTokenizer,
+               max_seq_length: int):
+    super().__init__(
+        in_graph_tokenization.BertInputEncoder.for_tokenizer(tokenizer, max_seq_length),
+        extractor.bert.config, extractor.serving_outputs, ["text"])
+
+  def _encode_pair(self, text: tf.Tensor, text_b: tf.Tensor) -> dict:
     """Pairs where text_b has tokens, single texts elsewhere, padded to one width."""
-    ids = encoder.tokenize(tf.concat([text, text_b], axis=0))
+    ids = self.encoder.tokenize(tf.concat([text, text_b], axis=0))
     batch_size = tf.shape(text)[0]
     ids_a, ids_b = ids[:batch_size], ids[batch_size:]
-    pair, single = encoder.pack(ids_a, ids_b), encoder.pack(ids_a)
+    pair, single = self.encoder.pack(ids_a, ids_b), self.encoder.pack(ids_a)
     width = tf.maximum(tf.shape(pair["input_ids"])[1], tf.shape(single["input_ids"])[1])
     has_b = (ids_b.row_lengths() > 0)[:, tf.newaxis]
-    return {name: tf.where(has_b, _pad_columns(pair[name], width),
-                           _pad_columns(single[name], width)) for name in pair}
+    return {name: tf.cast(tf.where(has_b, _pad_columns(pair[name], width),
+                                   _pad_columns(single[name], width)), tf.int32)
+            for name in export.ID_INPUTS}
 
-  outputs_fn = extractor.serving_outputs
-  signatures = {
-      export.SERVING_DEFAULT: export.text_signature(encoder, outputs_fn, ["text"]),
-      TEXT_PAIR_SIGNATURE: export.text_signature(encode_pair, outputs_fn, ["text", "text_b"]),
-      export.TOKEN_IDS_SIGNATURE: export.ids_signature(outputs_fn, extractor.bert.config)}
-  return export.write_saved_model(export_dir, signatures, encoder)
+  def extra_signatures(self):
+    return {TEXT_PAIR_SIGNATURE: self.text_signature(
+        {"text": 1, "text_b": 1},
+        lambda texts: self.outputs_fn(self._encode_pair(texts["text"], texts["text_b"])))}
+
+
+def export_encoder(export_dir: str, extractor: FeatureExtractor,
+                   tokenizer: tokenization.FullTokenizer, max_seq_length: int) -> str:
+  """Writes the feature extractor as a SavedModel under `export_dir/<version>/` (`EncoderServing`);
+  returns its path."""
+  return export.write_saved_model(export_dir, EncoderServing(extractor, tokenizer, max_seq_length))
 
 
 def _pad_columns(values: tf.Tensor, width: tf.Tensor) -> tf.Tensor:

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 import checkpoints
+import export
 import length_buckets
 import tfrecord_files
 import training_loop
@@ -109,8 +110,12 @@ class Task(abc.ABC):
     """Predicts the test set and writes the task's prediction files; returns a summary."""
 
   @abc.abstractmethod
+  def serving_module(self, model: keras.Model) -> export.ServingModule:
+    """What the task's SavedModel serves: its text and token-ids signatures (export.py)."""
+
   def export(self, model: keras.Model, export_dir: str) -> str:
-    """Writes a raw-text SavedModel version under `export_dir`; returns its path."""
+    """Writes the task's SavedModel as the next version under `export_dir`; returns its path."""
+    return export.write_saved_model(export_dir, self.serving_module(model))
 
   def predict_dataset(self, strategy: tf.distribute.Strategy, model: keras.Model,
                       dataset: tf.data.Dataset, batch_size: int,

@@ -36,6 +36,7 @@ import json
 import os
 from typing import Optional, Sequence
 
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -378,46 +379,44 @@ class MultipleChoiceTask(fine_tuning.Task):
     classifier.write_test_results(os.path.join(self.output_dir, "test_results.tsv"), rows)
     return "predicted %d examples" % len(rows)
 
-  def export(self, model, export_dir: str) -> str:
-    """Exports `export_dir/<version>/` for TF Serving (see export.py) and returns its path.
+  def serving_module(self, model) -> "MultipleChoiceServing":
+    return MultipleChoiceServing(in_graph_tokenization.BertInputEncoder.for_tokenizer(
+        self.tokenizer, self.max_seq_length, dynamic_padding=True), model)
 
-    `serving_default(context: [B] string, endings: [B, E] string)`: "" marks a missing ending (for
-    rows with fewer endings), as an empty ending of a test file does; each (context, ending) pair
-    is tokenized in the graph as do_predict's features. Put a question (SWAG's sent2) at the start
-    of every ending that is there, as do_predict does (a missing one stays ""). `token_ids(
-    input_ids, input_mask, segment_ids: int32 [B, E, T])`: a choice whose input_mask is all 0 is
-    missing. Both return `probabilities` [B, E] (0 for missing endings) and `label` [B] (the index
-    of the most probable ending; -1 for a row without any ending, whose probabilities are all 0).
-    """
-    encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(
-        self.tokenizer, self.max_seq_length, dynamic_padding=True)
 
-    def outputs_fn(features):
-      logits = model(features, training=False)
-      return {"probabilities": probabilities(logits), "label": predicted_choice(logits)}
+class MultipleChoiceServing(export.ServingModule):
+  """The export (see export.py).
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="context"),
-                                  tf.TensorSpec([None, None], tf.string, name="endings")],
-                 autograph=False)
-    def serve_text(context, endings):
-      texts = export.checked(export.text_input_checks({"context": context, "endings": endings}),
-                             {"context": context, "endings": endings})
-      context, endings = texts["context"], texts["endings"]
-      shape = tf.shape(endings)
-      ids = encoder(tf.repeat(context, shape[1]), tf.reshape(endings, [-1]))
-      features = {name: tf.reshape(tf.cast(ids[name], tf.int32), [shape[0], shape[1], -1])
-                  for name in export.ID_INPUTS}
-      features[CHOICE_MASK_KEY] = tf.cast(tf.not_equal(endings, ""), tf.int32)
-      return outputs_fn(features)
+  `serving_default(context: [B] string, endings: [B, E] string)`: "" marks a missing ending (for
+  rows with fewer endings), as an empty ending of a test file does; each (context, ending) pair is
+  tokenized in the graph as do_predict's features. Put a question (SWAG's sent2) at the start of
+  every ending that is there, as do_predict does (a missing one stays ""). `token_ids(input_ids,
+  input_mask, segment_ids: int32 [B, E, T])`: a choice whose input_mask is all 0 is missing. Both
+  return `probabilities` [B, E] (0 for missing endings) and `label` [B] (the index of the most
+  probable ending; -1 for a row without any ending, whose probabilities are all 0).
+  """
 
-    @tf.function(input_signature=[tf.TensorSpec([None, None, None], tf.int32, name=name)
-                                  for name in export.ID_INPUTS], autograph=False)
-    def serve_token_ids(input_ids, input_mask, segment_ids):
-      features = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
-      features = export.checked(export.id_input_checks(features, model.config), features)
-      features[CHOICE_MASK_KEY] = tf.cast(tf.reduce_any(features["input_mask"] != 0, axis=-1),
-                                          tf.int32)
-      return outputs_fn(features)
+  text_inputs = {"context": 1, "endings": 2}
+  ids_rank = 3
 
-    signatures = {export.SERVING_DEFAULT: serve_text, export.TOKEN_IDS_SIGNATURE: serve_token_ids}
-    return export.write_saved_model(export_dir, signatures, encoder)
+  def __init__(self, encoder: tf.Module, model: keras.Model):
+    super().__init__(encoder, model.config)
+    self.model = model
+
+  def _outputs(self, features: dict) -> dict:
+    logits = self.model(features, training=False)
+    return {"probabilities": probabilities(logits), "label": predicted_choice(logits)}
+
+  def text_outputs(self, texts):
+    context, endings = texts["context"], texts["endings"]
+    shape = tf.shape(endings)
+    ids = self.encoder(tf.repeat(context, shape[1]), tf.reshape(endings, [-1]))
+    features = {name: tf.reshape(tf.cast(ids[name], tf.int32), [shape[0], shape[1], -1])
+                for name in export.ID_INPUTS}
+    features[CHOICE_MASK_KEY] = tf.cast(tf.not_equal(endings, ""), tf.int32)
+    return self._outputs(features)
+
+  def ids_outputs(self, features):
+    features = dict(features, **{CHOICE_MASK_KEY: tf.cast(
+        tf.reduce_any(features["input_mask"] != 0, axis=-1), tf.int32)})
+    return self._outputs(features)

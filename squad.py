@@ -907,35 +907,34 @@ def _find_prefix(haystacks: tf.Tensor, needles: tf.Tensor) -> tuple[tf.Tensor, t
   return tf.map_fn(find, (haystacks, needles), fn_output_signature=(tf.bool, tf.string))
 
 
-class SquadServingModule(tf.Module):
+class SquadServingModule(export.ServingModule):
   """The exported model: tokenization, one window, the span head and `get_final_text` in TF ops.
 
-  `serve(question, context)` ([B] strings) returns `answer` (the text do_predict writes to
-  predictions.json), `score` (start + end logit of the answer span, or the [CLS] null score for
-  an empty answer), `answer_start` and `answer_end` (character offsets of the answer's first and
-  one-past-last character in the context; -1 for an empty answer). Only the first window is used:
-  the question is cut to `max_query_length` sub-tokens and the context to what fits after it.
+  The text signature on `question` and `context` ([B] strings) returns `answer` (the text do_predict
+  writes to predictions.json), `score` (start + end logit of the answer span, or the [CLS] null
+  score for an empty answer), `answer_start` and `answer_end` (character offsets of the answer's
+  first and one-past-last character in the context; -1 for an empty answer). Only the first window
+  is used: the question is cut to `max_query_length` sub-tokens and the context to what fits after
+  it.
 
   Request limits: question and context batches of one size, and at most
-  `export.MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all; anything else fails with
-  InvalidArgument (`export.text_input_checks`). Within them memory is linear in the request's
-  bytes, with a small factor: the texts are split at whitespace once, and only their first
-  `max_seq_length` words, all the window can use, are tokenized (every word only when those
-  give too few pieces, i.e. words of dropped characters only). Measured on a small model: a
-  1 MiB context costs about 20 MB above the loaded model, a 4 MiB one about 70 MB, a 3.5 MB
-  question about 55 MB.
+  `export.MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all; anything else fails with InvalidArgument
+  (`export.text_input_checks`). Within them memory is linear in the request's bytes, with a small
+  factor: the texts are split at whitespace once, and only their first `max_seq_length` words, all
+  the window can use, are tokenized (every word only when those give too few pieces, i.e. words of
+  dropped characters only). Measured on a small model: a 1 MiB context costs about 20 MB above the
+  loaded model, a 4 MiB one about 70 MB, a 3.5 MB question about 55 MB.
   """
+
+  text_inputs = {"question": 1, "context": 1}
 
   def __init__(self, model: keras.Model, tokenizer: Any, max_seq_length: int,
                max_query_length: int, n_best_size: int, max_answer_length: int,
                version_2_with_negative: bool, null_score_diff_threshold: float):
-    super().__init__(name="squad_serving")
     check_feature_settings(max_seq_length, 1, max_query_length)
+    super().__init__(in_graph_tokenization.BertInputEncoder.for_tokenizer(
+        tokenizer, max_seq_length, dynamic_padding=False), model.config)
     self.model = model
-    self.encoder = in_graph_tokenization.BertInputEncoder(
-        None if tokenizer.sp_model is not None else tokenizer.vocab_file,
-        tokenizer.do_lower_case, spm_model_file=tokenizer.spm_model_file,
-        max_seq_length=max_seq_length)
     # The basic tokenizer get_final_text aligns the answer with (the encoder keeps its own).
     self._basic_tables = in_graph_tokenization.CharacterTables(
         "lower_strip_accents" if tokenizer.do_lower_case else None)
@@ -947,11 +946,8 @@ class SquadServingModule(tf.Module):
     self._max_answer_length = max_answer_length
     self._version_2 = version_2_with_negative
     self._threshold = null_score_diff_threshold
-    self.serve = tf.function(self._serve, autograph=False, input_signature=[
-        tf.TensorSpec([None], tf.string, name="question"),
-        tf.TensorSpec([None], tf.string, name="context")])
 
-  def logits(self, features: dict) -> dict:
+  def ids_outputs(self, features: dict) -> dict:
     """Start and end logits of int32 id features (the token-ids signature)."""
     outputs = self.model(features, training=False)
     return {"start_logits": outputs["start_logits"], "end_logits": outputs["end_logits"]}
@@ -1040,9 +1036,7 @@ class SquadServingModule(tf.Module):
                    orig_chars.row_lengths() - 1)
     return start, end
 
-  def _serve(self, question: tf.Tensor, context: tf.Tensor) -> dict:
-    texts = export.checked(export.text_input_checks({"question": question, "context": context}),
-                           {"question": question, "context": context})
+  def text_outputs(self, texts: dict) -> dict:
     question, context = texts["question"], texts["context"]
     (features, doc_start, doc_length, context_ids, tok_to_orig, words,
      word_begin_bytes) = self.encode_window(question, context)
@@ -1221,19 +1215,14 @@ class SquadTask(fine_tuning.Task):
                                        metrics)
     return predictions, metrics
 
-  def export(self, model, export_dir: str) -> str:
-    """Writes the SavedModel (`serving_default` on question/context, `token_ids` on ids) and
-    returns its versioned directory.
-
-    Requests are limited to 4 MiB of text (`export.MAX_REQUEST_TEXT_BYTES`), with memory linear
-    in their bytes (see `SquadServingModule`); `token_ids` requests are checked against the
-    model's vocab, type vocab and position sizes (`export.id_input_checks`).
+  def serving_module(self, model) -> "SquadServingModule":
+    """The export: `serving_default` on question/context, `token_ids` on ids (start and end
+    logits). Requests are limited to 4 MiB of text (`export.MAX_REQUEST_TEXT_BYTES`), with memory
+    linear in their bytes (see `SquadServingModule`); `token_ids` requests are checked against
+    the model's vocab, type vocab and position sizes (`export.id_input_checks`).
     """
     options = self.options
-    module = SquadServingModule(model, self.tokenizer, options.max_seq_length,
-                                options.max_query_length, options.n_best_size,
-                                options.max_answer_length, options.version_2_with_negative,
-                                options.null_score_diff_threshold)
-    signatures = {export.SERVING_DEFAULT: module.serve,
-                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(module.logits, model.config)}
-    return export.write_saved_model(export_dir, signatures, module.encoder)
+    return SquadServingModule(model, self.tokenizer, options.max_seq_length,
+                              options.max_query_length, options.n_best_size,
+                              options.max_answer_length, options.version_2_with_negative,
+                              options.null_score_diff_threshold)

@@ -523,26 +523,29 @@ def records_dataset(path: str, seq_length: int) -> tf.data.Dataset:
 # Export: raw text in, one tag per whitespace-separated word out, all inside the graph.
 # ---------------------------------------------------------------------------------------------
 
-class TaggerServing(tf.Module):
-  """The exported module: the tagger, the in-graph tokenizer and the tag list.
+class TaggerServing(export.ServingModule):
+  """The export: the tagger, the in-graph tokenizer and the tag list.
 
-  `tag_text(text)` takes a [batch] string tensor, splits every text on whitespace, tokenizes each
-  word on its own, splits long texts into windows with `window_word_ranges`' greedy rule and
-  returns dense [batch, max_words] tensors: `words` and `tags` (padded with ""), `tag_ids`
-  (padded with -1), and `num_words` [batch]. The same words give the same tags as `run_ner`'s
-  prediction.
+  The text signature takes `text`, a [batch] string tensor, splits every text on whitespace,
+  tokenizes each word on its own, splits long texts into windows with `window_word_ranges`'
+  greedy rule (or `doc_stride`'s) and returns dense [batch, max_words] tensors: `words` and `tags`
+  (padded with ""), `tag_ids` (padded with -1), and `num_words` [batch]. The same words give the
+  same tags as `run_ner`'s prediction. `token_ids` returns `tag_ids` [batch, seq_length] (read
+  them at each word's first sub-token).
   """
 
   def __init__(self, model: BertTagger, encoder: "in_graph_tokenization.BertInputEncoder",
                tag_list: Sequence[str], doc_stride: Optional[int] = None):
-    super().__init__()
+    super().__init__(encoder, model.config)
     self.model = model
-    self.encoder = encoder
     self.tag_list = list(tag_list)
     self.doc_stride = doc_stride
 
-  def tag_text(self, text: tf.Tensor) -> dict[str, tf.Tensor]:
-    words = in_graph_tokenization.whitespace_split(text)
+  def ids_outputs(self, features):
+    return {"tag_ids": predict_tag_ids(self.model, features)}
+
+  def text_outputs(self, texts: dict) -> dict[str, tf.Tensor]:
+    words = in_graph_tokenization.whitespace_split(texts["text"])
     word_pieces = self._clip_word_pieces(self.encoder.tokenize_words(words).values)
     if self.doc_stride is None:
       word_tag_ids = self._greedy_window_tags(words, word_pieces)
@@ -683,9 +686,9 @@ class TaggingTask(fine_tuning.Task):
   def _split_inputs(self, split: str, sentences: Optional[list[TaggedSentence]] = None
                     ) -> tuple[list[TaggedSentence], list[TaggingFeature], str]:
     """(sentences, features, features file) of a split (its `sentences` if already read), read
-    and tokenized once per task (evaluation during training tags the dev file often). The features file,
-    `output_dir/<split>.tf_record`, follows `feature_cache`'s rule as every task's cached features
-    do; the features stay in memory too, for reassembling words' tags."""
+    and tokenized once per task (evaluation during training tags the dev file often). The
+    features file, `output_dir/<split>.tf_record`, follows `feature_cache`'s rule as every task's
+    cached features do; the features stay in memory too, for reassembling words' tags."""
     if split not in self._split_cache:
       path = self._path(split)
       sentences = read_conll(path) if sentences is None else sentences
@@ -769,25 +772,7 @@ class TaggingTask(fine_tuning.Task):
     self._tag_file(strategy, model, "test", batch_size)
     return "tagged %s" % self.test_file
 
-  def export(self, model, export_dir: str) -> str:
-    """Writes a versioned SavedModel under `export_dir` and returns its path.
-
-    Signatures: `serving_default` takes `text` ([batch] strings) and returns `TaggerServing`'s
-    outputs; `token_ids` takes `input_ids`, `input_mask`, `segment_ids` and returns `tag_ids`
-    [batch, seq_length] (read them at each word's first sub-token).
-    """
+  def serving_module(self, model) -> TaggerServing:
     encoder = in_graph_tokenization.BertInputEncoder.for_tokenizer(self.tokenizer,
                                                                    self.max_seq_length)
-    module = TaggerServing(model, encoder, self.tags(), self.doc_stride)
-
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")],
-                 autograph=False)
-    def tag_text(text):
-      return module.tag_text(export.checked(export.text_input_checks({"text": text}),
-                                            {"text": text})["text"])
-
-    signatures = {export.SERVING_DEFAULT: tag_text,
-                  export.TOKEN_IDS_SIGNATURE: export.ids_signature(
-                      lambda features: {"tag_ids": predict_tag_ids(model, features)},
-                      model.config)}
-    return export.write_saved_model(export_dir, signatures, encoder)
+    return TaggerServing(model, encoder, self.tags(), self.doc_stride)

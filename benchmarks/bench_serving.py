@@ -30,6 +30,7 @@ from benchmark_paths import SHARED_DIR  # Also puts the project on sys.path.
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
+import export  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
 import bench_model  # pylint: disable=g-import-not-at-top  (this directory: load_peer, BERT_BASE)
@@ -69,7 +70,7 @@ def export_classifier(task: classifier.ClassifierTask, model, dynamic_padding: b
   export_dir = os.path.join(FLAGS.export_root, "dynamic" if dynamic_padding else "padded")
   if tf.io.gfile.exists(export_dir):
     tf.io.gfile.rmtree(export_dir)
-  return task.export(model, export_dir, dynamic_padding=dynamic_padding)
+  return export.write_saved_model(export_dir, task.serving_module(model, dynamic_padding))
 
 
 class ExportRunner:

@@ -41,16 +41,22 @@ def outputs_of(model):
   return outputs_fn
 
 
+def export_toy(export_dir, model, encoder, text_inputs, version=None, config=None):
+  return export.write_saved_model(
+      export_dir, export.EncodedTextServing(encoder, config, outputs_of(model), text_inputs),
+      version)
+
+
 def test_export_writes_numbered_versions_with_both_signatures(tmp_path):
   export_dir = str(tmp_path / "export")
   model, encoder = toy_model(), HashingEncoder()
-  first = export.export_task_model(export_dir, encoder, outputs_of(model), ["text_a"])
-  second = export.export_task_model(export_dir, encoder, outputs_of(model), ["text_a"])
+  first = export_toy(export_dir, model, encoder, ["text_a"])
+  second = export_toy(export_dir, model, encoder, ["text_a"])
   assert (first, second) == (os.path.join(export_dir, "1"), os.path.join(export_dir, "2"))
   assert sorted(os.listdir(export_dir)) == ["1", "2"]  # No temporary directory is left behind.
   assert export.next_version(export_dir) == 3
   with pytest.raises(ValueError, match="already exists"):
-    export.export_task_model(export_dir, encoder, outputs_of(model), ["text_a"], version=2)
+    export_toy(export_dir, model, encoder, ["text_a"], version=2)
 
   texts = ["a b c", "", "one two three four five six seven eight nine"]
   features = {k: v.numpy().tolist() for k, v in encoder(tf.constant(texts)).items()}
@@ -66,8 +72,7 @@ def test_export_writes_numbered_versions_with_both_signatures(tmp_path):
 
 def test_signatures_take_any_batch_size_and_pairs(tmp_path):
   model, encoder = toy_model(), HashingEncoder()
-  path = export.export_task_model(str(tmp_path), encoder, outputs_of(model),
-                                  ["text_a", "text_b"], version=7)
+  path = export_toy(str(tmp_path), model, encoder, ["text_a", "text_b"], version=7)
   assert path == os.path.join(str(tmp_path), "7")
   loaded = tf.saved_model.load(path)
   serve = loaded.signatures[export.SERVING_DEFAULT]
@@ -176,8 +181,7 @@ def test_token_ids_requests_a_client_bug_makes_fail_naming_the_input(tmp_path):
   from test_serving import run_cpp_client  # pylint: disable=g-import-not-at-top
   model, encoder = toy_model(), HashingEncoder()
   config = modeling.BertConfig(vocab_size=100, max_position_embeddings=8, type_vocab_size=2)
-  path = export.export_task_model(str(tmp_path), encoder, outputs_of(model),
-                                  ["text_a", "text_b"], config=config)
+  path = export_toy(str(tmp_path), model, encoder, ["text_a", "text_b"], config=config)
   ids = np.array([[5, 6, 7, 0], [8, 9, 0, 0]], np.int32)
   mask, segments = (ids > 0).astype(np.int32), np.zeros_like(ids)
 
@@ -245,8 +249,7 @@ def write_then_wait(*args):
 export.write_warmup_requests = write_then_wait
 keras.utils.set_random_seed(seed)
 model = test_export.toy_model()
-path = export.export_task_model(export_dir, test_export.HashingEncoder(),
-                                test_export.outputs_of(model), ["text_a"])
+path = test_export.export_toy(export_dir, model, test_export.HashingEncoder(), ["text_a"])
 ids = test_export.HashingEncoder()(["a b c", "d"])
 logits = model(ids["input_ids"] * ids["input_mask"]).numpy()
 print(json.dumps({"path": path, "logits": logits.tolist()}))

@@ -267,7 +267,7 @@ def test_in_graph_span_selection_and_final_text_match_python(uncased_vocab_file)
   encoded = module.encode_window(tf.constant(questions), tf.constant(contexts))[0]
   for name in inputs:
     np.testing.assert_array_equal(encoded[name].numpy(), inputs[name], err_msg=name)
-  out = module.serve(tf.constant(questions), tf.constant(contexts))
+  out = module.signatures()["serving_default"](tf.constant(questions), tf.constant(contexts))
   answers = [a.decode("utf-8") for a in out["answer"].numpy()]
   # Documented difference: with no valid span the export answers "", do_predict the original's "empty".
   assert answers == [("" if predictions[e.qas_id] == "empty" else predictions[e.qas_id])
