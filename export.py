@@ -39,6 +39,7 @@ import threading
 from typing import Callable, Mapping, Optional, Sequence
 
 from absl import logging
+import keras
 import numpy as np
 import tensorflow as tf
 
@@ -61,6 +62,33 @@ WARMUP_SENTENCE = ("The quick brown fox jumps over the lazy dog while a small bi
                    "tree near the river.")
 
 OutputsFn = Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
+# --export_precision: the Keras dtype policy an exported model computes in. bfloat16 is Keras's
+# mixed policy: float32 variables (so the SavedModel keeps the float32 weights), matmuls and
+# activations in bfloat16, softmax, LayerNorm and the logits in float32 (modeling.py).
+PRECISIONS = ("float32", "bfloat16")
+_PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
+
+
+def model_in_precision(model: keras.Model, build_model: Callable[[], keras.Model],
+                       precision: str) -> keras.Model:
+  """The model to export at `precision`: `model` itself when it computes in that dtype already,
+  else a copy built by `build_model` under that precision's policy holding `model`'s weights
+  (matched by variable path, i.e. by checkpoint name). A model trained with --mixed_precision
+  exports in float32 the same way."""
+  policy = _PRECISION_POLICIES[precision]
+  if model.dtype_policy.name == policy:
+    return model
+  previous = keras.config.dtype_policy()
+  keras.config.set_dtype_policy(policy)
+  try:
+    copy = build_model()
+  finally:
+    keras.config.set_dtype_policy(previous)
+  weights = {variable.path: variable for variable in model.weights}
+  for variable in copy.weights:
+    variable.assign(weights[variable.path])
+  logging.info("Exporting in %s (Keras policy %s)", precision, policy)
+  return copy
 
 
 def existing_versions(export_dir: str) -> list[int]:
@@ -158,6 +186,12 @@ def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
   return checks
 
 
+def float32_outputs(outputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+  """The outputs with floating tensors in float32, whatever the precision computed them."""
+  return {name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
+          for name, value in outputs.items()}
+
+
 class ServingModule(abc.ABC):
   """One export: its in-graph text encoder, the model's config and what its signatures compute.
 
@@ -203,7 +237,7 @@ class ServingModule(abc.ABC):
                                   for name in names], autograph=False)
     def serve_text(*texts):
       named = dict(zip(names, texts))
-      return dict(outputs_fn(checked(text_input_checks(named), named)))
+      return float32_outputs(outputs_fn(checked(text_input_checks(named), named)))
 
     return serve_text
 
@@ -214,7 +248,8 @@ class ServingModule(abc.ABC):
                                   for name in ID_INPUTS], autograph=False)
     def serve_token_ids(*ids):
       features = dict(zip(ID_INPUTS, ids))
-      return dict(self.ids_outputs(checked(id_input_checks(features, self.config), features)))
+      return float32_outputs(self.ids_outputs(checked(id_input_checks(features, self.config),
+                                                      features)))
 
     return {SERVING_DEFAULT: self.text_signature(self.text_inputs, self.text_outputs),
             TOKEN_IDS_SIGNATURE: serve_token_ids, **self.extra_signatures()}

@@ -253,10 +253,21 @@ class EncoderServing(export.EncodedTextServing):
 
 
 def export_encoder(export_dir: str, extractor: FeatureExtractor,
-                   tokenizer: tokenization.FullTokenizer, max_seq_length: int) -> str:
-  """Writes the feature extractor as a SavedModel under `export_dir/<version>/` (`EncoderServing`);
-  returns its path."""
+                   tokenizer: tokenization.FullTokenizer, max_seq_length: int,
+                   precision: str = "float32") -> str:
+  """Writes the feature extractor as a SavedModel under `export_dir/<version>/` (`EncoderServing`),
+  computing in `precision`; returns its path."""
+  bert = export.model_in_precision(extractor.bert, lambda: build_bert(extractor.bert.config),
+                                   precision)
+  extractor = FeatureExtractor(bert, extractor.layer_indexes, extractor.pooling)
   return export.write_saved_model(export_dir, EncoderServing(extractor, tokenizer, max_seq_length))
+
+
+def build_bert(config: modeling.BertConfig) -> modeling.BertModel:
+  """The encoder with all its variables, named `bert` as in Google's checkpoints."""
+  bert = modeling.BertModel(config, name="bert")
+  bert.build()
+  return bert
 
 
 def _pad_columns(values: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
@@ -411,8 +422,7 @@ def main(_):
   if not total:
     raise errors.FlagError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
   atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
-  bert = modeling.BertModel(bert_config, name="bert")
-  bert.build()
+  bert = build_bert(bert_config)
   report = modeling.init_from_checkpoint(bert, FLAGS.init_checkpoint)
   if report.missing:
     raise errors.FlagError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
@@ -422,7 +432,8 @@ def main(_):
                          FLAGS.batch_size, cli.bucket_by_length())
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
   if FLAGS.export_dir:
-    export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length)
+    export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length,
+                   FLAGS.export_precision)
 
 
 if __name__ == "__main__":
