@@ -907,112 +907,196 @@ def _find_prefix(haystacks: tf.Tensor, needles: tf.Tensor) -> tuple[tf.Tensor, t
   return tf.map_fn(find, (haystacks, needles), fn_output_signature=(tf.bool, tf.string))
 
 
-class SquadServingModule(export.ServingModule):
-  """The exported model: tokenization, one window, the span head and `get_final_text` in TF ops.
+@dataclasses.dataclass
+class Windows:
+  """Where the windows of a batch of (question, context) rows sit, flat over the batch.
 
-  The text signature on `question` and `context` ([B] strings) returns `answer` (the text do_predict
-  writes to predictions.json), `score` (start + end logit of the answer span, or the [CLS] null
-  score for an empty answer), `answer_start` and `answer_end` (character offsets of the answer's
-  first and one-past-last character in the context; -1 for an empty answer). Only the first window
-  is used: the question is cut to `max_query_length` sub-tokens and the context to what fits after
-  it.
+  Window i belongs to row `row[i]` and holds context sub-tokens [start[i], start[i] + length[i])
+  at positions from `doc_offset[i]` (after [CLS], the question and [SEP]); its logits are ranked up
+  to position `ranked[i]`. Per row: the context's sub-token ids and the index of the word each
+  comes from, its whitespace words and their byte offsets.
+  """
+  row: tf.Tensor
+  start: tf.Tensor
+  length: tf.Tensor
+  doc_offset: tf.Tensor
+  ranked: tf.Tensor
+  context_ids: tf.RaggedTensor
+  piece_word: tf.RaggedTensor
+  words: tf.RaggedTensor
+  word_begin_bytes: tf.RaggedTensor
+
+
+class SquadServingModule(export.ServingModule):
+  """The exported model: do_predict's answer in TF ops, from raw question and context.
+
+  The text signature on `question` and `context` ([B] strings) does what `--do_predict` does:
+  tokenizes the question (cut to `max_query_length` sub-tokens) and the whole context, windows the
+  context every `doc_stride` sub-tokens (`windowing.window_starts`), runs the model on every
+  window, takes in each window the best valid span among its `n_best_size` best starts and ends
+  (both in the context, start <= end, at most `max_answer_length` sub-tokens, the start read in
+  the window where it has the most context) and answers the best span over all windows, mapped
+  back to the context's text by `get_final_text`'s rule. With `bucket_by_length` (do_predict's
+  default) a window's logits are ranked up to its length bucket, as the bucketed prediction
+  computes them; without it up to `max_seq_length`, as the original. It returns `answer` (the text
+  do_predict writes to predictions.json; "" where do_predict writes "empty" because no span is
+  valid, and for v2.0 where the null answer wins), `score` (start + end logit of the answer span,
+  else the null score: the smallest [CLS] score over the windows), `answer_start` and `answer_end`
+  (character offsets of the answer's first and one-past-last character in the context; -1 for an
+  empty answer). The `token_ids` signature returns one window's `start_logits` and `end_logits`.
 
   Request limits: question and context batches of one size, and at most
   `export.MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all; anything else fails with InvalidArgument
-  (`export.text_input_checks`). Within them memory is linear in the request's bytes, with a small
-  factor: the texts are split at whitespace once, and only their first `max_seq_length` words, all
-  the window can use, are tokenized (every word only when those give too few pieces, i.e. words of
-  dropped characters only). Measured on a small model: a 1 MiB context costs about 20 MB above the
-  loaded model, a 4 MiB one about 70 MB, a 3.5 MB question about 55 MB.
+  (`export.text_input_checks`). Within them memory is linear in the request's bytes: the context
+  is split at whitespace and tokenized once, windows are sub-token ranges of it, and the model
+  and the span choice see `WINDOWS_PER_STEP` windows at a time, keeping only each window's best
+  span.
   """
 
   text_inputs = {"question": 1, "context": 1}
+  # Windows the model runs on at once: a long context costs the memory of this many windows'
+  # activations and span scores, however many windows it has.
+  WINDOWS_PER_STEP = 16
 
-  def __init__(self, model: keras.Model, tokenizer: Any, max_seq_length: int,
-               max_query_length: int, n_best_size: int, max_answer_length: int,
-               version_2_with_negative: bool, null_score_diff_threshold: float):
-    check_feature_settings(max_seq_length, 1, max_query_length)
+  def __init__(self, model: keras.Model, tokenizer: Any, options: SquadOptions,
+               bucket_by_length: bool = True):
+    check_feature_settings(options.max_seq_length, options.doc_stride, options.max_query_length)
     super().__init__(in_graph_tokenization.BertInputEncoder.for_tokenizer(
-        tokenizer, max_seq_length, dynamic_padding=False), model.config)
+        tokenizer, options.max_seq_length, dynamic_padding=False), model.config)
     self.model = model
+    self.options = options
+    self.bucket_by_length = bucket_by_length
     # The basic tokenizer get_final_text aligns the answer with (the encoder keeps its own).
     self._basic_tables = in_graph_tokenization.CharacterTables(
         "lower_strip_accents" if tokenizer.do_lower_case else None)
     num_ids = max(tokenizer.inv_vocab) + 1
     self._id_to_token = tf.constant([tokenizer.inv_vocab.get(i, "") for i in range(num_ids)])
-    self._max_seq_length = max_seq_length
-    self._max_query_length = max_query_length
-    self._n_best_size = min(n_best_size, max_seq_length)
-    self._max_answer_length = max_answer_length
-    self._version_2 = version_2_with_negative
-    self._threshold = null_score_diff_threshold
+    # A token lies in at most this many windows (max_seq_length - 3 sub-tokens every doc_stride),
+    # so the window where it has the most context is among as many neighbours on either side.
+    self._max_overlap = -(-(options.max_seq_length - 3) // options.doc_stride)
 
   def ids_outputs(self, features: dict) -> dict:
     """Start and end logits of int32 id features (the token-ids signature)."""
     outputs = self.model(features, training=False)
     return {"start_logits": outputs["start_logits"], "end_logits": outputs["end_logits"]}
 
-  def encode_window(self, question: tf.Tensor, context: tf.Tensor) -> tuple:
-    """Features of the first window, plus what span selection needs to map pieces back to words.
-
-    Returns (features, doc_start [B] position of the first context sub-token, doc_length [B],
-    context piece ids [B, (doc_length)], their word indexes [B, (doc_length)], the context's
-    whitespace words [B, (words)] and their byte offsets [B, (words)]).
-    """
+  def encode_windows(self, question: tf.Tensor, context: tf.Tensor) -> tuple[dict, Windows]:
+    """Features of every window of every row, as `convert_examples_to_features` makes them, and
+    the `Windows` that place them in the contexts. Features are [windows, width]: zero-padded to
+    the longest window's length bucket (to max_seq_length without `bucket_by_length`)."""
     words, word_begin_bytes, _ = tf_text.regex_split_with_offsets(
         context, _SQUAD_WHITESPACE_RE, "")
-    # [B, (leading words), (pieces)]: the window never reads more pieces than this.
-    pieces = self.encoder.tokenize_leading_words(words, self._max_seq_length)
+    pieces = self.encoder.tokenize_words(words)  # [B, (words), (pieces)]
     context_ids = pieces.merge_dims(1, 2)
-    piece_word = pieces.values.value_rowids() - tf.gather(pieces.row_starts(),
-                                                          context_ids.value_rowids())
-    query_ids = self.encoder.leading_ids(question)[:, :self._max_query_length]
-    query_length = query_ids.row_lengths()
-    doc_length = tf.minimum(context_ids.row_lengths(), self._max_seq_length - query_length - 3)
-    first = tf.zeros_like(doc_length)
-    tok_to_orig = _ragged_take(context_ids.with_flat_values(piece_word), first, doc_length - 1)
-    context_ids = _ragged_take(context_ids, first, doc_length - 1)
-    ones = tf.ones([tf.shape(query_length)[0], 1], tf.int32)
-    cls = tf.RaggedTensor.from_tensor(ones * self.encoder.cls_id)
-    sep = tf.RaggedTensor.from_tensor(ones * self.encoder.sep_id)
-    parts = [cls, tf.cast(query_ids, tf.int32), sep, tf.cast(context_ids, tf.int32), sep]
+    piece_word = context_ids.with_flat_values(  # The word of every sub-token, within its row.
+        pieces.values.value_rowids() - tf.gather(pieces.row_starts(), context_ids.value_rowids()))
+    query_ids = self.encoder.leading_ids(question)[:, :self.options.max_query_length]
+    max_tokens = self.options.max_seq_length - query_ids.row_lengths() - 3
+    starts = windowing.window_starts(context_ids.row_lengths(), max_tokens,
+                                     self.options.doc_stride)  # [B, (windows)]
+    row = starts.value_rowids()
+    start = starts.flat_values
+    length = tf.minimum(tf.gather(max_tokens, row),
+                        tf.gather(context_ids.row_lengths(), row) - start)
+    begin = tf.gather(context_ids.row_starts(), row) + start
+    window_ids = tf.gather(context_ids.flat_values, tf.ragged.range(begin, begin + length))
+    query = tf.gather(query_ids, row)
+    ones = tf.ones([tf.size(row), 1], tf.int32)
+    parts = [tf.RaggedTensor.from_tensor(ones * self.encoder.cls_id), tf.cast(query, tf.int32),
+             tf.RaggedTensor.from_tensor(ones * self.encoder.sep_id),
+             tf.cast(window_ids, tf.int32),
+             tf.RaggedTensor.from_tensor(ones * self.encoder.sep_id)]
     input_ids = tf.concat(parts, axis=1)
     segments = tf.concat([tf.zeros_like(p) for p in parts[:3]] +
                          [tf.ones_like(p) for p in parts[3:]], axis=1)
-    shape = [None, self._max_seq_length]
+    total = input_ids.row_lengths()
+    if self.bucket_by_length:  # Each window's own length bucket, as bucketed prediction pads it.
+      buckets = tf.constant(
+          in_graph_tokenization.padded_length_buckets(self.options.max_seq_length), tf.int64)
+      ranked = tf.gather(buckets, tf.searchsorted(buckets, total, side="left"))
+      width = in_graph_tokenization.padded_length(total, self.options.max_seq_length)
+    else:
+      ranked = tf.fill(tf.shape(total), tf.constant(self.options.max_seq_length, tf.int64))
+      width = self.options.max_seq_length
+    shape = tf.stack([tf.cast(tf.size(row), tf.int64), tf.cast(width, tf.int64)])
     features = {"input_ids": input_ids.to_tensor(0, shape=shape),
                 "input_mask": tf.ones_like(input_ids).to_tensor(0, shape=shape),
                 "segment_ids": segments.to_tensor(0, shape=shape)}
-    return (features, query_length + 2, doc_length, context_ids, tok_to_orig, words,
-            word_begin_bytes)
+    windows = Windows(row, start, length, tf.gather(query_ids.row_lengths(), row) + 2, ranked,
+                      context_ids, piece_word, words, word_begin_bytes)
+    return features, windows
 
-  def _best_spans(self, start_logits: tf.Tensor, end_logits: tf.Tensor, doc_start: tf.Tensor,
-                  doc_length: tf.Tensor) -> tuple:
-    """The best valid (start, end) per row under do_predict's rules for a single window.
+  def _max_context(self, windows: Windows, index: tf.Tensor, width: tf.Tensor) -> tf.Tensor:
+    """[chunk, width] bool: whether window `index[i]` is where the context token at position j
+    has the most context (`windowing.check_is_max_context`: the most tokens on its shorter side
+    plus 0.01 per window token; ties to the earlier window), among its neighbours."""
+    num_windows = tf.size(windows.row)
+    doc_start = tf.gather(windows.doc_offset, index)
+    position = (tf.gather(windows.start, index)[:, None] +
+                tf.range(tf.cast(width, tf.int64))[None, :] - doc_start[:, None])
 
-    Candidates are the `n_best_size` best starts and ends (ties to the lower position, like the
-    stable sort of do_predict), both inside the context, start <= end, length at most
-    `max_answer_length`. Returns (start [B], end [B], score [B], has_span [B]).
-    """
-    length = self._max_seq_length
-    positions = tf.range(length, dtype=tf.int64)
-    in_doc = tf.logical_and(positions >= doc_start[:, None],
-                            positions < (doc_start + doc_length)[:, None])
+    def score(window):  # [chunk, width] float64; -1 where the token is outside the window
+      window_start = tf.gather(windows.start, window)[:, None]
+      window_length = tf.gather(windows.length, window)[:, None]
+      end = window_start + window_length - 1
+      inside = (position >= window_start) & (position <= end)
+      value = (tf.cast(tf.minimum(position - window_start, end - position), tf.float64) +
+               0.01 * tf.cast(window_length, tf.float64))
+      return tf.where(inside, value, -1.0)
 
-    def top_mask(logits):
-      top = tf.math.top_k(logits, k=self._n_best_size).indices
-      return tf.reduce_any(tf.equal(top[:, :, None], tf.range(length)[None, None, :]), axis=1)
+    own = score(index)
+    best = tf.ones_like(own, tf.bool)
+    for offset in range(1, self._max_overlap + 1):
+      for neighbour, beats in ((index - offset, tf.greater), (index + offset, tf.greater_equal)):
+        exists = ((neighbour >= 0) & (neighbour < tf.cast(num_windows, tf.int64)))
+        safe = tf.clip_by_value(neighbour, 0, tf.cast(num_windows, tf.int64) - 1)
+        same_row = exists & tf.equal(tf.gather(windows.row, safe), tf.gather(windows.row, index))
+        best &= tf.logical_or(~same_row[:, None], beats(own, score(safe)))
+    return best
 
-    start_ok = tf.logical_and(in_doc, top_mask(start_logits))
-    end_ok = tf.logical_and(in_doc, top_mask(end_logits))
-    span_length = positions[None, :] - positions[:, None] + 1  # [start, end]
-    length_ok = tf.logical_and(span_length >= 1, span_length <= self._max_answer_length)
-    valid = start_ok[:, :, None] & end_ok[:, None, :] & length_ok[None]
-    scores = start_logits[:, :, None] + end_logits[:, None, :]
-    flat = tf.reshape(tf.where(valid, scores, -np.inf), [-1, length * length])
-    best = tf.argmax(flat, axis=1)
-    return (best // length, best % length, tf.reduce_max(flat, axis=1),
-            tf.reduce_any(tf.reshape(valid, [-1, length * length]), axis=1))
+  def _window_spans(self, features: dict, windows: Windows) -> tuple:
+    """Per window: (score, start, end, has_span, null score) of its best valid span, computed
+    `WINDOWS_PER_STEP` windows at a time."""
+    num_windows = tf.size(windows.row)
+    width = tf.shape(features["input_ids"])[1]
+    n_best = tf.minimum(self.options.n_best_size, width)
+    offsets = tf.range(width, dtype=tf.int64)
+    span_length = offsets[None, :] - offsets[:, None] + 1  # [start, end]
+    length_ok = (span_length >= 1) & (span_length <= self.options.max_answer_length)
+
+    def step(first, results):
+      index = tf.range(first, tf.minimum(first + self.WINDOWS_PER_STEP, num_windows))
+      chunk = {name: tf.gather(value, index) for name, value in features.items()}
+      outputs = self.model(chunk, training=False)
+      index = tf.cast(index, tf.int64)
+      ranked = offsets[None, :] < tf.gather(windows.ranked, index)[:, None]
+      start_logits = tf.where(ranked, outputs["start_logits"], -np.inf)
+      end_logits = tf.where(ranked, outputs["end_logits"], -np.inf)
+      doc_start = tf.gather(windows.doc_offset, index)[:, None]
+      in_doc = (offsets[None, :] >= doc_start) & (
+          offsets[None, :] < doc_start + tf.gather(windows.length, index)[:, None])
+
+      def top(logits):  # [chunk, width]: among the n_best largest (ties: the lower position)
+        best = tf.math.top_k(logits, k=n_best).indices
+        return tf.reduce_any(tf.equal(best[:, :, None], tf.range(width)[None, None, :]), axis=1)
+
+      start_ok = in_doc & top(start_logits) & self._max_context(windows, index, width)
+      end_ok = in_doc & top(end_logits)
+      valid = start_ok[:, :, None] & end_ok[:, None, :] & length_ok[None]
+      scores = tf.reshape(tf.where(valid, start_logits[:, :, None] + end_logits[:, None, :],
+                                   -np.inf), [tf.size(index), -1])
+      best = tf.argmax(scores, axis=1)
+      found = (tf.reduce_max(scores, axis=1), best // tf.cast(width, tf.int64),
+               best % tf.cast(width, tf.int64), tf.reduce_max(scores, axis=1) > -np.inf,
+               outputs["start_logits"][:, 0] + outputs["end_logits"][:, 0])
+      return first + self.WINDOWS_PER_STEP, [array.write(array.size(), value)
+                                             for array, value in zip(results, found)]
+
+    arrays = [tf.TensorArray(dtype, size=0, dynamic_size=True, infer_shape=False,
+                             element_shape=tf.TensorShape([None]))
+              for dtype in (tf.float32, tf.int64, tf.int64, tf.bool, tf.float32)]
+    _, arrays = tf.while_loop(lambda first, _: first < num_windows, step, [0, arrays])
+    return tuple(array.concat() for array in arrays)
 
   def _final_text(self, pred_text: tf.Tensor, orig_text: tf.Tensor) -> tuple:
     """`get_final_text` in TF ops: character positions [B] (inclusive) of the answer in orig_text.
@@ -1038,31 +1122,51 @@ class SquadServingModule(export.ServingModule):
 
   def text_outputs(self, texts: dict) -> dict:
     question, context = texts["question"], texts["context"]
-    (features, doc_start, doc_length, context_ids, tok_to_orig, words,
-     word_begin_bytes) = self.encode_window(question, context)
-    outputs = self.model(features, training=False)
-    start_logits, end_logits = outputs["start_logits"], outputs["end_logits"]
-    start, end, score, has_span = self._best_spans(start_logits, end_logits, doc_start,
-                                                   doc_length)
-    null_score = start_logits[:, 0] + end_logits[:, 0]
-    answered = has_span
-    if self._version_2:
-      answered = tf.logical_and(answered, null_score - score <= self._threshold)
+    features, windows = self.encode_windows(question, context)
+    score, start, end, has_span, null = self._window_spans(features, windows)
+    num_rows = tf.shape(context, out_type=tf.int64)[0]
+    row = windows.row
+    # The best window of every row: its highest span score, the first window of equal ones.
+    row_score = tf.math.unsorted_segment_max(tf.where(has_span, score, -np.inf), row, num_rows)
+    is_best = has_span & tf.equal(score, tf.gather(row_score, row))
+    window_index = tf.range(tf.size(row, out_type=tf.int64))
+    best = tf.math.unsorted_segment_min(tf.where(is_best, window_index, tf.size(row, tf.int64)),
+                                        row, num_rows)
+    answered = best < tf.size(row, tf.int64)
+    best = tf.minimum(best, tf.size(row, tf.int64) - 1)
+    null_score = tf.math.unsorted_segment_min(null, row, num_rows)
+    if self.options.version_2_with_negative:
+      answered &= null_score - row_score <= self.options.null_score_diff_threshold
+    # Positions of the best span -> sub-tokens of the context.
+    first_piece = tf.gather(windows.start, best) - tf.gather(windows.doc_offset, best)
+    piece_start = tf.maximum(first_piece + tf.gather(start, best), 0)
+    piece_end = tf.maximum(first_piece + tf.gather(end, best), 0)
+    answer = self._answer_text(windows, piece_start, piece_end, context)
+    empty = tf.fill(tf.shape(context), "")
+    minus_one = -tf.ones_like(piece_start)
+    return {
+        "answer": tf.where(answered, answer["text"], empty),
+        "score": tf.where(answered, row_score, null_score),
+        "answer_start": tf.where(answered, answer["start"], minus_one),
+        "answer_end": tf.where(answered, answer["end"], minus_one),
+    }
 
+  def _answer_text(self, windows: Windows, piece_start: tf.Tensor, piece_end: tf.Tensor,
+                   context: tf.Tensor) -> dict:
+    """The text of every row's span of context sub-tokens [piece_start, piece_end], as
+    do_predict's `get_final_text` makes it, and its character offsets in the context."""
     # The prediction as do_predict makes it: sub-tokens -> text, whitespace words -> orig_text.
-    piece_start = tf.maximum(start - doc_start, 0)
-    piece_end = tf.maximum(end - doc_start, 0)
-    pieces = tf.gather(self._id_to_token, _ragged_take(context_ids, piece_start, piece_end))
+    pieces = tf.gather(self._id_to_token, _ragged_take(windows.context_ids, piece_start,
+                                                       piece_end))
     pred_text = tf.strings.reduce_join(pieces, axis=1, separator=" ")
     pred_text = tf.strings.regex_replace(pred_text, " ##", "")
     pred_text = tf.strings.strip(tf.strings.regex_replace(pred_text, "##", ""))
-    word_start = _row_values(tok_to_orig, piece_start)
-    word_end = _row_values(tok_to_orig, piece_end)
-    span_words = _ragged_take(words, word_start, word_end)
+    word_start = _row_values(windows.piece_word, piece_start)
+    word_end = _row_values(windows.piece_word, piece_end)
+    span_words = _ragged_take(windows.words, word_start, word_end)
     orig_text = tf.strings.reduce_join(span_words, axis=1, separator=" ")
     char_start, char_end = self._final_text(pred_text, orig_text)
-    answer = tf.strings.substr(orig_text, char_start, char_end - char_start + 1,
-                               unit="UTF8_CHAR")
+    text = tf.strings.substr(orig_text, char_start, char_end - char_start + 1, unit="UTF8_CHAR")
 
     # Character offsets in the context: orig_text is the span's words joined by single spaces.
     word_lengths = tf.cast(tf.strings.length(span_words, unit="UTF8_CHAR"), tf.int64)
@@ -1071,19 +1175,13 @@ class SquadServingModule(export.ServingModule):
     def context_offset(char_position):
       # Only the one word holding the position is located in the context: one prefix per row.
       word = tf.reduce_sum(tf.cast(word_offsets <= char_position[:, None], tf.int64), axis=1) - 1
-      begin_byte = _row_values(word_begin_bytes, word_start + word)
+      begin_byte = _row_values(windows.word_begin_bytes, word_start + word)
       begin_char = tf.strings.length(tf.strings.substr(context, tf.zeros_like(begin_byte),
                                                        begin_byte), unit="UTF8_CHAR")
       return tf.cast(begin_char, tf.int64) + char_position - _row_values(word_offsets, word)
 
-    empty = tf.fill(tf.shape(answer), "")
-    minus_one = -tf.ones_like(start)
-    return {
-        "answer": tf.where(answered, answer, empty),
-        "score": tf.where(answered, score, null_score),
-        "answer_start": tf.where(answered, context_offset(char_start), minus_one),
-        "answer_end": tf.where(answered, context_offset(char_end) + 1, minus_one),
-    }
+    return {"text": text, "start": context_offset(char_start),
+            "end": context_offset(char_end) + 1}
 
 
 def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:
@@ -1221,8 +1319,4 @@ class SquadTask(fine_tuning.Task):
     linear in their bytes (see `SquadServingModule`); `token_ids` requests are checked against
     the model's vocab, type vocab and position sizes (`export.id_input_checks`).
     """
-    options = self.options
-    return SquadServingModule(model, self.tokenizer, options.max_seq_length,
-                              options.max_query_length, options.n_best_size,
-                              options.max_answer_length, options.version_2_with_negative,
-                              options.null_score_diff_threshold)
+    return SquadServingModule(model, self.tokenizer, self.options, self.bucket_by_length)

@@ -164,32 +164,48 @@ def tagger_export(root, tokenizer, texts, doc_stride=None):
 
 
 def squad_export(root, tokenizer, questions, contexts):
-  """A SQuAD export; expected answers are do_predict's post-processing of the model's logits."""
-  options = squad.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, max_query_length=12,
+  """A SQuAD export; expected answers are do_predict's (`SquadTask.predictions`, its default
+  bucketed path) on the same questions and contexts, which span several windows of 48
+  sub-tokens every 16."""
+  options = squad.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, doc_stride=16, max_query_length=12,
                                n_best_size=20, max_answer_length=10)
-  task = squad.SquadTask(tiny_config(len(tokenizer.vocab)), tokenizer, options, root)
+  predict_file = os.path.join(root, "predict.json")
+  os.makedirs(root, exist_ok=True)
+  with open(predict_file, "w", encoding="utf-8") as writer:
+    json.dump({"version": "1.1", "data": [{"title": "t", "paragraphs": [
+        {"context": context, "qas": [{"id": str(i), "question": question, "answers": []}]}
+        for i, (question, context) in enumerate(zip(questions, contexts))]}]}, writer)
+  task = squad.SquadTask(tiny_config(len(tokenizer.vocab)), tokenizer, options, root,
+                         predict_file=predict_file)
   model = task.build_model()
   path = task.export(model, root)
-  data = [{"title": "t", "paragraphs": [
-      {"context": context, "qas": [{"id": str(i), "question": question, "answers": []}]}
-      for i, (question, context) in enumerate(zip(questions, contexts))]}]
-  examples, _ = squad.examples_from_data(data, is_training=False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH, 128, 12,
+  predictions, _ = task.predictions(distribution.make_strategy("one_device"), model, 8)
+  answers = [predictions[str(i)] for i in range(len(questions))]
+  answers = ["" if answer == "empty" else answer for answer in answers]
+  assert sum(1 for answer in answers if answer) > len(answers) // 2  # Real spans, mostly.
+  with open(predict_file, encoding="utf-8") as reader:
+    examples, _ = squad.examples_from_data(json.load(reader)["data"], is_training=False)
+  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH, 16, 12,
                                                      is_training=False))
-  assert len(features) == len(examples)  # One window each: what the export answers.
-  ids = {name: np.array([getattr(f, name) for f in features], np.int32)
+  assert len(features) >= 3 * len(examples)  # Every answer is chosen among several windows.
+  ids = {name: np.array([getattr(f, name) for f in features[:4]], np.int32)
          for name in export.ID_INPUTS}
   logits = model(ids)
-  results = [squad.RawResult(f.unique_id, s.tolist(), e.tolist()) for f, s, e in zip(
-      features, logits["start_logits"].numpy(), logits["end_logits"].numpy())]
-  predictions, _, _ = squad.compute_predictions(examples, features, results, 20, 10,
-                                                tokenizer.do_lower_case)
-  answers = ["" if predictions[e.qas_id] == "empty" else predictions[e.qas_id] for e in examples]
   return path, [
       ("serving_default", {"question": texts_input(questions), "context": texts_input(contexts)},
        {"answer": answers}),
       ("token_ids", ids_inputs(ids), {name: logits[name].numpy()
                                       for name in ("start_logits", "end_logits")})]
+
+
+def real_squad_questions(count):
+  """Questions of ../shared's SQuAD articles with their contexts (paragraphs of 100-300 words:
+  several windows each at MAX_SEQ_LENGTH)."""
+  with open(shared_path("squad", "squad_v1.1_dev_part_a.json"), encoding="utf-8") as reader:
+    articles = json.load(reader)["data"]
+  pairs = [(qa["question"], paragraph["context"]) for article in articles
+           for paragraph in article["paragraphs"] for qa in paragraph["qas"][:1]]
+  return [question for question, _ in pairs[:count]], [context for _, context in pairs[:count]]
 
 
 def bfloat16_classifier_export(root, tokenizer, texts):
@@ -246,11 +262,6 @@ def encoder_export(root, tokenizer, texts):
   return path, requests, [values(texts), values(lines), values(texts)]
 
 
-def one_window(texts, empty):
-  """SQuAD contexts short enough for one window (the export answers from the first one)."""
-  return [" ".join(text.split()[:12]) or empty for text in texts]
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
   """Builds every export, then serves all requests in one C++-loader subprocess."""
@@ -272,10 +283,9 @@ def served(tmp_path_factory):
       "ner_sentencepiece": tagger_export(str(root / "n2"), sentencepiece, SYLLABLES),
       "ner_windowed": tagger_export(str(root / "n3"), wordpiece,
                                     ENGLISH + [" ".join(ENGLISH * 3)], doc_stride=10),
-      "squad_wordpiece": squad_export(str(root / "s1"), wordpiece, questions,
-                                      one_window(ENGLISH, "empty context")),
+      "squad_wordpiece": squad_export(str(root / "s1"), wordpiece, *real_squad_questions(60)),
       "squad_sentencepiece": squad_export(str(root / "s2"), sentencepiece, questions[::-1],
-                                          one_window(SYLLABLES, "ka")),
+                                          [" ".join([text or "ka"] * 12) for text in SYLLABLES]),
   }
   exports["classifier_bfloat16"], bfloat16_float32_outputs = bfloat16_classifier_export(
       str(root / "c5"), wordpiece, ENGLISH)
