@@ -1,39 +1,69 @@
 # coding=utf-8
-"""Converts BERT weights between Hugging Face safetensors and Google's checkpoint format.
+"""Converts BERT models, fine-tuned heads included, between Google's checkpoint format and Hugging
+Face safetensors.
 
 Hugging Face -> Google:
 
   python convert_checkpoint.py --hf_model_path=path/to/hf_model --output_dir=out
 
-reads `model.safetensors` (or a sharded `model.safetensors.index.json`) and `config.json` and writes
-`out/bert_model.ckpt.{index,data-00000-of-00001}` and `out/bert_config.json` (plus `vocab.txt` when
-the model directory has one): the layout of Google's released models, usable as `--init_checkpoint`
-and `--bert_config_file` by every script here and by the original code.
+reads `model.safetensors` (or a sharded `model.safetensors.index.json`), `config.json` and, when
+there, the tokenizer's files (`vocab.txt`, else the vocab in `tokenizer.json`, which is all that
+transformers 5 saves; the casing in `tokenizer_config.json`), and writes
+`out/bert_model.ckpt.{index,data-00000-of-00001}`, `out/bert_config.json` and `out/vocab.txt`: the
+layout of Google's released models, usable as `--init_checkpoint`, `--bert_config_file` and
+`--vocab_file` by every script here and by the original code. A fine-tuned model also gets the file
+that names its outputs as our scripts write it in their output_dir (`label_list.txt`,
+`tag_list.txt`), and the log says which script and flags run it.
 
 Google -> Hugging Face:
 
   python convert_checkpoint.py --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
       --bert_config_file=uncased_L-12_H-768_A-12/bert_config.json --output_dir=out
 
-writes `out/model.safetensors` (names with the `bert.` prefix, as `BertForPreTraining` saves
-them) and `out/config.json`. Optimizer slots and `global_step` of training checkpoints are left out.
+writes `out/model.safetensors` (names with the `bert.` prefix, as `transformers` saves them),
+`out/config.json` and the tokenizer (`vocab.txt` from --vocab_file or beside the checkpoint, and a
+`tokenizer_config.json` with --do_lower_case), so that `AutoTokenizer.from_pretrained(out)` and the
+`AutoModelFor...` class of the head load it. Optimizer slots and `global_step` of training
+checkpoints are left out.
+
+The task heads (`ARCHITECTURES`), found by their variable names here and by config.json's
+`architectures` there:
+
+  our script           head variables                          Hugging Face class
+  run_classifier       output_weights, output_bias             BertForSequenceClassification
+  run_ner              output_weights, output_bias             BertForTokenClassification
+  run_squad            cls/squad/output_weights, ...           BertForQuestionAnswering
+  run_multiple_choice  cls/multiple_choice/output_weights, ... BertForMultipleChoice
+  run_pretraining      cls/predictions/..., cls/seq_relationship/...
+                                                               BertForPreTraining, BertForMaskedLM
+
+run_classifier and run_ner heads have the same names: `label_list.txt` or `tag_list.txt` beside the
+checkpoint tells them apart and names the outputs (Hugging Face's `id2label`); a classifier of a
+task with fixed labels (GLUE, XNLI) takes them from `--task_name` instead (`sts-b`: regression),
+and `--multi_label` marks one trained with it (Hugging Face's `problem_type`). Hugging Face's
+token classification, question answering and masked LM classes have no pooler: their checkpoints
+here lack it, and a script loads them with `--allow_partial_init_checkpoint` (the pooler is not
+read by those tasks).
 
 Names are translated by rule, not by table: `.`-scopes become `/`-scopes, `layer.N` becomes
 `layer_N`, PyTorch Linear `weight` [out, in] becomes a transposed `kernel` [in, out], LayerNorm
 `weight`/`bias` (or old `gamma`/`beta`) become `gamma`/`beta`, embedding tables drop `.weight`, and
-the two heads use the original's `output_weights`/`output_bias`. Every tensor is checked against a
-model built from the config, so a converted checkpoint always loads into `modeling.BertModel` or
-`modeling.BertPretrainingModel`.
+the heads use the original's `output_weights`/`output_bias` (layout [out, in], as PyTorch's). Every
+tensor is checked against our model of that architecture built from the config, so a converted
+checkpoint always loads into it.
 
 Pickle-based PyTorch files (`pytorch_model.bin`) are refused: unpickling runs arbitrary code.
 Nothing a file says about itself is taken on trust: each safetensors header is checked against the
 file's size before a tensor is read (`read_safetensors_header`), a sharded index must name shards
 inside its directory that hold exactly the tensors it places there, and every tensor must fit the
-config. Bad input is a `ConversionError` naming the file, printed as one line by `cli.run_script`.
+config. Bad input is a
+`ConversionError` naming the file, printed as one line by `cli.run_script`; every output file is
+written under a temporary name and renamed when complete.
 """
 
 import collections
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -41,10 +71,11 @@ import posixpath
 import re
 import struct
 import time
-from typing import Dict, Iterator, Mapping, Optional, Tuple
+from typing import Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from absl import flags
 from absl import logging
+import keras
 import numpy as np
 import safetensors
 import safetensors.numpy
@@ -52,9 +83,14 @@ import tensorflow as tf
 
 import atomic_files
 import checkpoints
+import classifier
 import cli
 import errors
 import modeling
+import multiple_choice
+import squad
+import tagging
+import tokenization
 
 FLAGS = flags.FLAGS
 
@@ -66,11 +102,25 @@ def define_flags() -> None:
                       "config.json and model.safetensors, or a .safetensors file with config.json "
                       "beside it.")
   flags.DEFINE_string("init_checkpoint", None,
-                      "Google-format checkpoint (prefix such as .../bert_model.ckpt, or a "
-                      "directory) to convert to Hugging Face safetensors.")
+                      "Google-format checkpoint (prefix such as .../bert_model.ckpt or "
+                      ".../model.ckpt-N, or a directory) to convert to Hugging Face's format.")
   flags.DEFINE_string("bert_config_file", None,
                       "The bert_config.json of --init_checkpoint (default: bert_config.json in the "
                       "checkpoint's directory).")
+  flags.DEFINE_string("vocab_file", None,
+                      "With --init_checkpoint: the vocab the model was trained with, written as "
+                      "the converted model's tokenizer (default: vocab.txt in the checkpoint's "
+                      "directory).")
+  flags.DEFINE_bool("do_lower_case", True,
+                    "With --init_checkpoint: whether the model lower-cases its input (True for "
+                    "uncased models), written into the tokenizer's files.")
+  flags.DEFINE_string("task_name", None,
+                      "With a run_classifier checkpoint of a task with fixed labels: its "
+                      "--task_name (e.g. MRPC; sts-b is regression), which gives the labels. "
+                      "Default: label_list.txt in the checkpoint's directory.")
+  flags.DEFINE_bool("multi_label", False,
+                    "With a run_classifier checkpoint trained with --multi_label (a sigmoid per "
+                    "label).")
   flags.DEFINE_string("output_dir", None, "Directory to write the converted model to.")
 
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
@@ -78,6 +128,8 @@ GOOGLE_CONFIG_NAME = "bert_config.json"
 HF_WEIGHTS_NAME = "model.safetensors"
 HF_INDEX_NAME = "model.safetensors.index.json"
 HF_CONFIG_NAME = "config.json"
+HF_TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
+HF_TOKENIZER_NAME = "tokenizer.json"
 VOCAB_NAME = "vocab.txt"
 
 # The fields of Google's bert_config.json; everything else in a Hugging Face config is dropped.
@@ -91,6 +143,9 @@ HF_TO_GOOGLE_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch
                            "swish": "swish", "tanh": "tanh"}
 GOOGLE_TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_approximate": "gelu_new",
                            "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
+# Hugging Face's problem types of BertForSequenceClassification.
+SINGLE_LABEL, MULTI_LABEL, REGRESSION = ("single_label_classification",
+                                         "multi_label_classification", "regression")
 # Registered buffers Hugging Face stores beside the weights; they hold no learned values.
 HF_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 PICKLE_SUFFIXES = (".bin", ".pt", ".pth", ".pkl")
@@ -219,18 +274,22 @@ def google_config_from_hf(hf_config: Mapping, source: str) -> modeling.BertConfi
     raise ConversionError("%s: hidden_act %r is not supported (known: %s)" % (
         source, activation, ", ".join(sorted(HF_TO_GOOGLE_ACTIVATION))))
   fields["hidden_act"] = HF_TO_GOOGLE_ACTIVATION[activation]
+  return _checked_config(fields, source)
+
+
+def _checked_config(fields: Mapping, source: str) -> modeling.BertConfig:
   try:
     return modeling.BertConfig.from_dict(fields)
   except ValueError as e:  # BertConfig's check of the values.
     raise ConversionError("%s: %s" % (source, e)) from e
 
 
-def hf_config_from_google(config: modeling.BertConfig, with_heads: bool) -> dict:
-  """A Hugging Face config.json dict for a BERT with (BertForPreTraining) or without heads."""
+def hf_config_from_google(config: modeling.BertConfig, architecture: str) -> dict:
+  """A Hugging Face config.json dict for a BERT of the given class (`BertForPreTraining`, ...)."""
   fields = {field: getattr(config, field) for field in CONFIG_FIELDS}
   fields["hidden_act"] = GOOGLE_TO_HF_ACTIVATION[config.hidden_act.lower()]
   fields.update({
-      "architectures": ["BertForPreTraining" if with_heads else "BertModel"],
+      "architectures": [architecture],
       "model_type": "bert",
       "layer_norm_eps": 1e-12,
       "position_embedding_type": "absolute",
@@ -240,13 +299,116 @@ def hf_config_from_google(config: modeling.BertConfig, with_heads: bool) -> dict
 
 
 # ------------------------------------------------------------------------------------------------
+# Architectures: what a model's heads are, in both formats.
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """A Hugging Face BERT class and our model that holds the same weights.
+
+  Attributes:
+    name: the class, as config.json's `architectures` names it.
+    build_model: our model from a config and its number of outputs; its variables are the Google
+      names and shapes a converted model must have.
+    head_scope: the scope of the task head's `output_weights` [N, H] and `output_bias` [N] here
+      ("" for the top level); None for the encoder and the pretraining heads (named by rule).
+    hf_head: the module holding the head there (`classifier.weight` [N, H], `.bias`): the same
+      layout, no transpose.
+    label_file: the file that names the head's outputs, beside our checkpoints.
+    omits: scopes of our model that the Hugging Face class lacks: it has no pooler, or fewer
+      pretraining heads.
+    script: our script that fine-tunes the head.
+  """
+  name: str
+  build_model: Callable[[modeling.BertConfig, int], keras.Model]
+  head_scope: Optional[str] = None
+  hf_head: Optional[str] = None
+  label_file: Optional[str] = None
+  omits: Tuple[str, ...] = ()
+  script: Optional[str] = None
+
+  def head_names(self) -> Dict[str, str]:
+    """Google name -> Hugging Face name of the task head's weights and bias (none without one)."""
+    if self.head_scope is None:
+      return {}
+    return {posixpath.join(self.head_scope, "output_weights"): self.hf_head + ".weight",
+            posixpath.join(self.head_scope, "output_bias"): self.hf_head + ".bias"}
+
+  def omits_name(self, google_name: str) -> bool:
+    return google_name.startswith(self.omits)
+
+  def required_names(self, names) -> list:
+    """The names among `names` (of our model) that a source must hold: all but the omitted, and
+    for the encoder classes all but the pretraining heads (a model initialises absent ones)."""
+    optional = self.omits + (("cls/",) if self.head_scope is None else ())
+    return [name for name in names if not name.startswith(optional)]
+
+
+def _pretraining_model(config: modeling.BertConfig, unused_num_outputs: int) -> keras.Model:
+  return modeling.BertPretrainingModel(config)
+
+
+_NO_POOLER = ("bert/pooler/",)
+ARCHITECTURES = {architecture.name: architecture for architecture in (
+    Architecture("BertModel", _pretraining_model, omits=("cls/",)),
+    Architecture("BertForPreTraining", _pretraining_model),
+    Architecture("BertForMaskedLM", _pretraining_model,
+                 omits=_NO_POOLER + ("cls/seq_relationship/",)),
+    Architecture("BertForSequenceClassification", classifier.BertClassifier, "", "classifier",
+                 classifier.LABEL_LIST_FILE, script="run_classifier.py"),
+    Architecture("BertForTokenClassification", tagging.BertTagger, "", "classifier",
+                 tagging.TAG_LIST_FILE, _NO_POOLER, "run_ner.py"),
+    Architecture("BertForQuestionAnswering", lambda config, _: squad.SquadModel(config),
+                 squad.HEAD_SCOPE, "qa_outputs", omits=_NO_POOLER, script="run_squad.py"),
+    Architecture("BertForMultipleChoice",
+                 lambda config, _: multiple_choice.BertMultipleChoice(config),
+                 multiple_choice.HEAD_SCOPE, "classifier", script="run_multiple_choice.py"),
+)}
+SEQUENCE_CLASSIFICATION = ARCHITECTURES["BertForSequenceClassification"]
+
+
+# ------------------------------------------------------------------------------------------------
 # Tensor conversion and checking.
 # ------------------------------------------------------------------------------------------------
 
 
-def expected_shapes(config: modeling.BertConfig) -> Dict[str, Tuple[int, ...]]:
-  """Google name -> shape of every variable of a `BertPretrainingModel` built from `config`."""
-  model = modeling.BertPretrainingModel(config)
+@dataclasses.dataclass
+class ConvertedModel:
+  """A model between formats: what a reader found and a writer needs.
+
+  Attributes:
+    config: the model's configuration.
+    tensors: Google name -> float32 array.
+    architecture: what its heads are.
+    source: the file(s) read, for messages.
+    labels: the names of the head's outputs in order (a classifier's labels, a tagger's tags);
+      empty for other heads and for regression.
+    problem_type: BertForSequenceClassification's SINGLE_LABEL, MULTI_LABEL or REGRESSION.
+    labels_source: where `labels` (or the problem type) came from, for messages.
+    vocab: the text of the tokenizer's vocab file (a token a line), when known.
+    do_lower_case: the tokenizer's casing, when known.
+    absent: names of our model that the source lacks and a run initialises (set by `check_model`).
+  """
+  config: modeling.BertConfig
+  tensors: Dict[str, np.ndarray]
+  architecture: Architecture
+  source: str
+  labels: Tuple[str, ...] = ()
+  problem_type: Optional[str] = None
+  labels_source: Optional[str] = None
+  vocab: Optional[str] = None
+  do_lower_case: Optional[bool] = None
+  absent: list = dataclasses.field(default_factory=list)
+
+  @property
+  def num_outputs(self) -> int:
+    """The head's outputs as the labels say: one per label, one score for regression."""
+    return len(self.labels) or 1
+
+
+def model_shapes(model: keras.Model) -> Dict[str, Tuple[int, ...]]:
+  """Google name -> shape of every variable of `model`, built."""
   model.build()
   return {name: tuple(v.shape) for name, v in checkpoints.checkpoint_variables(model).items()}
 
@@ -257,21 +419,41 @@ def _describe(names, limit: int = 8) -> str:
   return ", ".join(names[:limit]) + more
 
 
-def check_tensors(tensors: Mapping[str, np.ndarray], config: modeling.BertConfig,
-                  source_names: Mapping[str, str], source: str) -> list:
-  """Checks Google-named tensors against the model of `config`; returns the absent head names.
+def check_model(model: ConvertedModel, source_names: Mapping[str, str]) -> None:
+  """Checks a model's tensors against our model of its architecture (`check_tensors`), after its
+  head against its labels, and records in `model.absent` what the source lacks.
+
+  Raises:
+    ConversionError: naming the source, for a head with another number of outputs than its labels
+      and for what `check_tensors` refuses.
+  """
+  architecture = model.architecture
+  if architecture.label_file:
+    bias = model.tensors.get(posixpath.join(architecture.head_scope, "output_bias"))
+    if bias is not None and bias.ndim == 1 and bias.shape[0] != model.num_outputs:
+      raise ConversionError("%s: its %s head has %d outputs, but %s gives %s" % (
+          model.source, architecture.script, bias.shape[0], model.labels_source,
+          "%d labels" % len(model.labels) if model.labels else "one score (regression)"))
+  shapes = model_shapes(architecture.build_model(model.config, model.num_outputs))
+  model.absent = check_tensors(model.tensors, shapes, architecture.required_names(shapes),
+                               source_names, model.source)
+
+
+def check_tensors(tensors: Mapping[str, np.ndarray], shapes: Mapping[str, Tuple[int, ...]],
+                  required, source_names: Mapping[str, str], source: str) -> list:
+  """Checks Google-named tensors against a model's variables; returns the absent names.
 
   Args:
     tensors: Google name -> array.
-    config: the model's configuration.
+    shapes: Google name -> shape of each variable of the model (`model_shapes`).
+    required: the names the source must hold.
     source_names: Google name -> the name it had in `source`, for error messages.
     source: the file being converted, for error messages.
 
   Raises:
     ConversionError: naming the tensors that the model does not have, that have the wrong shape, or
-      that the encoder needs but `source` lacks.
+      that are required but `source` lacks.
   """
-  shapes = expected_shapes(config)
   unknown = [source_names[name] for name in tensors if name not in shapes]
   if unknown:
     raise ConversionError("%s: tensor(s) not in a BERT model: %s" % (source, _describe(unknown)))
@@ -282,10 +464,9 @@ def check_tensors(tensors: Mapping[str, np.ndarray], config: modeling.BertConfig
                              list(shapes[name])))
     _check_floating(value, source, source_names[name])
   absent = sorted(set(shapes) - set(tensors))
-  absent_encoder = [name for name in absent if name.startswith("bert/")]
-  if absent_encoder:
-    raise ConversionError("%s lacks encoder tensor(s) the config needs: %s" %
-                          (source, _describe(absent_encoder)))
+  missing = sorted(set(required) - set(tensors))
+  if missing:
+    raise ConversionError("%s lacks tensor(s) the model needs: %s" % (source, _describe(missing)))
   return absent
 
 
@@ -297,9 +478,13 @@ def _check_floating(value: np.ndarray, source: str, name: str) -> None:
                           (source, name, np.asarray(value).dtype))
 
 
-def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
-                         source: str = "<tensors>") -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
+def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray], source: str = "<tensors>",
+                         architecture: Architecture = ARCHITECTURES["BertForPreTraining"]
+                         ) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
   """Renames (and transposes) Hugging Face tensors to Google names, as float32.
+
+  The task head of `architecture` (`classifier.weight`, ...) becomes its `output_weights` and
+  `output_bias`; the rest translates by `google_name_for_hf`.
 
   Returns:
     (Google name -> array, Google name -> Hugging Face name). Buffers are skipped.
@@ -307,10 +492,13 @@ def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
   Raises:
     ConversionError: naming unknown tensors, or tied copies (decoder weight/bias) that disagree.
   """
+  head_names = {hf_name: google_name
+                for google_name, hf_name in architecture.head_names().items()}
   tensors, source_names, unknown = {}, {}, []
   for hf_name in sorted(hf_tensors):
     try:
-      translated = google_name_for_hf(hf_name)
+      translated = ((head_names[hf_name], False) if hf_name in head_names
+                    else google_name_for_hf(hf_name))
     except UnknownTensorError:
       unknown.append(hf_name)
       continue
@@ -333,11 +521,16 @@ def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray],
   return tensors, source_names
 
 
-def google_to_hf_tensors(tensors: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-  """Renames (and transposes) Google-named tensors to Hugging Face names with the `bert.` prefix."""
+def google_to_hf_tensors(tensors: Mapping[str, np.ndarray],
+                         architecture: Architecture = ARCHITECTURES["BertForPreTraining"]
+                         ) -> Dict[str, np.ndarray]:
+  """Renames (and transposes) Google-named tensors to Hugging Face names with the `bert.` prefix;
+  the task head of `architecture` becomes its `classifier`/`qa_outputs` weight and bias."""
+  head_names = architecture.head_names()
   hf_tensors = {}
   for google_name, value in tensors.items():
-    hf_name, transpose = hf_name_for_google(google_name)
+    hf_name, transpose = ((head_names[google_name], False) if google_name in head_names
+                          else hf_name_for_google(google_name))
     value = np.asarray(value, dtype=np.float32)
     hf_tensors[hf_name] = np.ascontiguousarray(value.T if transpose else value)
   return hf_tensors
@@ -549,17 +742,26 @@ def read_safetensors(paths) -> Dict[str, np.ndarray]:
   return tensors
 
 
-def _read_json(path: str) -> dict:
-  """A JSON file's value; a missing, unreadable or malformed file is a ConversionError."""
+def _read_text(path: str) -> str:
+  """A UTF-8 text file's text; a missing, unreadable or undecodable file is a ConversionError."""
   if not tf.io.gfile.exists(path):
     raise ConversionError("%s does not exist" % path)
   try:
     with tf.io.gfile.GFile(path, "rb") as f:
-      return json.loads(f.read().decode("utf-8"))
-  except ValueError as error:  # Not UTF-8 or not JSON.
-    raise ConversionError("%s is not valid JSON: %s" % (path, error)) from error
+      return f.read().decode("utf-8")
+  except UnicodeDecodeError as error:
+    raise ConversionError("%s is not UTF-8 text: %s" % (path, error)) from error
   except tf.errors.OpError as error:
     raise ConversionError(errors.named(path, error)) from error
+
+
+def _read_json(path: str):
+  """A JSON file's value; a missing, unreadable or malformed file is a ConversionError."""
+  text = _read_text(path)
+  try:
+    return json.loads(text)
+  except ValueError as error:
+    raise ConversionError("%s is not valid JSON: %s" % (path, error)) from error
 
 
 @contextlib.contextmanager
@@ -573,78 +775,358 @@ def _writing(output_dir: str) -> Iterator[None]:
                           (output_dir, errors.first_line(error))) from error
 
 
-def _copy_vocab(source_dir: str, output_dir: str) -> None:
-  vocab = os.path.join(source_dir, VOCAB_NAME)
-  if tf.io.gfile.exists(vocab):
-    target = os.path.join(output_dir, VOCAB_NAME)
-    with atomic_files.atomic_output(target) as temporary:
-      tf.io.gfile.copy(vocab, temporary, overwrite=True)
+def _write_json(path: str, value) -> None:
+  atomic_files.write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
 
 
-def _log_summary(tensors: Mapping[str, np.ndarray], source: str, target: str, absent: list,
-                 start: float) -> None:
-  parameters = sum(int(np.prod(value.shape)) for value in tensors.values())
-  logging.info("Converted %d tensors (%s parameters) from %s to %s in %.1f s", len(tensors),
-               "{:,}".format(parameters), source, target, time.time() - start)
-  if absent:
-    logging.info("Not in the source (a model initialises them when used): %s", _describe(absent))
+def _text_if_exists(path: str) -> Optional[str]:
+  return _read_text(path) if tf.io.gfile.exists(path) else None
 
 
-def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
-  """Converts a Hugging Face BERT to `output_dir/bert_model.ckpt` + `bert_config.json`.
+def _read_labels(architecture: Architecture, directory: str) -> Tuple[str, ...]:
+  """The output names in the label file of `architecture` in `directory`, read as our scripts
+  read them."""
+  if architecture.label_file == tagging.TAG_LIST_FILE:
+    return tuple(tagging.read_tag_list(directory))
+  return classifier.read_label_list(os.path.join(directory, architecture.label_file))
 
-  Returns:
-    The checkpoint prefix written.
-  """
-  start = time.time()
+
+def _write_labels(architecture: Architecture, labels, directory: str) -> None:
+  """Writes the label file of `architecture` into `directory`, as our scripts write it."""
+  if architecture.label_file == tagging.TAG_LIST_FILE:
+    tagging.write_tag_list(labels, directory)
+  else:
+    classifier.write_label_list(os.path.join(directory, architecture.label_file), labels)
+
+
+def _log_left_out(model: ConvertedModel, kept, target: str) -> None:
+  left_out = sorted(set(model.tensors) - set(kept))
+  if left_out:
+    logging.info("Left out (%s has no such weights): %s", target, _describe(left_out))
+
+
+# ------------------------------------------------------------------------------------------------
+# Hugging Face.
+# ------------------------------------------------------------------------------------------------
+
+
+def hf_architecture(hf_config: Mapping, source: str) -> Architecture:
+  """The first class of config.json's `architectures` known here; without one, the encoder with
+  whatever pretraining heads its tensors hold."""
+  names = hf_config.get("architectures") or []
+  if not (isinstance(names, list) and all(isinstance(name, str) for name in names)):
+    raise ConversionError("%s: architectures %r is not a list of class names" % (source, names))
+  known = [ARCHITECTURES[name] for name in names if name in ARCHITECTURES]
+  return known[0] if known else ARCHITECTURES["BertForPreTraining"]
+
+
+def hf_labels(hf_config: Mapping, architecture: Architecture,
+              source: str) -> Tuple[Tuple[str, ...], Optional[str]]:
+  """(labels, problem type) of a Hugging Face config: the names of `id2label` in id order, and for
+  sequence classification `problem_type` as transformers decides it (one output: regression,
+  which has no labels). A config without `id2label` gets transformers' names, `LABEL_<i>`."""
+  if architecture.label_file is None:
+    return (), None
+  id2label = hf_config.get("id2label")
+  if id2label is None:  # Older configs of two labels left it out.
+    count = hf_config.get("num_labels", 2)
+    id2label = {str(i): "LABEL_%d" % i for i in range(count if isinstance(count, int) else 0)}
+  labels = _labels_of_id2label(id2label, source)
+  if architecture is not SEQUENCE_CLASSIFICATION:
+    return labels, None
+  problem_type = hf_config.get("problem_type") or (REGRESSION if len(labels) == 1
+                                                   else SINGLE_LABEL)
+  if problem_type not in (SINGLE_LABEL, MULTI_LABEL, REGRESSION):
+    raise ConversionError("%s: problem_type %r is not one of %s, %s, %s" %
+                          (source, problem_type, SINGLE_LABEL, MULTI_LABEL, REGRESSION))
+  return (() if problem_type == REGRESSION else labels), problem_type
+
+
+def _labels_of_id2label(id2label, source: str) -> Tuple[str, ...]:
+  """The names of an `id2label` object in id order; its ids must be 0..N-1, its names lines."""
+  by_id = {}
+  if isinstance(id2label, dict):
+    for key, name in id2label.items():
+      if (isinstance(key, str) and key.isdigit() and isinstance(name, str) and name.strip() and
+          "\n" not in name and "\r" not in name):
+        by_id[int(key)] = name
+  if not by_id or sorted(by_id) != list(range(len(id2label))):
+    raise ConversionError("%s: id2label must give the ids 0..N-1 each a name of one line, got "
+                          "%.200r" % (source, id2label))
+  return tuple(by_id[i] for i in range(len(by_id)))
+
+
+def hf_tokenizer_config(config: modeling.BertConfig, do_lower_case: Optional[bool]) -> dict:
+  """The tokenizer_config.json of transformers' BertTokenizer that tokenizes as FullTokenizer:
+  the original's rules (accents stripped when lower-casing, CJK characters split) and special
+  tokens, inputs up to the model's positions."""
+  return {"tokenizer_class": "BertTokenizer", "do_lower_case": do_lower_case,
+          "strip_accents": None, "tokenize_chinese_chars": True,
+          "unk_token": tokenization.UNK_TOKEN, "sep_token": tokenization.SEP_TOKEN,
+          "pad_token": tokenization.PAD_TOKEN, "cls_token": tokenization.CLS_TOKEN,
+          "mask_token": tokenization.MASK_TOKEN,
+          "model_max_length": config.max_position_embeddings}
+
+
+def hf_vocab(model_dir: str) -> Optional[str]:
+  """The text of a Hugging Face model's vocab.txt, else the WordPiece vocab of its tokenizer.json
+  (all transformers 5 saves) as such a text; None without either."""
+  vocab = _text_if_exists(os.path.join(model_dir, VOCAB_NAME))
+  tokenizer_path = os.path.join(model_dir, HF_TOKENIZER_NAME)
+  if vocab is not None or not tf.io.gfile.exists(tokenizer_path):
+    return vocab
+  tokenizer = _read_json(tokenizer_path)
+  wordpiece = tokenizer.get("model") if isinstance(tokenizer, dict) else None
+  if not (isinstance(wordpiece, dict) and wordpiece.get("type") == "WordPiece" and
+          isinstance(wordpiece.get("vocab"), dict)):
+    raise ConversionError("%s: not a WordPiece tokenizer, which BERT's is" % tokenizer_path)
+  ids = wordpiece["vocab"]
+  tokens = {token_id: token for token, token_id in ids.items()
+            if isinstance(token_id, int) and "\n" not in token and "\r" not in token}
+  if sorted(tokens) != list(range(len(ids))):
+    raise ConversionError("%s: its vocab does not give the ids 0..N-1 each a token of one line" %
+                          tokenizer_path)
+  return "".join(tokens[i] + "\n" for i in range(len(tokens)))
+
+
+def read_hf_model(hf_model_path: str) -> ConvertedModel:
+  """Reads and checks a Hugging Face BERT: its weights, config and, when there, tokenizer files."""
   weight_files, config_path = resolve_hf_files(hf_model_path)
-  config = google_config_from_hf(_read_json(config_path), config_path)
+  hf_config = _read_json(config_path)
+  config = google_config_from_hf(hf_config, config_path)
+  architecture = hf_architecture(hf_config, config_path)
+  labels, problem_type = hf_labels(hf_config, architecture, config_path)
   source = ", ".join(weight_files)
-  tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), source)
-  absent = check_tensors(tensors, config, source_names, source)
-  prefix = os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME)
-  with _writing(output_dir):
-    tf.io.gfile.makedirs(output_dir)
-    with atomic_files.atomic_output(prefix) as temporary_prefix:  # Renames .data, then .index.
-      checkpoints.write_checkpoint(tensors, temporary_prefix)
-    atomic_files.write_text(os.path.join(output_dir, GOOGLE_CONFIG_NAME),
-                            config.to_json_string())
-    _copy_vocab(os.path.dirname(config_path), output_dir)
-  _log_summary(tensors, source, prefix, absent, start)
-  return prefix
+  tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), source,
+                                               architecture)
+  model_dir = os.path.dirname(config_path)
+  tokenizer_path = os.path.join(model_dir, HF_TOKENIZER_CONFIG_NAME)
+  tokenizer = _read_json(tokenizer_path) if tf.io.gfile.exists(tokenizer_path) else {}
+  model = ConvertedModel(config, tensors, architecture, source, labels, problem_type,
+                         labels_source="the id2label of " + config_path,
+                         vocab=hf_vocab(model_dir),
+                         do_lower_case=(tokenizer.get("do_lower_case")
+                                        if isinstance(tokenizer, dict) else None))
+  check_model(model, source_names)
+  return model
 
 
-def convert_google_to_hf(init_checkpoint: str, output_dir: str,
-                         bert_config_file: Optional[str] = None) -> str:
-  """Converts a Google-format checkpoint to `output_dir/model.safetensors` + `config.json`.
+def _hf_label_fields(model: ConvertedModel) -> dict:
+  """config.json's `id2label`, `label2id` and `problem_type` of a model's head."""
+  fields = {}
+  if model.labels:
+    fields["id2label"] = {str(i): label for i, label in enumerate(model.labels)}
+    fields["label2id"] = {label: i for i, label in enumerate(model.labels)}
+  if model.problem_type:
+    fields["problem_type"] = model.problem_type
+  if model.problem_type == REGRESSION:
+    fields["num_labels"] = 1
+  return fields
 
-  Optimizer slots (`*/adam_m`, `*/adam_v`) and `global_step` are not model weights and are skipped.
 
-  Returns:
-    The safetensors file written.
-  """
-  start = time.time()
-  prefix = checkpoints.resolve_checkpoint_path(init_checkpoint)
-  checkpoint_dir = os.path.dirname(prefix)
-  bert_config_file = bert_config_file or os.path.join(checkpoint_dir, GOOGLE_CONFIG_NAME)
-  config = modeling.BertConfig.from_json_file(bert_config_file)
-  reader = checkpoints.open_checkpoint(prefix)
-  tensors = {name: checkpoints.read_tensor(reader, prefix, name)
-             for name in reader.get_variable_to_shape_map()
-             if not checkpoints.is_training_state_name(name)}
-  absent = check_tensors(tensors, config, {name: name for name in tensors}, prefix)
-  with_heads = not any(name.startswith("cls/") for name in absent)
+def write_hf_model(model: ConvertedModel, output_dir: str) -> str:
+  """Writes `model.safetensors`, the tokenizer's `vocab.txt` and `tokenizer_config.json` (when the
+  vocab is known) and `config.json`, last, into output_dir; returns the weights file's path.
+  Weights the Hugging Face class lacks (the pooler of BertForTokenClassification) are left out."""
+  architecture = model.architecture
+  kept = {name: value for name, value in model.tensors.items()
+          if not architecture.omits_name(name)}
+  hf_config = dict(hf_config_from_google(model.config, architecture.name),
+                   **_hf_label_fields(model))
   weights_path = os.path.join(output_dir, HF_WEIGHTS_NAME)
   with _writing(output_dir):
     tf.io.gfile.makedirs(output_dir)
     with atomic_files.atomic_output(weights_path) as temporary:
-      safetensors.numpy.save_file(google_to_hf_tensors(tensors), temporary,
+      safetensors.numpy.save_file(google_to_hf_tensors(kept, architecture), temporary,
                                   metadata={"format": "pt"})
-    atomic_files.write_text(os.path.join(output_dir, HF_CONFIG_NAME), json.dumps(
-        hf_config_from_google(config, with_heads), indent=2, sort_keys=True) + "\n")
-    _copy_vocab(checkpoint_dir, output_dir)
-  _log_summary(tensors, prefix, weights_path, absent, start)
+    if model.vocab:
+      atomic_files.write_text(os.path.join(output_dir, VOCAB_NAME), model.vocab)
+      _write_json(os.path.join(output_dir, HF_TOKENIZER_CONFIG_NAME),
+                  hf_tokenizer_config(model.config, model.do_lower_case))
+    _write_json(os.path.join(output_dir, HF_CONFIG_NAME), hf_config)
+  if not model.vocab:
+    logging.warning("No vocab.txt beside %s and no --vocab_file: %s has no tokenizer",
+                    model.source, output_dir)
+  _log_left_out(model, kept, architecture.name)
   return weights_path
+
+
+# ------------------------------------------------------------------------------------------------
+# Google.
+# ------------------------------------------------------------------------------------------------
+
+
+def google_architecture(names, checkpoint_dir: str, task_name: Optional[str],
+                        source: str) -> Architecture:
+  """The architecture of a Google checkpoint's variable names: the task head they hold, else the
+  pretraining heads they hold. run_classifier's and run_ner's heads have the same names: the label
+  file beside the checkpoint tells them apart, or `task_name` (a classifier's task)."""
+  heads = [architecture for architecture in ARCHITECTURES.values()
+           if architecture.head_scope is not None and set(architecture.head_names()) <= names]
+  if len(heads) > 1:
+    files = ["%s (%s)" % (head.label_file, head.script) for head in heads]
+    heads = [SEQUENCE_CLASSIFICATION] if task_name else [
+        head for head in heads
+        if tf.io.gfile.exists(os.path.join(checkpoint_dir, head.label_file))]
+    if len(heads) != 1:
+      raise ConversionError(
+          "%s has a task head, output_weights, and %s beside it: put there the one its run wrote "
+          "in its output_dir, or pass --task_name for a classifier of a task with fixed labels" %
+          (source, "both " + " and ".join(files) if heads else "neither " + " nor ".join(files)))
+  if heads:
+    return heads[0]
+  masked_lm = any(name.startswith("cls/predictions/") for name in names)
+  next_sentence = any(name.startswith("cls/seq_relationship/") for name in names)
+  return ARCHITECTURES["BertForPreTraining" if masked_lm and next_sentence else
+                       "BertForMaskedLM" if masked_lm else "BertModel"]
+
+
+def _read_google_labels(model: ConvertedModel, checkpoint_dir: str, task_name: Optional[str],
+                        multi_label: bool) -> None:
+  """Sets the labels and problem type of a Google checkpoint's head: from `task_name` (a task
+  with fixed labels), else from the label file beside the checkpoint."""
+  architecture = model.architecture
+  if architecture is not SEQUENCE_CLASSIFICATION and (task_name or multi_label):
+    raise errors.FlagError("--task_name and --multi_label are for run_classifier checkpoints; %s "
+                           "is a %s" % (model.source, architecture.name))
+  if task_name and task_name.lower() != "generic":
+    processor = classifier.get_processor(task_name)
+    if multi_label:
+      raise errors.FlagError("--multi_label needs --task_name=generic (labels from your files)")
+    model.labels = tuple(processor.get_labels())  # Empty for regression.
+    model.problem_type = REGRESSION if processor.is_regression else SINGLE_LABEL
+    model.labels_source = "--task_name=" + task_name
+    return
+  if architecture.label_file is None:
+    return
+  path = os.path.join(checkpoint_dir, architecture.label_file)
+  if not tf.io.gfile.exists(path):
+    raise ConversionError("%s has a %s head but no %s beside it: put there the one its run wrote "
+                          "in its output_dir" % (model.source, architecture.script,
+                                                 architecture.label_file))
+  model.labels = _read_labels(architecture, checkpoint_dir)
+  model.labels_source = path
+  if architecture is SEQUENCE_CLASSIFICATION:
+    model.problem_type = MULTI_LABEL if multi_label else SINGLE_LABEL
+    if model.problem_type == SINGLE_LABEL and len(model.labels) < 2:
+      raise ConversionError("%s lists one label, but a single-label classifier has two or more "
+                            "(pass --multi_label for a multi-label one)" % path)
+
+
+def read_google_model(init_checkpoint: str, bert_config_file: Optional[str] = None,
+                      vocab_file: Optional[str] = None, do_lower_case: bool = True,
+                      task_name: Optional[str] = None, multi_label: bool = False
+                      ) -> ConvertedModel:
+  """Reads and checks a Google-format checkpoint and what names its head's outputs.
+
+  The config, vocab and label file default to those in the checkpoint's directory
+  (bert_config.json, vocab.txt, label_list.txt or tag_list.txt); `task_name` and `multi_label`
+  are run_classifier's flags of its run. Optimizer slots (`*/adam_m`, `*/adam_v`) and
+  `global_step` are not model weights and are skipped.
+  """
+  prefix = checkpoints.resolve_checkpoint_path(init_checkpoint)
+  tokenization.validate_case_matches_checkpoint(do_lower_case, prefix)
+  checkpoint_dir = os.path.dirname(prefix)
+  config = modeling.BertConfig.from_json_file(
+      bert_config_file or os.path.join(checkpoint_dir, GOOGLE_CONFIG_NAME))
+  reader = checkpoints.open_checkpoint(prefix)
+  tensors = {name: checkpoints.read_tensor(reader, prefix, name)
+             for name in reader.get_variable_to_shape_map()
+             if not checkpoints.is_training_state_name(name)}
+  model = ConvertedModel(config, tensors,
+                         google_architecture(set(tensors), checkpoint_dir, task_name, prefix),
+                         prefix, vocab=(_read_text(vocab_file) if vocab_file else _text_if_exists(
+                             os.path.join(checkpoint_dir, VOCAB_NAME))),
+                         do_lower_case=do_lower_case)
+  _read_google_labels(model, checkpoint_dir, task_name, multi_label)
+  check_model(model, {name: name for name in tensors})
+  return model
+
+
+def _google_usage(model: ConvertedModel, output_dir: str) -> str:
+  """The script and flags that run a converted checkpoint in output_dir."""
+  usage = ["--init_checkpoint=" + os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME),
+           "--bert_config_file=" + os.path.join(output_dir, GOOGLE_CONFIG_NAME)]
+  if model.vocab:
+    usage.append("--vocab_file=" + os.path.join(output_dir, VOCAB_NAME))
+  if model.do_lower_case is not None:
+    usage.append("--do_lower_case=%s" % str(model.do_lower_case).lower())
+  if model.problem_type:
+    usage.append("--task_name=" + ("sts-b" if model.problem_type == REGRESSION else "generic"))
+  if model.problem_type == MULTI_LABEL:
+    usage.append("--multi_label")
+  if model.labels:  # Our scripts read the label file in their output_dir.
+    usage.append("--output_dir=" + output_dir)
+  if any(name.startswith("bert/") for name in model.absent):  # The pooler, which it does not read.
+    usage.append("--allow_partial_init_checkpoint")
+  script = model.architecture.script
+  return "%s %s" % ("python " + script if script else "any script:", " ".join(usage))
+
+
+def write_google_model(model: ConvertedModel, output_dir: str) -> str:
+  """Writes `bert_model.ckpt`, `bert_config.json` and, when known, `vocab.txt` and the head's
+  label file into output_dir; returns the checkpoint prefix."""
+  prefix = os.path.join(output_dir, GOOGLE_CHECKPOINT_NAME)
+  with _writing(output_dir):
+    tf.io.gfile.makedirs(output_dir)
+    with atomic_files.atomic_output(prefix) as temporary_prefix:  # Renames .data, then .index.
+      checkpoints.write_checkpoint(model.tensors, temporary_prefix)
+    atomic_files.write_text(os.path.join(output_dir, GOOGLE_CONFIG_NAME),
+                            model.config.to_json_string())
+    if model.vocab:
+      atomic_files.write_text(os.path.join(output_dir, VOCAB_NAME), model.vocab)
+    if model.labels:
+      _write_labels(model.architecture, model.labels, output_dir)
+  logging.info("Use it with %s", _google_usage(model, output_dir))
+  return prefix
+
+
+# ------------------------------------------------------------------------------------------------
+# Conversions.
+# ------------------------------------------------------------------------------------------------
+
+
+def _convert(read: Callable[[], ConvertedModel], write: Callable[[ConvertedModel, str], str],
+             output_dir: str) -> str:
+  """Reads a model, writes it to output_dir and logs what was converted; returns what `write`
+  returns."""
+  start = time.time()
+  model = read()
+  target = write(model, output_dir)
+  parameters = sum(int(np.prod(value.shape)) for value in model.tensors.values())
+  logging.info("Converted %d tensors (%s parameters) of a %s from %s to %s in %.1f s",
+               len(model.tensors), "{:,}".format(parameters), model.architecture.name,
+               model.source, target, time.time() - start)
+  if model.absent:
+    logging.info("Not in the source (a model initialises them when used): %s",
+                 _describe(model.absent))
+  return target
+
+
+def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
+  """Converts a Hugging Face BERT to Google's format in output_dir (`write_google_model`).
+
+  Returns:
+    The checkpoint prefix written.
+  """
+  return _convert(lambda: read_hf_model(hf_model_path), write_google_model, output_dir)
+
+
+def convert_google_to_hf(init_checkpoint: str, output_dir: str,
+                         bert_config_file: Optional[str] = None, **options) -> str:
+  """Converts a Google-format checkpoint to Hugging Face's format in output_dir
+  (`write_hf_model`); `options` are `read_google_model`'s.
+
+  Returns:
+    The safetensors file written.
+  """
+  return _convert(lambda: read_google_model(init_checkpoint, bert_config_file, **options),
+                  write_hf_model, output_dir)
+
+
+# Flags that only a conversion from --init_checkpoint reads.
+_GOOGLE_SOURCE_FLAGS = ("bert_config_file", "vocab_file", "do_lower_case", "task_name",
+                        "multi_label")
 
 
 def main(argv):
@@ -653,9 +1135,15 @@ def main(argv):
     raise errors.FlagError("pass exactly one of --hf_model_path (Hugging Face -> Google) and "
                            "--init_checkpoint (Google -> Hugging Face)")
   if FLAGS.hf_model_path:
+    given = [name for name in _GOOGLE_SOURCE_FLAGS if FLAGS[name].present]
+    if given:
+      raise errors.FlagError("--%s: only for --init_checkpoint (the model of --hf_model_path "
+                             "says what it is)" % given[0])
     convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
   else:
-    convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file)
+    convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
+                         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+                         task_name=FLAGS.task_name, multi_label=FLAGS.multi_label)
 
 
 if __name__ == "__main__":
