@@ -1,6 +1,6 @@
 # coding=utf-8
-"""Converts BERT models, fine-tuned heads included, between Google's checkpoint format and Hugging
-Face safetensors.
+"""Converts BERT models, fine-tuned heads included, between Google's checkpoint format, Hugging
+Face safetensors and KerasHub presets.
 
 Hugging Face -> Google:
 
@@ -15,6 +15,13 @@ layout of Google's released models, usable as `--init_checkpoint`, `--bert_confi
 that names its outputs as our scripts write it in their output_dir (`label_list.txt`,
 `tag_list.txt`), and the log says which script and flags run it.
 
+KerasHub -> Google:
+
+  python convert_checkpoint.py --keras_hub_preset=path/to/preset --output_dir=out
+
+reads a `BertBackbone` preset as `save_to_preset` writes it (`config.json`, `model.weights.h5`,
+`tokenizer.json` and `assets/tokenizer/vocabulary.txt`) into the same files.
+
 Google -> Hugging Face:
 
   python convert_checkpoint.py --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
@@ -23,8 +30,9 @@ Google -> Hugging Face:
 writes `out/model.safetensors` (names with the `bert.` prefix, as `transformers` saves them),
 `out/config.json` and the tokenizer (`vocab.txt` from --vocab_file or beside the checkpoint, and a
 `tokenizer_config.json` with --do_lower_case), so that `AutoTokenizer.from_pretrained(out)` and the
-`AutoModelFor...` class of the head load it. Optimizer slots and `global_step` of training
-checkpoints are left out.
+`AutoModelFor...` class of the head load it. With `--output_format=keras_hub` it writes a KerasHub
+preset instead (`BertBackbone.from_preset(out)`; a classifier also `BertTextClassifier`). Optimizer
+slots and `global_step` of training checkpoints are left out.
 
 The task heads (`ARCHITECTURES`), found by their variable names here and by config.json's
 `architectures` there:
@@ -50,13 +58,14 @@ Names are translated by rule, not by table: `.`-scopes become `/`-scopes, `layer
 `weight`/`bias` (or old `gamma`/`beta`) become `gamma`/`beta`, embedding tables drop `.weight`, and
 the heads use the original's `output_weights`/`output_bias` (layout [out, in], as PyTorch's). Every
 tensor is checked against our model of that architecture built from the config, so a converted
-checkpoint always loads into it.
+checkpoint always loads into it. KerasHub's weights file names its groups after Keras layer
+classes; `KERAS_HUB_SCOPES` gives the few that BertBackbone has.
 
 Pickle-based PyTorch files (`pytorch_model.bin`) are refused: unpickling runs arbitrary code.
 Nothing a file says about itself is taken on trust: each safetensors header is checked against the
 file's size before a tensor is read (`read_safetensors_header`), a sharded index must name shards
-inside its directory that hold exactly the tensors it places there, and every tensor must fit the
-config. Bad input is a
+inside its directory that hold exactly the tensors it places there, a Keras weights file may hold
+no links or data stored elsewhere, and every tensor must fit the config. Bad input is a
 `ConversionError` naming the file, printed as one line by `cli.run_script`; every output file is
 written under a temporary name and renamed when complete.
 """
@@ -75,6 +84,7 @@ from typing import Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from absl import flags
 from absl import logging
+import h5py
 import keras
 import numpy as np
 import safetensors
@@ -94,6 +104,8 @@ import tokenization
 
 FLAGS = flags.FLAGS
 
+OUTPUT_FORMATS = ("hugging_face", "keras_hub")
+
 
 def define_flags() -> None:
   """The converter's flags."""
@@ -101,9 +113,16 @@ def define_flags() -> None:
                       "Hugging Face BERT to convert to Google's format: a directory with "
                       "config.json and model.safetensors, or a .safetensors file with config.json "
                       "beside it.")
+  flags.DEFINE_string("keras_hub_preset", None,
+                      "KerasHub BERT preset to convert to Google's format: a directory with "
+                      "config.json (a BertBackbone) and model.weights.h5.")
   flags.DEFINE_string("init_checkpoint", None,
                       "Google-format checkpoint (prefix such as .../bert_model.ckpt or "
-                      ".../model.ckpt-N, or a directory) to convert to Hugging Face's format.")
+                      ".../model.ckpt-N, or a directory) to convert to --output_format.")
+  flags.DEFINE_enum("output_format", "hugging_face", list(OUTPUT_FORMATS),
+                    "With --init_checkpoint: hugging_face (model.safetensors, config.json and the "
+                    "tokenizer's files) or keras_hub (a preset for BertBackbone.from_preset, and "
+                    "BertTextClassifier.from_preset for a run_classifier checkpoint).")
   flags.DEFINE_string("bert_config_file", None,
                       "The bert_config.json of --init_checkpoint (default: bert_config.json in the "
                       "checkpoint's directory).")
@@ -131,6 +150,14 @@ HF_CONFIG_NAME = "config.json"
 HF_TOKENIZER_CONFIG_NAME = "tokenizer_config.json"
 HF_TOKENIZER_NAME = "tokenizer.json"
 VOCAB_NAME = "vocab.txt"
+KERAS_HUB_CONFIG_NAME = "config.json"
+KERAS_HUB_WEIGHTS_NAME = "model.weights.h5"
+KERAS_HUB_TASK_NAME = "task.json"
+KERAS_HUB_TASK_WEIGHTS_NAME = "task.weights.h5"
+KERAS_HUB_TOKENIZER_NAME = "tokenizer.json"
+KERAS_HUB_PREPROCESSOR_NAME = "preprocessor.json"
+# Where a KerasHub tokenizer keeps its vocab: assets/<its config file's stem>/vocabulary.txt.
+KERAS_HUB_VOCAB_PATH = ("assets", "tokenizer", "vocabulary.txt")
 
 # The fields of Google's bert_config.json; everything else in a Hugging Face config is dropped.
 CONFIG_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -143,6 +170,14 @@ HF_TO_GOOGLE_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_pytorch
                            "swish": "swish", "tanh": "tanh"}
 GOOGLE_TO_HF_ACTIVATION = {"gelu": "gelu", "gelu_new": "gelu_new", "gelu_approximate": "gelu_new",
                            "relu": "relu", "silu": "silu", "swish": "swish", "tanh": "tanh"}
+# KerasHub's BertBackbone config field -> bert_config.json's. It has one dropout rate, and always
+# computes GELU with the tanh approximation (`gelu_approximate` here).
+KERAS_HUB_CONFIG_FIELDS = {"vocabulary_size": "vocab_size", "num_layers": "num_hidden_layers",
+                           "num_heads": "num_attention_heads", "hidden_dim": "hidden_size",
+                           "intermediate_dim": "intermediate_size",
+                           "max_sequence_length": "max_position_embeddings",
+                           "num_segments": "type_vocab_size", "dropout": "hidden_dropout_prob"}
+KERAS_HUB_ACTIVATION = "gelu_approximate"
 # Hugging Face's problem types of BertForSequenceClassification.
 SINGLE_LABEL, MULTI_LABEL, REGRESSION = ("single_label_classification",
                                          "multi_label_classification", "regression")
@@ -296,6 +331,34 @@ def hf_config_from_google(config: modeling.BertConfig, architecture: str) -> dic
       "pad_token_id": 0,
   })
   return fields
+
+
+def google_config_from_keras_hub(fields: Mapping, source: str) -> modeling.BertConfig:
+  """A BertConfig from the `config` of a KerasHub BertBackbone (see KERAS_HUB_CONFIG_FIELDS)."""
+  missing = [field for field in KERAS_HUB_CONFIG_FIELDS if field not in fields]
+  if missing:
+    raise ConversionError("%s: missing key(s) %s" % (source, ", ".join(missing)))
+  values = {google: fields[field] for field, google in KERAS_HUB_CONFIG_FIELDS.items()}
+  values.update(hidden_act=KERAS_HUB_ACTIVATION, initializer_range=0.02,
+                attention_probs_dropout_prob=values["hidden_dropout_prob"])
+  return _checked_config(values, source)
+
+
+def keras_hub_config_from_google(config: modeling.BertConfig, source: str) -> dict:
+  """The `config` of a KerasHub BertBackbone of this BERT; its activation is checked first.
+
+  Raises:
+    ConversionError: naming `source`, for an activation BertBackbone cannot compute (not GELU).
+  """
+  activation = config.hidden_act.lower()
+  if activation == "gelu":
+    logging.warning("%s: hidden_act is gelu (exact); KerasHub's BertBackbone computes the tanh "
+                    "approximation, which differs by less than 1e-3 per activation (the "
+                    "original BERT's own gelu is that approximation)", source)
+  elif GOOGLE_TO_HF_ACTIVATION.get(activation) != "gelu_new":
+    raise ConversionError("%s: hidden_act %r: KerasHub's BertBackbone computes only GELU" %
+                          (source, config.hidden_act))
+  return {field: getattr(config, google) for field, google in KERAS_HUB_CONFIG_FIELDS.items()}
 
 
 # ------------------------------------------------------------------------------------------------
@@ -537,6 +600,96 @@ def google_to_hf_tensors(tensors: Mapping[str, np.ndarray],
 
 
 # ------------------------------------------------------------------------------------------------
+# KerasHub's names and layout.
+# ------------------------------------------------------------------------------------------------
+
+# KerasHub's BertBackbone in its weights file: the group of each Google scope. Keras names a
+# layer's group after the layer's class (`dense`, then `dense_1`, ...) and keeps its variables
+# in `<group>/vars/<index>`, in the order the layer created them (KERAS_VARIABLE_ORDER).
+KERAS_HUB_SCOPES = {
+    "bert/embeddings/word_embeddings": "layers/reversible_embedding",
+    "bert/embeddings/position_embeddings": "layers/position_embedding",
+    "bert/embeddings/token_type_embeddings": "layers/embedding",
+    "bert/embeddings/LayerNorm": "layers/layer_normalization",
+    "bert/pooler/dense": "layers/dense",
+}
+# Within the group of encoder layer i (`layers/transformer_encoder`, then `..._1`, ...).
+KERAS_HUB_LAYER_SCOPES = {
+    "attention/self/query": "_self_attention_layer/query_dense",
+    "attention/self/key": "_self_attention_layer/key_dense",
+    "attention/self/value": "_self_attention_layer/value_dense",
+    "attention/output/dense": "_self_attention_layer/output_dense",
+    "attention/output/LayerNorm": "_self_attention_layer_norm",
+    "intermediate/dense": "_feedforward_intermediate_dense",
+    "output/dense": "_feedforward_output_dense",
+    "output/LayerNorm": "_feedforward_layer_norm",
+}
+KERAS_VARIABLE_ORDER = {"kernel": 0, "gamma": 0, "bias": 1, "beta": 1}
+# BertTextClassifier's output layer in task.weights.h5: kernel [H, N] and bias [N].
+KERAS_HUB_CLASSIFIER_WEIGHTS = ("layers/dense/vars/0", "layers/dense/vars/1")
+_ENCODER_LAYER = re.compile(r"^bert/encoder/layer_(\d+)/(.+)$")
+_SELF_ATTENTION = re.compile(r"/attention/self/(query|key|value)/(kernel|bias)$")
+_ATTENTION_OUTPUT_KERNEL = "/attention/output/dense/kernel"
+
+
+def keras_hub_path_for_google(google_name: str) -> str:
+  """The path in KerasHub's model.weights.h5 of an encoder variable (a `BertModel` name)."""
+  if google_name in KERAS_HUB_SCOPES:  # An embedding table: its layer's only variable.
+    return KERAS_HUB_SCOPES[google_name] + "/vars/0"
+  scope, _, leaf = google_name.rpartition("/")
+  layer = _ENCODER_LAYER.match(scope)
+  if layer:
+    index = int(layer.group(1))
+    group = "layers/transformer_encoder%s/%s" % ("_%d" % index if index else "",
+                                                  KERAS_HUB_LAYER_SCOPES[layer.group(2)])
+  else:
+    group = KERAS_HUB_SCOPES[scope]
+  return "%s/vars/%d" % (group, KERAS_VARIABLE_ORDER[leaf])
+
+
+def keras_hub_layout(google_name: str, value: np.ndarray,
+                     config: modeling.BertConfig) -> np.ndarray:
+  """A Google-layout encoder tensor in KerasHub's layout: its attention keeps heads apart (query,
+  key and value kernels [H, heads, size] and biases [heads, size], the output kernel
+  [heads, size, H]); everything else is as here."""
+  heads = (config.num_attention_heads, config.size_per_head)
+  if _SELF_ATTENTION.search(google_name):
+    return value.reshape(value.shape[:-1] + heads)
+  if google_name.endswith(_ATTENTION_OUTPUT_KERNEL):
+    return value.reshape(heads + value.shape[1:])
+  return value
+
+
+def google_layout(google_name: str, value: np.ndarray) -> np.ndarray:
+  """The inverse of `keras_hub_layout`: the heads of an attention tensor joined again."""
+  if _SELF_ATTENTION.search(google_name) and value.ndim >= 2:
+    return value.reshape(value.shape[:-2] + (-1,))
+  if google_name.endswith(_ATTENTION_OUTPUT_KERNEL) and value.ndim >= 2:
+    return value.reshape((-1,) + value.shape[2:])
+  return value
+
+
+def _keras_hub_object(module: str, class_name: str, config: dict) -> dict:
+  """A KerasHub object as Keras serializes it into a preset's JSON files."""
+  return {"module": "keras_hub.src.models.bert." + module, "class_name": class_name,
+          "config": config, "registered_name": "keras_hub>" + class_name}
+
+
+def _check_keras_hub_class(value, class_name: str, source: str) -> dict:
+  """The `config` of a serialized KerasHub object, which must be of `class_name`."""
+  if not isinstance(value, dict) or "registered_name" not in value:
+    hint = (": a Hugging Face config.json, convert it with --hf_model_path"
+            if isinstance(value, dict) and "model_type" in value else "")
+    raise ConversionError("%s is not a KerasHub preset's file%s" % (source, hint))
+  if value["registered_name"] != "keras_hub>" + class_name:
+    raise ConversionError("%s: holds a %s, not a %s" % (
+        source, value.get("class_name") or value["registered_name"], class_name))
+  if not isinstance(value.get("config"), dict):
+    raise ConversionError("%s: its config is not a JSON object" % source)
+  return value["config"]
+
+
+# ------------------------------------------------------------------------------------------------
 # Files.
 # ------------------------------------------------------------------------------------------------
 
@@ -764,6 +917,34 @@ def _read_json(path: str):
     raise ConversionError("%s is not valid JSON: %s" % (path, error)) from error
 
 
+def read_keras_weights(path: str) -> Dict[str, np.ndarray]:
+  """Every dataset of a Keras weights file (`*.weights.h5`), by its path in the file.
+
+  Only what the file holds is read: a link (to another object or file) or a dataset whose bytes
+  are stored elsewhere (external or virtual) is refused.
+  """
+  if not tf.io.gfile.exists(path):
+    raise ConversionError("%s does not exist" % path)
+  links = {}  # Path -> link; the visit stops at a callback's first result that is not None.
+
+  def record(name, link) -> None:
+    links[name] = link
+
+  try:
+    with h5py.File(path, "r") as f:
+      f.visititems_links(record)
+      other = [name for name, link in links.items() if not isinstance(link, h5py.HardLink)]
+      if other:
+        raise ConversionError("%s: %s is a link, not data of the file" % (path, other[0]))
+      datasets = {name: f[name] for name in links if isinstance(f[name], h5py.Dataset)}
+      outside = [name for name, item in datasets.items() if item.is_virtual or item.external]
+      if outside:
+        raise ConversionError("%s: dataset %s is stored outside the file" % (path, outside[0]))
+      return {name: item[()] for name, item in datasets.items()}
+  except OSError as error:  # Not an HDF5 file, or cut short.
+    raise ConversionError(errors.named(path, error)) from error
+
+
 @contextlib.contextmanager
 def _writing(output_dir: str) -> Iterator[None]:
   """Raises what fails while writing the converted model (an --output_dir that is a file or
@@ -777,6 +958,14 @@ def _writing(output_dir: str) -> Iterator[None]:
 
 def _write_json(path: str, value) -> None:
   atomic_files.write_text(path, json.dumps(value, indent=2, sort_keys=True) + "\n")
+
+
+def _write_keras_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:
+  """Writes a Keras weights file: each array as a dataset at its path."""
+  with atomic_files.atomic_output(path) as temporary:
+    with h5py.File(temporary, "w") as f:
+      for name, value in sorted(weights.items()):
+        f.create_dataset(name, data=np.ascontiguousarray(value, dtype=np.float32))
 
 
 def _text_if_exists(path: str) -> Optional[str]:
@@ -1082,6 +1271,91 @@ def write_google_model(model: ConvertedModel, output_dir: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
+# KerasHub.
+# ------------------------------------------------------------------------------------------------
+
+
+def read_keras_hub_preset(preset: str) -> ConvertedModel:
+  """Reads and checks a KerasHub BertBackbone preset: config.json, model.weights.h5 and, when
+  there, its BertTokenizer (tokenizer.json and the vocab). Task heads are not read."""
+  config_path = os.path.join(preset, KERAS_HUB_CONFIG_NAME)
+  config = google_config_from_keras_hub(
+      _check_keras_hub_class(_read_json(config_path), "BertBackbone", config_path), config_path)
+  weights_path = os.path.join(preset, KERAS_HUB_WEIGHTS_NAME)
+  google_names = {keras_hub_path_for_google(name): name
+                  for name in model_shapes(modeling.BertModel(config))}
+  tensors, source_names, unknown = {}, {}, []
+  for path, value in sorted(read_keras_weights(weights_path).items()):
+    if path not in google_names:
+      unknown.append(path)
+      continue
+    name = google_names[path]
+    _check_floating(value, weights_path, path)
+    tensors[name] = google_layout(name, np.asarray(value, dtype=np.float32))
+    source_names[name] = path
+  if unknown:
+    raise ConversionError("%s: tensor(s) not in a BertBackbone: %s" %
+                          (weights_path, _describe(unknown)))
+  tokenizer_path = os.path.join(preset, KERAS_HUB_TOKENIZER_NAME)
+  tokenizer = (_check_keras_hub_class(_read_json(tokenizer_path), "BertTokenizer", tokenizer_path)
+               if tf.io.gfile.exists(tokenizer_path) else {})
+  model = ConvertedModel(config, tensors, ARCHITECTURES["BertModel"], weights_path,
+                         vocab=(_text_if_exists(os.path.join(preset, *KERAS_HUB_VOCAB_PATH))
+                                if tokenizer else None),
+                         do_lower_case=tokenizer.get("lowercase"))
+  check_model(model, source_names)
+  return model
+
+
+def write_keras_hub_preset(model: ConvertedModel, output_dir: str) -> str:
+  """Writes a KerasHub preset into output_dir: BertBackbone's model.weights.h5 and config.json
+  (last), its BertTokenizer (tokenizer.json, the vocab), and for a run_classifier head a
+  BertTextClassifier (task.json, task.weights.h5, preprocessor.json: its tokenizer and inputs up
+  to the model's positions). KerasHub has no class for the other heads: they are left out.
+  Returns output_dir."""
+  backbone_config = keras_hub_config_from_google(model.config, model.source)
+  if not model.vocab:
+    raise ConversionError("%s: a KerasHub preset holds its tokenizer, but there is no vocab.txt "
+                          "beside it: pass --vocab_file" % model.source)
+  lacking = [name for name in model.absent if name.startswith("bert/")]
+  if lacking:
+    raise ConversionError("%s lacks %s, which KerasHub's BertBackbone needs" %
+                          (model.source, _describe(lacking)))
+  kept = {name: value for name, value in model.tensors.items() if name.startswith("bert/")}
+  backbone = _keras_hub_object("bert_backbone", "BertBackbone", backbone_config)
+  tokenizer = _keras_hub_object("bert_tokenizer", "BertTokenizer", {
+      "config_file": KERAS_HUB_TOKENIZER_NAME, "lowercase": model.do_lower_case,
+      "strip_accents": model.do_lower_case})  # As the original's BasicTokenizer.
+  is_classifier = model.architecture is SEQUENCE_CLASSIFICATION
+  with _writing(output_dir):
+    vocab_path = os.path.join(output_dir, *KERAS_HUB_VOCAB_PATH)
+    tf.io.gfile.makedirs(os.path.dirname(vocab_path))
+    _write_keras_weights(os.path.join(output_dir, KERAS_HUB_WEIGHTS_NAME), {
+        keras_hub_path_for_google(name): keras_hub_layout(name, value, model.config)
+        for name, value in kept.items()})
+    atomic_files.write_text(vocab_path, model.vocab)
+    _write_json(os.path.join(output_dir, KERAS_HUB_TOKENIZER_NAME), tokenizer)
+    if is_classifier:
+      weights_name, bias_name = SEQUENCE_CLASSIFICATION.head_names()
+      kept.update({name: model.tensors[name] for name in (weights_name, bias_name)})
+      _write_keras_weights(os.path.join(output_dir, KERAS_HUB_TASK_WEIGHTS_NAME), dict(zip(
+          KERAS_HUB_CLASSIFIER_WEIGHTS, (model.tensors[weights_name].T,
+                                         model.tensors[bias_name]))))
+      preprocessor = _keras_hub_object(
+          "bert_text_classifier_preprocessor", "BertTextClassifierPreprocessor", {
+              "tokenizer": tokenizer, "config_file": KERAS_HUB_PREPROCESSOR_NAME,
+              "sequence_length": model.config.max_position_embeddings})
+      _write_json(os.path.join(output_dir, KERAS_HUB_PREPROCESSOR_NAME), preprocessor)
+      _write_json(os.path.join(output_dir, KERAS_HUB_TASK_NAME), _keras_hub_object(
+          "bert_text_classifier", "BertTextClassifier", {
+              "backbone": backbone, "preprocessor": preprocessor,
+              "num_classes": model.num_outputs}))
+    _write_json(os.path.join(output_dir, KERAS_HUB_CONFIG_NAME), backbone)
+  _log_left_out(model, kept, "KerasHub")
+  return output_dir
+
+
+# ------------------------------------------------------------------------------------------------
 # Conversions.
 # ------------------------------------------------------------------------------------------------
 
@@ -1112,6 +1386,12 @@ def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
   return _convert(lambda: read_hf_model(hf_model_path), write_google_model, output_dir)
 
 
+def convert_keras_hub_to_google(preset: str, output_dir: str) -> str:
+  """Converts a KerasHub BertBackbone preset to Google's format in output_dir; returns the
+  checkpoint prefix written."""
+  return _convert(lambda: read_keras_hub_preset(preset), write_google_model, output_dir)
+
+
 def convert_google_to_hf(init_checkpoint: str, output_dir: str,
                          bert_config_file: Optional[str] = None, **options) -> str:
   """Converts a Google-format checkpoint to Hugging Face's format in output_dir
@@ -1124,26 +1404,42 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
                   write_hf_model, output_dir)
 
 
+def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
+                                bert_config_file: Optional[str] = None, **options) -> str:
+  """Converts a Google-format checkpoint to a KerasHub preset in output_dir
+  (`write_keras_hub_preset`); `options` are `read_google_model`'s. Returns output_dir."""
+  return _convert(lambda: read_google_model(init_checkpoint, bert_config_file, **options),
+                  write_keras_hub_preset, output_dir)
+
+
 # Flags that only a conversion from --init_checkpoint reads.
-_GOOGLE_SOURCE_FLAGS = ("bert_config_file", "vocab_file", "do_lower_case", "task_name",
-                        "multi_label")
+_GOOGLE_SOURCE_FLAGS = ("output_format", "bert_config_file", "vocab_file", "do_lower_case",
+                        "task_name", "multi_label")
 
 
 def main(argv):
   del argv
-  if bool(FLAGS.hf_model_path) == bool(FLAGS.init_checkpoint):
-    raise errors.FlagError("pass exactly one of --hf_model_path (Hugging Face -> Google) and "
-                           "--init_checkpoint (Google -> Hugging Face)")
-  if FLAGS.hf_model_path:
+  sources = [name for name in ("hf_model_path", "keras_hub_preset", "init_checkpoint")
+             if FLAGS[name].value]
+  if len(sources) != 1:
+    raise errors.FlagError("pass exactly one of --hf_model_path (Hugging Face -> Google), "
+                           "--keras_hub_preset (KerasHub -> Google) and --init_checkpoint "
+                           "(Google -> --output_format)")
+  if not FLAGS.init_checkpoint:
     given = [name for name in _GOOGLE_SOURCE_FLAGS if FLAGS[name].present]
     if given:
-      raise errors.FlagError("--%s: only for --init_checkpoint (the model of --hf_model_path "
-                             "says what it is)" % given[0])
+      raise errors.FlagError("--%s: only for --init_checkpoint (the model of --%s says what it "
+                             "is)" % (given[0], sources[0]))
+  if FLAGS.hf_model_path:
     convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
+  elif FLAGS.keras_hub_preset:
+    convert_keras_hub_to_google(FLAGS.keras_hub_preset, FLAGS.output_dir)
   else:
-    convert_google_to_hf(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
-                         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-                         task_name=FLAGS.task_name, multi_label=FLAGS.multi_label)
+    convert = (convert_google_to_hf if FLAGS.output_format == "hugging_face"
+               else convert_google_to_keras_hub)
+    convert(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
+            vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+            task_name=FLAGS.task_name, multi_label=FLAGS.multi_label)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ Theirs in (`HF_CASES`): transformers makes a model of each class with random wei
 with its tokenizer; converted, our task model gives its outputs, and the label file our scripts
 read names its labels.
 
+KerasHub, in this process (Keras 3 on TensorFlow, as ours): a preset we write loads with
+`BertBackbone.from_preset` and `BertTextClassifier.from_preset` and gives our encoder's outputs and
+classifier's logits; a preset KerasHub saves converts to a checkpoint our BertModel loads and gives
+its outputs.
+
 Tiny models (hidden 16, two layers, a vocab of 33 tokens) keep it fast.
 """
 import importlib.util
@@ -19,6 +24,8 @@ import os
 import subprocess
 import sys
 
+import h5py
+import keras_hub
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -294,6 +301,112 @@ def test_transformers_head_converts_to_ours(name, references, release, tmp_path)
   _assert_outputs_close(_our_outputs(ours, architecture, reference), reference, atol=1e-5)
 
 
+# ------------------------------------------------------------------------------------ KerasHub
+
+
+def _padded_ids(texts: dict, vocab_file: str, length: int) -> dict:
+  """Our features of the texts (pairs) padded to `length`, under KerasHub's input names."""
+  rows = _our_ids(texts, vocab_file, do_lower_case=True)
+  ids = np.zeros((len(rows), length), np.int32)
+  segments = np.zeros_like(ids)
+  for index, row in enumerate(rows):
+    ids[index, :len(row)] = row
+    segments[index, row.index(VOCAB.index("[SEP]")) + 1:len(row)] = 1
+  return {"token_ids": ids, "segment_ids": segments, "padding_mask": (ids > 0).astype(np.int32)}
+
+
+def _our_features(inputs: dict) -> dict:
+  return {"input_ids": inputs["token_ids"], "input_mask": inputs["padding_mask"],
+          "segment_ids": inputs["segment_ids"]}
+
+
+def test_our_classifier_as_keras_hub_preset_loads_in_keras_hub(tmp_path, release):
+  # KerasHub's BertBackbone computes GELU with the tanh approximation: so does this model.
+  config = modeling.BertConfig.from_dict(dict(CONFIG, hidden_act="gelu_approximate"))
+  model = _random_model("BertForSequenceClassification", config, 3)
+  prefix = _save_as_our_script(model, "BertForSequenceClassification", ("a", "b", "c"),
+                               str(tmp_path / "output_dir"))
+  config_file = str(tmp_path / "bert_config.json")
+  with open(config_file, "w") as f:
+    f.write(config.to_json_string())
+  preset = str(tmp_path / "preset")
+  convert_checkpoint.convert_google_to_keras_hub(prefix, preset, config_file,
+                                                 vocab_file=release[1])
+
+  inputs = _padded_ids(PAIRS, release[1], config.max_position_embeddings)
+  backbone = keras_hub.models.BertBackbone.from_preset(preset)
+  theirs = backbone(inputs)
+  ours = model.bert(_our_features(inputs))
+  for name in ("sequence_output", "pooled_output"):
+    np.testing.assert_allclose(theirs[name].numpy(), ours[name].numpy(), atol=1e-5, err_msg=name)
+
+  task = keras_hub.models.BertTextClassifier.from_preset(preset)
+  texts = (tf.constant(PAIRS["first"]), tf.constant(PAIRS["second"]))
+  packed = task.preprocessor(x=texts)  # Its tokenizer and packing give our ids.
+  for name, value in inputs.items():
+    np.testing.assert_array_equal(np.asarray(packed[name], np.int32), value, err_msg=name)
+  np.testing.assert_allclose(task(packed).numpy(), model(_our_features(inputs)).numpy(),
+                             atol=1e-5)
+
+
+def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
+  backbone = keras_hub.models.BertBackbone(
+      vocabulary_size=len(VOCAB), num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24,
+      max_sequence_length=32)
+  rng = np.random.default_rng(0)
+  for weight in backbone.weights:
+    value = 0.2 * rng.normal(size=tuple(weight.shape))
+    weight.assign(value + 1.0 if weight.path.endswith("gamma") else value)
+  preset = str(tmp_path / "preset")
+  backbone.save_to_preset(preset)
+  keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
+
+  prefix = convert_checkpoint.convert_keras_hub_to_google(preset, str(tmp_path / "google"))
+  with open(tmp_path / "google" / "vocab.txt") as f:
+    assert f.read().splitlines() == VOCAB
+  ours = modeling.BertModel(modeling.BertConfig.from_json_file(
+      str(tmp_path / "google" / "bert_config.json")))
+  ours.build()
+  load = checkpoints.init_from_checkpoint(ours, prefix)
+  assert (load.missing, load.unused) == ([], [])
+  ids = rng.integers(5, len(VOCAB), size=(2, 9)).astype(np.int32)
+  inputs = {"token_ids": ids, "segment_ids": np.repeat([[0] * 5 + [1] * 4], 2, axis=0),
+            "padding_mask": np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)}
+  theirs = backbone(inputs)
+  mine = ours(_our_features(inputs))
+  for name in ("sequence_output", "pooled_output"):
+    np.testing.assert_allclose(mine[name].numpy(), theirs[name].numpy(), atol=1e-5, err_msg=name)
+
+
+def test_keras_hub_preset_is_written_whole_or_not_at_all(tmp_path, release, monkeypatch):
+  model = _random_model("BertForSequenceClassification", _config(), 2)
+  prefix = _save_as_our_script(model, "BertForSequenceClassification", ("a", "b"),
+                               str(tmp_path / "output_dir"))
+  preset = tmp_path / "preset"
+  written = []
+  real_create = h5py.Group.create_dataset
+
+  def create_then_fail(group, name, **kwargs):
+    written.append(name)
+    if len(written) > 3:
+      raise _Interrupted()
+    return real_create(group, name, **kwargs)
+
+  monkeypatch.setattr(h5py.Group, "create_dataset", create_then_fail)
+  with pytest.raises(_Interrupted):
+    convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
+                                                   vocab_file=release[1])
+  assert sorted(os.listdir(preset)) == ["assets"]  # No weights file, no config.json.
+  monkeypatch.undo()
+  convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
+                                                 vocab_file=release[1])
+  assert sorted(name for name in os.listdir(preset) if name.startswith(".")) == []
+
+
+class _Interrupted(Exception):
+  """Stands for a kill in the middle of writing."""
+
+
 # ---------------------------------------------------------------------------------- bad input
 
 
@@ -342,3 +455,29 @@ def test_missing_or_ambiguous_label_list_is_named(tmp_path):
   classifier.write_label_list(str(tmp_path / "output_dir" / "label_list.txt"), ["a", "b", "c"])
   with pytest.raises(convert_checkpoint.ConversionError, match="and both label_list.txt"):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
+
+
+def test_preset_of_another_architecture_is_named(tmp_path):
+  preset = tmp_path / "preset"
+  preset.mkdir()
+  config_path = preset / "config.json"
+  for config, expected in (
+      ({"class_name": "RobertaBackbone", "config": {}, "registered_name":
+        "keras_hub>RobertaBackbone"}, r"^%s: holds a RobertaBackbone, not a BertBackbone$"),
+      (dict(CONFIG, model_type="bert"),
+       r"^%s is not a KerasHub preset's file: a Hugging Face config.json, convert it with "
+       r"--hf_model_path$")):
+    config_path.write_text(json.dumps(config))
+    with pytest.raises(convert_checkpoint.ConversionError, match=expected % config_path):
+      convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "out"))
+
+
+def test_keras_weights_file_with_links_is_refused(tmp_path):
+  path = str(tmp_path / "model.weights.h5")
+  for link in (h5py.SoftLink("/layers/dense/vars/0"), h5py.ExternalLink("other.h5", "/data")):
+    with h5py.File(path, "w") as f:
+      f["layers/dense/vars/0"] = np.zeros(2, np.float32)
+      f["layers/dense/vars/1"] = link
+    with pytest.raises(convert_checkpoint.ConversionError,
+                       match=r"^%s: layers/dense/vars/1 is a link, not data of the file$" % path):
+      convert_checkpoint.read_keras_weights(path)
