@@ -39,6 +39,8 @@ import windowing
 
 # The first feature id, as in the original, so feature ids never collide with small integers.
 FIRST_UNIQUE_ID = 1000000000
+# The scope of the span head's variables, as the original's run_squad named it.
+HEAD_SCOPE = "cls/squad"
 
 
 class SquadFormatError(errors.InputError):
@@ -831,7 +833,7 @@ class SquadModel(modeling.BertTaskModel):
   """
 
   def __init__(self, config: modeling.BertConfig, name: str = "squad_model", **kwargs):
-    super().__init__(config, 2, "sequence_output", 0.0, head_scope="cls/squad", name=name,
+    super().__init__(config, 2, "sequence_output", 0.0, head_scope=HEAD_SCOPE, name=name,
                      **kwargs)
 
   def call(self, features, training=False):

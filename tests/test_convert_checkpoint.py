@@ -256,7 +256,7 @@ def test_config_conversion(tmp_path):
                         (dict(HF_CONFIG, hidden_act=["gelu"]), r"hidden_act \['gelu'\]")):
     with pytest.raises(convert_checkpoint.ConversionError, match="config.json: " + expected):
       convert_checkpoint.google_config_from_hf(bad, "config.json")
-  back = convert_checkpoint.hf_config_from_google(config, with_heads=False)
+  back = convert_checkpoint.hf_config_from_google(config, "BertModel")
   assert back["hidden_act"] == "gelu_new" and back["architectures"] == ["BertModel"]
   assert {k: back[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"} == {
       k: HF_CONFIG[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"}
@@ -287,7 +287,7 @@ def test_google_release_names_map_to_bert_for_pretraining_names(chinese_bert_dir
   assert hf["bert.embeddings.word_embeddings.weight"] == [21128, 768]
 
   config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
-  hf_config = convert_checkpoint.hf_config_from_google(config, with_heads=True)
+  hf_config = convert_checkpoint.hf_config_from_google(config, "BertForPreTraining")
   back = convert_checkpoint.google_config_from_hf(hf_config, "config.json")
   assert {k: getattr(back, k) for k in convert_checkpoint.CONFIG_FIELDS} == {
       k: getattr(config, k) for k in convert_checkpoint.CONFIG_FIELDS}
