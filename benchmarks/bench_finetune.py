@@ -57,7 +57,8 @@ from absl import flags
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from benchmark_paths import SHARED_DIR  # Also puts the project on sys.path.
+import benchmark_paths  # Also puts the project on sys.path.
+from benchmark_paths import SHARED_DIR
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -108,6 +109,10 @@ flags.DEFINE_bool("fresh_process", True,
                   "Run each task and system in a fresh Python process. In one process a system "
                   "run after another starts warm (5 s less for the bucketed SST-2 training after "
                   "the padded one), which no user's run does.")
+flags.DEFINE_list("export_precisions", [], "After training ours, export it at each of these "
+                  "--export_precision values and measure the export from raw text: its metric on "
+                  "the dev split (sst2 and squad), one-request latency and batch throughput.")
+flags.DEFINE_integer("export_requests", 100, "One-row requests timed per export.")
 flags.DEFINE_string("row_file", None, "Internal (fresh processes): run the one task and system "
                     "given and write its row here as JSON.")
 
@@ -267,6 +272,8 @@ def run_ours(setup: Setup, system: str) -> dict:
   result, train_seconds = timed(training_loop.train, strategy, task.build_model, task.loss,
                                 data.dataset_fn, config, None, data.num_examples)
   row = {"train_s": train_seconds, "train_n": result.global_step * FLAGS.batch_size}
+  for precision in FLAGS.export_precisions:
+    row["export_" + precision] = measure_export(setup, task, result.model, precision)
   if setup.name == "squad":
     (_, metrics), row["predict_s"] = timed(task.predictions, strategy, result.model,
                                            FLAGS.eval_batch_size)
@@ -284,6 +291,66 @@ def run_ours(setup: Setup, system: str) -> dict:
     row["metric"] = 100 * metrics["eval_accuracy"]
     row["eval_n"] = row["predict_n"] = FLAGS.num_dev
   return row
+
+
+def measure_export(setup: Setup, task, model, precision: str) -> dict:
+  """Exports the trained model at `precision` (`--export_precision`) and runs the dev split through
+  its text signature as TF Serving would: the metric (accuracy, or SQuAD's official F1), the p50
+  latency of --export_requests one-row requests and the rows per second of batches of
+  --eval_batch_size rows."""
+  if not (setup.name.startswith("sst2") or setup.name == "squad"):
+    raise app.UsageError("--export_precisions measures sst2 and squad, not %s" % setup.name)
+  path = task.export(model, os.path.join(task.output_dir, "export_" + precision), precision)
+  serve = tf.saved_model.load(path).signatures["serving_default"]
+  if setup.name == "squad":
+    data = squad.load_squad_json(setup.dev_file)
+    questions = [(qa["id"], qa["question"], paragraph["context"]) for article in data
+                 for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
+    rows = [{"question": [question], "context": [context]} for _, question, context in questions]
+    key = "answer"
+  else:
+    examples = task.processor.get_dev_examples(setup.data_dir)
+    rows = [{"text_a": [example.text_a]} for example in examples]
+    key = "label"
+
+  def call(batch):
+    inputs = {name: tf.constant([value for row in batch for value in row[name]])
+              for name in batch[0]}
+    return [value.decode("utf-8") for value in serve(**inputs)[key].numpy()]
+
+  call(rows[:FLAGS.eval_batch_size])  # Warm up.
+  latencies = []
+  for row in rows[:FLAGS.export_requests]:
+    start = time.perf_counter()
+    call([row])
+    latencies.append(time.perf_counter() - start)
+  start = time.perf_counter()
+  outputs = [value for first in range(0, len(rows), FLAGS.eval_batch_size)
+             for value in call(rows[first:first + FLAGS.eval_batch_size])]
+  rows_per_second = len(rows) / (time.perf_counter() - start)
+  if setup.name == "squad":
+    metric = squad.evaluate_v1(data, {qid: answer for (qid, _, _), answer in
+                                      zip(questions, outputs)})["f1"]
+  else:
+    metric = 100 * float(np.mean([label == example.label
+                                  for label, example in zip(outputs, examples)]))
+  return {"metric": metric, "p50_ms": 1e3 * float(np.median(latencies)),
+          "rows_per_s": rows_per_second}
+
+
+def print_export_table(table: dict) -> None:
+  """The --export_precisions measurements of every task's run of ours."""
+  print("\nExports from raw text (%s): dev metric, p50 of one-row requests, rows/s in batches of "
+        "%d." % (benchmark_paths.cpu_description(), FLAGS.eval_batch_size))
+  print("| task | system | precision | metric | p50 ms | rows/s |")
+  print("| --- | --- | --- | ---: | ---: | ---: |")
+  for (name, system), row in table.items():
+    for precision in FLAGS.export_precisions:
+      if "export_" + precision in row:
+        measured = row["export_" + precision]
+        print("| %s | %s | %s | %.2f | %.1f | %.1f |" % (
+            name, system, precision, measured["metric"], measured["p50_ms"],
+            measured["rows_per_s"]))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -580,6 +647,8 @@ def main(_):
   if len(seeds) > 1:
     print_quality_table(runs, seeds)
     return
+  if FLAGS.export_precisions:
+    print_export_table(table)
   print("| task | system | train | eval | predict | accuracy / F1 |")
   print("| --- | --- | ---: | ---: | ---: | ---: |")
   for (name, system), row in table.items():

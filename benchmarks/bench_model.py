@@ -31,7 +31,7 @@ from absl import logging
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-import benchmark_paths  # pylint: disable=unused-import  (puts the project on sys.path)
+import benchmark_paths  # Puts the project on sys.path.  pylint: disable=g-bad-import-order
 
 import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
@@ -363,6 +363,7 @@ def print_table(rows: list, tf_peak: float, torch_peak: Optional[float], optimiz
          optimizer_name, tf_peak,
          "; PyTorch matmul peak %.0f GFLOP/s" % torch_peak if torch_peak else "",
          *load_averages))
+  print("- CPU: %s.\n" % benchmark_paths.cpu_description())
   print("| task | seq | batch | mode | seq/s | GFLOP/s | % of peak | HF PyTorch seq/s | ratio |")
   print("| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
   for mode, seq_length, batch_size, how, rate, gflops, peer_rate in rows:

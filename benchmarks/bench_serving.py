@@ -1,9 +1,11 @@
 r"""Latency and throughput of a classifier export from raw text, as TF Serving runs it.
 
-Builds a sentence classifier (random weights; the shape set by --model) and exports it twice with
-`ClassifierTask.export` (what run_classifier --export_dir writes): padded to max_seq_length (every
-export before dynamic padding) and with dynamic padding (each request padded to its longest row,
-rounded up to a length bucket: 4, 8, ..., 32, 40, ..., 64, 96, ...).
+Builds a sentence classifier (random weights; the shape set by --model) and exports it as
+run_classifier --export_dir writes it: padded to max_seq_length (every export before dynamic
+padding), with dynamic padding (each request padded to its longest row, rounded up to a length
+bucket: 4, 8, ..., 32, 40, ..., 64, 96, ...), and with --bfloat16 also dynamic padding with
+--export_precision=bfloat16 (matmuls in bfloat16: fast where the CPU has AVX512_BF16 or AMX,
+emulated and slow where it has AVX2 only; `lscpu` tells).
 Both are loaded with `tf.saved_model.load` and their `serving_default` signature (tokenization in
 the graph included) is timed on real sentences from SST-2's training file:
   - latency of a one-sentence request: p50 and p99 over --num_requests sentences;
@@ -12,7 +14,8 @@ If torch and transformers import, Hugging Face's PyTorch `BertForSequenceClassif
 same shape runs in the same loop (its fast tokenizer on the same vocab, padding to the batch's
 longest row), so all three see the same machine load. Every system gets --threads threads.
 The systems take turns request by request.
-The table also gives the largest probability difference of the two exports over every request.
+The table also gives the largest probability difference of the padded and the bfloat16 export from
+the dynamic float32 one over every one-sentence request.
 
 Quick run:
   python benchmarks/bench_serving.py --num_requests=20 --num_batches=2
@@ -25,7 +28,8 @@ from absl import flags
 import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-from benchmark_paths import SHARED_DIR  # Also puts the project on sys.path.
+import benchmark_paths  # Also puts the project on sys.path.
+from benchmark_paths import SHARED_DIR
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
@@ -49,7 +53,8 @@ flags.DEFINE_integer("num_batches", 10, "Batched requests per system (throughput
 flags.DEFINE_integer("threads", 0, "CPU threads for TensorFlow (intra- and inter-op) and PyTorch; "
                      "0: all cores. On a machine shared with other jobs, 1 measures the code "
                      "rather than the scheduler.")
-flags.DEFINE_string("export_root", "/tmp/bench_serving", "Where the two exports are written.")
+flags.DEFINE_bool("bfloat16", True, "Also time the dynamic-padding export in bfloat16.")
+flags.DEFINE_string("export_root", "/tmp/bench_serving", "Where the exports are written.")
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512,
@@ -65,11 +70,14 @@ def read_sentences(path: str) -> list[str]:
   return [sentences[i] for i in order]
 
 
-def export_classifier(task: classifier.ClassifierTask, model, dynamic_padding: bool) -> str:
+def export_classifier(task: classifier.ClassifierTask, model, dynamic_padding: bool,
+                      precision: str = "float32") -> str:
   """Exports the model as run_classifier does (SST-2's labels); returns the SavedModel directory."""
-  export_dir = os.path.join(FLAGS.export_root, "dynamic" if dynamic_padding else "padded")
+  export_dir = os.path.join(FLAGS.export_root, "%s-%s" % (
+      "dynamic" if dynamic_padding else "padded", precision))
   if tf.io.gfile.exists(export_dir):
     tf.io.gfile.rmtree(export_dir)
+  model = export.model_in_precision(model, task.build_model, precision)
   return export.write_saved_model(export_dir, task.serving_module(model, dynamic_padding))
 
 
@@ -129,6 +137,9 @@ def main(argv):
       "ours, padded to max_seq_length (before)": ExportRunner(export_classifier(task, model,
                                                                                 False)),
       "ours, dynamic padding (after)": ExportRunner(export_classifier(task, model, True))}
+  if FLAGS.bfloat16:
+    runners["ours, dynamic padding, bfloat16"] = ExportRunner(
+        export_classifier(task, model, True, "bfloat16"))
   peer = bench_model.load_peer()
   if peer:
     peer[0].set_num_threads(threads)
@@ -145,17 +156,22 @@ def main(argv):
   batch_seconds, _ = timed_calls(runners, batches)
 
   before, after = list(runners)[:2]
-  difference = max(float(np.max(np.abs(a - b))) for a, b in zip(single_outputs[before],
-                                                                single_outputs[after]))
+
+  def difference(name):  # The largest probability difference from the dynamic float32 export.
+    return max(float(np.max(np.abs(a - b))) for a, b in zip(single_outputs[name],
+                                                            single_outputs[after]))
+
   tokens = [len(s.split()) for s in sentences[:FLAGS.num_requests]]
   print("\n- %s-shaped classifier (L=%d, H=%d, A=%d, random weights), max_seq_length %d, %d CPU "
         "thread(s) for each system, %d cores. Latency: %d one-sentence requests from SST-2 "
         "train.tsv (median %d words); throughput: %d batches of %d. Largest probability "
-        "difference, dynamic vs padded export: %.1e." % (
+        "difference from the dynamic float32 export: padded %.1e%s." % (
             "BERT-Base" if FLAGS.model == "base" else "all-MiniLM-L6-v2", config.num_hidden_layers,
             config.hidden_size, config.num_attention_heads, FLAGS.max_seq_length, threads,
             os.cpu_count(), len(singles), int(np.median(tokens)), len(batches), FLAGS.batch_size,
-            difference))
+            difference(before), ", bfloat16 %.1e" % difference("ours, dynamic padding, bfloat16")
+            if FLAGS.bfloat16 else ""))
+  print("- CPU: %s." % benchmark_paths.cpu_description())
   if not peer:
     print("- Hugging Face PyTorch column skipped: torch and transformers do not import here.")
   print("| system | p50 ms, 1 sentence | p99 ms, 1 sentence | sentences/s, batch %d | "

@@ -12,7 +12,7 @@ import sys
 from conftest import REPO_ROOT, shared_path
 
 
-def test_bench_serving_exports_and_serves_both_paddings(tmp_path):
+def test_bench_serving_exports_and_serves_both_paddings_and_bfloat16(tmp_path):
   shared_path("glue", "SST-2", "train.tsv")
   shared_path("fixtures", "uncased_vocab", "vocab.txt")
   completed = subprocess.run(
@@ -22,8 +22,11 @@ def test_bench_serving_exports_and_serves_both_paddings(tmp_path):
   assert completed.returncode == 0, completed.stderr[-2000:]
   rows = {line.split(" | ")[0].lstrip("| "): line for line in completed.stdout.splitlines()
           if line.startswith("| ours")}
-  assert set(rows) == {"ours, padded to max_seq_length (before)", "ours, dynamic padding (after)"}
-  # Padding only to the request's bucket must not change what the export answers.
-  difference = float(re.search(r"dynamic vs padded export: ([0-9.e+-]+)\.",
-                               completed.stdout).group(1))
-  assert difference < 1e-5
+  assert set(rows) == {"ours, padded to max_seq_length (before)", "ours, dynamic padding (after)",
+                       "ours, dynamic padding, bfloat16"}
+  # Padding only to the request's bucket must not change what the export answers; bfloat16
+  # changes it a little.
+  padded, bfloat16 = re.search(r"from the dynamic float32 export: padded ([0-9.e+-]+), "
+                               r"bfloat16 ([0-9.e+-]+)\.", completed.stdout).groups()
+  assert float(padded) < 1e-5 and 0 < float(bfloat16) < 0.05
+  assert "- CPU: " in completed.stdout
