@@ -106,6 +106,8 @@ class FillMaskServing(export.EncodedTextServing):
     self.vocab = [tokenizer.inv_vocab.get(i, "") for i in range(model.config.vocab_size)]
 
   def text_outputs(self, texts):
+    """`top_k_at_masks` of the encoded texts, unless truncation cut off a [MASK] written in one
+    (then the request fails naming its rows: a mask would silently go unanswered)."""
     text = texts["text"]
     features = self.encoder(text)
     written = tf.strings.split(text, sep=tokenization.MASK_TOKEN).row_lengths() - 1
