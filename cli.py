@@ -257,8 +257,9 @@ def define_dynamic_masking_flags(flag_values: flags.FlagValues = FLAGS) -> None:
           "--do_whole_word_mask as create_pretraining_data.py does. Eval keeps the "
           "stored masks.")
   _define(fv, "string", "vocab_file", None,
-          "With --dynamic_masking: the vocab the records were made with (for the ids "
-          "of [CLS], [SEP], [MASK], random replacements and ## word pieces).")
+          "The vocab the model and its records were made with: --dynamic_masking reads the ids "
+          "of [CLS], [SEP], [MASK], random replacements and ## word pieces from it, "
+          "--export_dir tokenizes with it.")
   _define(fv, "float", "masked_lm_prob", 0.15,
           "With --dynamic_masking: masked LM probability.")
   _define(fv, "bool", "do_whole_word_mask", False,

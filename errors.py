@@ -116,7 +116,7 @@ FLAG_RULES = {
     "max_seq_length": _SEQ_LENGTH, "phase2_max_seq_length": _SEQ_LENGTH,
     "max_predictions_per_seq": _POSITIVE, "phase2_max_predictions_per_seq": _POSITIVE,
     "doc_stride": _POSITIVE, "max_query_length": _POSITIVE, "max_answer_length": _POSITIVE,
-    "n_best_size": _POSITIVE, "random_seed": _SEED,
+    "n_best_size": _POSITIVE, "fill_mask_top_k": _POSITIVE, "random_seed": _SEED,
     "learning_rate": _POSITIVE_NUMBER, "phase2_learning_rate": _POSITIVE_NUMBER,
     "num_train_epochs": _POSITIVE_NUMBER, "warmup_proportion": _FRACTION,
     "multi_label_threshold": _OPEN_PROBABILITY, "null_score_diff_threshold": _FINITE,

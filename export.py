@@ -104,7 +104,7 @@ def next_version(export_dir: str) -> int:
   return max(existing_versions(export_dir), default=0) + 1
 
 
-def _fail_unless(condition: tf.Tensor, template: str, *values: tf.Tensor) -> tf.Operation:
+def fail_unless(condition: tf.Tensor, template: str, *values: tf.Tensor) -> tf.Operation:
   """An assert op that fails the request with InvalidArgument `template` formatted with values."""
   return tf.debugging.Assert(condition, [tf.strings.format(template, values)])
 
@@ -116,8 +116,8 @@ def _range_check(name: str, values: tf.Tensor, low: int, high: Optional[int],
   condition = smallest >= low
   if high is not None:
     condition = tf.logical_and(condition, largest < high)
-  return _fail_unless(condition, name + " holds values from {} to {}: " + allowed, smallest,
-                      largest)
+  return fail_unless(condition, name + " holds values from {} to {}: " + allowed, smallest,
+                     largest)
 
 
 def id_input_checks(features: Mapping[str, tf.Tensor],
@@ -134,7 +134,7 @@ def id_input_checks(features: Mapping[str, tf.Tensor],
   input_ids = features["input_ids"]
   checks = []
   for name in ID_INPUTS[1:]:
-    checks.append(_fail_unless(
+    checks.append(fail_unless(
         tf.reduce_all(tf.equal(tf.shape(features[name]), tf.shape(input_ids))),
         name + " has shape {} but input_ids has {}: all three must have one shape",
         tf.shape(features[name]), tf.shape(input_ids)))
@@ -143,7 +143,7 @@ def id_input_checks(features: Mapping[str, tf.Tensor],
   long_enough = length >= 1
   if max_length is not None:
     long_enough = tf.logical_and(long_enough, length <= max_length)
-  checks.append(_fail_unless(long_enough, "input_ids has length {}: the model takes 1 %s" % (
+  checks.append(fail_unless(long_enough, "input_ids has length {}: the model takes 1 %s" % (
       "or more positions" if max_length is None else
       "to max_position_embeddings = %d positions" % max_length), length))
   checks.append(_range_check("input_mask", features["input_mask"], 0, 2,
@@ -172,17 +172,17 @@ def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
   """
   names = sorted(texts)
   rows = tf.shape(texts[names[0]])[0]
-  checks = [_fail_unless(tf.equal(tf.shape(texts[name])[0], rows),
-                         name + " has {} rows but " + names[0] + " has {}: text inputs are "
-                         "matched row by row and must have one batch size",
-                         tf.shape(texts[name])[0], rows)
+  checks = [fail_unless(tf.equal(tf.shape(texts[name])[0], rows),
+                        name + " has {} rows but " + names[0] + " has {}: text inputs are "
+                        "matched row by row and must have one batch size",
+                        tf.shape(texts[name])[0], rows)
             for name in names[1:]]
   total = tf.add_n([tf.reduce_sum(tf.cast(tf.strings.length(texts[name]), tf.int64))
                    for name in names])
-  checks.append(_fail_unless(total <= MAX_REQUEST_TEXT_BYTES,
-                             "the texts of this request have {} bytes in all: at most %d "
-                             "bytes (%s) per request" % (MAX_REQUEST_TEXT_BYTES, " + ".join(names)),
-                             total))
+  checks.append(fail_unless(total <= MAX_REQUEST_TEXT_BYTES,
+                            "the texts of this request have {} bytes in all: at most %d "
+                            "bytes (%s) per request" % (MAX_REQUEST_TEXT_BYTES, " + ".join(names)),
+                            total))
   return checks
 
 
@@ -225,6 +225,10 @@ class ServingModule(abc.ABC):
   def extra_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
     """Signatures beyond the two every export has (none by default)."""
     return {}
+
+  def warmup_text(self, num_words: int) -> str:
+    """A text of num_words words for the warmup requests (`warmup_text`'s by default)."""
+    return warmup_text(num_words)
 
   def text_signature(self, text_inputs: Mapping[str, int],
                      outputs_fn: Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
@@ -297,11 +301,12 @@ def warmup_text(num_words: int) -> str:
 
 
 def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunction],
-                    encoder: tf.Module) -> list[tuple[str, dict[str, np.ndarray]]]:
+                    encoder: tf.Module, text_of: Callable[[int], str] = warmup_text
+                    ) -> list[tuple[str, dict[str, np.ndarray]]]:
   """A few requests per signature: one text per padded length bucket, then a batch of 8.
 
-  String inputs get English texts (shared between the inputs of a pair); int32 id inputs get the
-  encoder's ids of the same texts, so every request is valid for the model.
+  String inputs get texts of `text_of(num_words)` (shared between the inputs of a pair); int32
+  id inputs get the encoder's ids of the same texts, so every request is valid for the model.
   """
   lengths = in_graph_tokenization.padded_length_buckets(encoder.max_seq_length)
   batches = [[length] for length in lengths] + [[lengths[i % len(lengths)] for i in range(8)]]
@@ -311,7 +316,7 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
         signatures[name].structured_input_signature)}
     num_texts = sum(spec.dtype == tf.string for spec in specs.values())
     for batch in batches:
-      texts = [warmup_text(max(1, (length - 3) // max(1, num_texts))) for length in batch]
+      texts = [text_of(max(1, (length - 3) // max(1, num_texts))) for length in batch]
       features = None
       inputs = {}
       for input_name, spec in specs.items():
@@ -448,7 +453,7 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
     with atomic_files.atomic_output(os.path.join(export_dir, "export")) as staged_dir:
       tf.saved_model.save(serving_root(encoder, list(concrete.values())), staged_dir,
                           signatures=concrete)
-      write_warmup_requests(staged_dir, warmup_requests(concrete, encoder))
+      write_warmup_requests(staged_dir, warmup_requests(concrete, encoder, module.warmup_text))
       final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir

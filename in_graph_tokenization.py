@@ -31,7 +31,7 @@ With `spm_model_file` the text is lower-cased with the same tables (no accent st
 
 import functools
 import unicodedata
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -439,6 +439,10 @@ class BertInputEncoder(tf.Module):
       `padded_length_buckets(max_seq_length)` (4, 8, ..., 32, 40, ..., 64, 96, 128, ... up to max_seq_length), so a short
       request costs what its tokens cost while the number of distinct shapes (and of cached
       kernels) stays small. The values at real positions do not depend on the padding.
+    keep_mask_token: every "[MASK]" written in a text is the mask id, as Hugging Face's tokenizers
+      keep special tokens whole (FullTokenizer would give "[", "mask", "]"); the text between is
+      tokenized as FullTokenizer does. Exactly "[MASK]": "[mask]" and other special tokens stay
+      text. For fill-mask exports.
     cls_id, sep_id, unk_id, pad_id, mask_id: special token ids (None when absent; with a
       SentencePiece model without "[UNK]", unk_id is the model's unknown piece, the id
       `FullTokenizer.convert_tokens_to_ids(["[UNK]"])` gives).
@@ -447,15 +451,18 @@ class BertInputEncoder(tf.Module):
 
   @classmethod
   def for_tokenizer(cls, tokenizer: "tokenization.FullTokenizer", max_seq_length: int,
-                    dynamic_padding: bool = True) -> "BertInputEncoder":
+                    dynamic_padding: bool = True,
+                    keep_mask_token: bool = False) -> "BertInputEncoder":
     """The encoder of a FullTokenizer's files (its SentencePiece model, else its vocab)."""
     return cls(vocab_file=None if tokenizer.spm_model_file else tokenizer.vocab_file,
                do_lower_case=tokenizer.do_lower_case, spm_model_file=tokenizer.spm_model_file,
-               max_seq_length=max_seq_length, dynamic_padding=dynamic_padding)
+               max_seq_length=max_seq_length, dynamic_padding=dynamic_padding,
+               keep_mask_token=keep_mask_token)
 
   def __init__(self, vocab_file: Optional[str] = None, do_lower_case: bool = True,
                spm_model_file: Optional[str] = None, max_seq_length: int = 128,
-               dynamic_padding: bool = False, name: Optional[str] = None):
+               dynamic_padding: bool = False, keep_mask_token: bool = False,
+               name: Optional[str] = None):
     super().__init__(name=name)
     if max_seq_length < 2:
       raise ValueError("max_seq_length must be at least 2, got %d." % max_seq_length)
@@ -469,7 +476,9 @@ class BertInputEncoder(tf.Module):
         for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN, tokenization.UNK_TOKEN,
                       tokenization.PAD_TOKEN, tokenization.MASK_TOKEN)
         if token in python_tokenizer.vocab}
-    for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN):
+    self.keep_mask_token = bool(keep_mask_token)
+    for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN) + (
+        (tokenization.MASK_TOKEN,) if self.keep_mask_token else ()):
       python_tokenizer.special_token_id(token)
     self.cls_id = self.special_token_ids[tokenization.CLS_TOKEN]
     self.sep_id = self.special_token_ids[tokenization.SEP_TOKEN]
@@ -497,8 +506,29 @@ class BertInputEncoder(tf.Module):
           support_detokenization=False)
 
   def tokenize(self, texts) -> tf.RaggedTensor:
-    """UTF-8 strings [B] -> ragged int32 ids [B, (pieces)], as `FullTokenizer.tokenize_to_ids`."""
+    """UTF-8 strings [B] -> ragged int32 ids [B, (pieces)], as `FullTokenizer.tokenize_to_ids`
+    (with `keep_mask_token`, of the text around each "[MASK]")."""
+    return self._around_masks(texts, self._tokenize)
+
+  def _around_masks(self, texts, ids_of: Callable[[tf.Tensor], tf.RaggedTensor]
+                    ) -> tf.RaggedTensor:
+    """`ids_of(texts)`; with `keep_mask_token`, `ids_of` each part between the "[MASK]"s of a
+    text, joined with the mask id in place of each "[MASK]"."""
     texts = tf.convert_to_tensor(texts, tf.string)
+    if not self.keep_mask_token:
+      return ids_of(texts)
+    parts = tf.strings.split(texts, sep=tokenization.MASK_TOKEN)  # [B, (masks + 1)]
+    ids = ids_of(parts.flat_values)
+    mask = tf.fill([tf.shape(parts.flat_values)[0], 1], tf.cast(self.mask_id, ids.dtype))
+    with_mask = tf.concat([ids, tf.RaggedTensor.from_tensor(mask)], axis=1)
+    # Every part but the last of its text is followed by a mask.
+    is_last = tf.equal(tf.ragged.range(parts.row_lengths()),
+                       tf.expand_dims(parts.row_lengths() - 1, 1)).flat_values
+    with_mask = _ragged_prefix(with_mask, with_mask.row_lengths() - tf.cast(is_last, tf.int64))
+    return parts.with_flat_values(with_mask).merge_dims(1, 2)
+
+  def _tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
+    """`tokenize` without `keep_mask_token`."""
     if self._sentencepiece is not None:
       texts = lower_case(texts, self._tables) if self._do_lower_case else _reencode(texts)
       return self._sentencepiece.tokenize(texts)
@@ -592,11 +622,15 @@ class BertInputEncoder(tf.Module):
     (`tokenize_leading_words`; `tokenize` splits at ASCII spaces first anyway), so a long text
     costs what a window costs. A pair is still truncated as the original does: a text cut here
     keeps more ids than the budget, and `truncated_lengths` gives a text longer than the budget
-    the same share whatever its exact length.
+    the same share whatever its exact length. With `keep_mask_token`, each "[MASK]" is the mask id.
     """
+    return self._around_masks(texts, self._leading_ids)
+
+  def _leading_ids(self, texts: tf.Tensor) -> tf.RaggedTensor:
+    """`leading_ids` without `keep_mask_token`."""
     if self._sentencepiece is not None:
-      return self.tokenize(texts)
-    chunks = tf.strings.split(tf.convert_to_tensor(texts, tf.string), sep=" ")
+      return self._tokenize(texts)
+    chunks = tf.strings.split(texts, sep=" ")
     chunks = tf.ragged.boolean_mask(chunks, tf.strings.length(chunks) > 0)
     return self.tokenize_leading_words(chunks, self.max_seq_length).merge_dims(1, 2)
 

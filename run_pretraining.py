@@ -8,6 +8,13 @@
 
 Running the same command again after a crash continues from the last checkpoint in --output_dir.
 With --phase2_input_file the job continues at another length after --num_train_steps (phase 2).
+
+With --export_dir the masked-LM head is exported for TF Serving as fill-mask (fill_mask.py): after
+training, or without it from a released checkpoint:
+
+    python run_pretraining.py --do_train=false --init_checkpoint=$BERT_BASE_DIR/bert_model.ckpt \
+      --bert_config_file=$BERT_BASE_DIR/bert_config.json --vocab_file=$BERT_BASE_DIR/vocab.txt \
+      --export_dir=/tmp/fill_mask
 """
 
 import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
@@ -20,8 +27,10 @@ from absl import logging
 
 import cli
 import errors
+import fill_mask
 import modeling
 import pretraining
+import tokenization
 import training_loop
 
 FLAGS = flags.FLAGS
@@ -43,6 +52,14 @@ def define_flags() -> None:
                     "it, with a warning, instead of stopping with an error naming the file. The "
                     "files are scanned once before training.")
   cli.define_dynamic_masking_flags()
+  cli.define_tokenizer_flags()
+  cli.define_export_flag("the masked-LM head as fill-mask: sentences with [MASK] in, the "
+                         "--fill_mask_top_k most probable tokens at each mask out. Without "
+                         "--do_train, exports the newest checkpoint of --output_dir or else "
+                         "--init_checkpoint, which must hold cls/predictions.")
+  flags.DEFINE_integer("fill_mask_top_k", fill_mask.DEFAULT_TOP_K,
+                       "With --export_dir: how many tokens the export returns at each [MASK], "
+                       "most probable first.")
   flags.DEFINE_string("phase2_input_file", None,
                       "Phase 2 in the same job (the paper trains 90%% of steps at length 128, "
                       "then 10%% at 512): after --num_train_steps steps on --input_file, continue "
@@ -118,13 +135,25 @@ def _dynamic_masking():
   return masking
 
 
+def _export_tokenizer(bert_config: modeling.BertConfig) -> Optional[tokenization.FullTokenizer]:
+  """The tokenizer of --export_dir's fill-mask signature, checked against the model before any
+  training; None without --export_dir."""
+  if not FLAGS.export_dir:
+    return None
+  tokenizer = cli.tokenizer()
+  fill_mask.check_settings(bert_config, tokenizer, FLAGS.fill_mask_top_k)
+  return tokenizer
+
+
 def main(_):
   logging.set_verbosity(logging.INFO)
   strategy = cli.setup_strategy()
-  cli.require_one_of("do_train", "do_eval")
-  cli.require("output_dir")
+  cli.require_one_of("do_train", "do_eval", "export_dir")
   bert_config = cli.bert_config()
-  input_files = pretraining.expand_input_files(FLAGS.input_file)
+  tokenizer = _export_tokenizer(bert_config)
+  if FLAGS.do_train or FLAGS.do_eval:
+    cli.require("output_dir")
+    input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:
     config = cli.train_config(schedule_in_steps=True)
@@ -153,9 +182,14 @@ def main(_):
         global_step=result.global_step if result else None,
         skip_corrupt_records=FLAGS.skip_corrupt_records,
         allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint)
+  if FLAGS.export_dir:
+    model = result.model if result else fill_mask.restore_model(
+        strategy, bert_config, FLAGS.output_dir, FLAGS.init_checkpoint,
+        FLAGS.allow_partial_init_checkpoint)
+    fill_mask.export_fill_mask(FLAGS.export_dir, model, tokenizer, FLAGS.max_seq_length,
+                               FLAGS.fill_mask_top_k, FLAGS.export_precision)
 
 
 if __name__ == "__main__":
   define_flags()
-  flags.mark_flag_as_required("input_file")
   cli.run_script(main)

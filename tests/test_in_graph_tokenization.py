@@ -159,6 +159,26 @@ def test_special_ids_and_pack(uncased):
       [0, 0, 0, 0, 0, 1, 1, 0], [0, 0, 1, 1, 1, 0, 0, 0]]
 
 
+def test_keep_mask_token_reads_mask_whole_and_between_masks_as_full_tokenizer(uncased_vocab,
+                                                                              uncased):
+  """Hugging Face's reading of "[MASK]" (one token, exactly so written), FullTokenizer's ids of the
+  text between masks; the same in `tokenize` and in `__call__`'s leading ids."""
+  tokenizer, _ = uncased
+  encoder = in_graph_tokenization.BertInputEncoder(uncased_vocab, True, max_seq_length=8,
+                                                   keep_mask_token=True)
+  texts = ["[MASK]", "", "Héllo[MASK]wörld [MASK][MASK]!", "[mask] [MASK  [MASK]",
+           "one two three four five six [MASK]"]
+
+  def ids(text):
+    parts = [tokenizer.tokenize_to_ids(part) for part in text.split("[MASK]")]
+    return [i for part in parts[:-1] for i in part + [encoder.mask_id]] + parts[-1]
+
+  assert ids(texts[2]).count(103) == 3
+  assert encoder.tokenize(texts).to_list() == [ids(text) for text in texts]
+  assert encoder(tf.constant(texts))["input_ids"].numpy().tolist() == [
+      ([101] + ids(text)[:6] + [102] + [0] * 8)[:8] for text in texts]
+
+
 def test_padded_length_buckets():
   assert in_graph_tokenization.padded_length_buckets(128) == [4, 8, 12, 16, 20, 24, 28, 32, 40,
                                                               48, 56, 64, 96, 128]
