@@ -11,7 +11,8 @@ config and what its two signatures compute:
 
 `EncodedTextServing` is the common case (encode the texts, then one function of the ids); tasks
 whose text path does more (SQuAD's span choice, tagging's words, multiple choice's endings)
-subclass `ServingModule`.
+subclass `ServingModule`. TF Hub's BERT pair (extract_features) has one of the two each, and a
+Python API beside it (`ServingModule.saved_attributes`: `__call__`, `tokenize`, ...).
 
 A malformed request fails with InvalidArgument and a message naming the input, never with a
 wrong answer or a crash: text inputs of different batch sizes or more than
@@ -23,7 +24,7 @@ in the graph, which TF's C++ loader runs like any other op.
 watches for), through a staging directory renamed at the end so a server never loads a
 half-written model; that rename claims the version, so concurrent exports get distinct ones. It
 saves the variables the signatures read rather than the Keras model (see `serving_root`: that is
-what makes TF's C++ loader, and so TF Serving, work), and writes
+what makes TF's C++ loader, and so TF Serving, work), the module's `saved_attributes`, and writes
 `assets.extra/tf_serving_warmup_requests`. The result needs only tensorflow and tensorflow-text's
 ops to load, not this project.
 
@@ -31,12 +32,11 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
-import abc
 import errno
 import os
 import re
 import threading
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import logging
 import keras
@@ -121,7 +121,8 @@ def _range_check(name: str, values: tf.Tensor, low: int, high: Optional[int],
 
 
 def id_input_checks(features: Mapping[str, tf.Tensor],
-                    config: Optional[modeling.BertConfig] = None) -> list[tf.Operation]:
+                    config: Optional[modeling.BertConfig] = None,
+                    names: Sequence[str] = ID_INPUTS) -> list[tf.Operation]:
   """Asserts that int32 id inputs are one consistent BERT input, with messages naming the input.
 
   Without these a client's bug becomes a wrong answer: a `segment_ids` or `input_mask` of batch 1
@@ -130,26 +131,29 @@ def id_input_checks(features: Mapping[str, tf.Tensor],
   choices axis), `input_mask` holds only 0 and 1, ids are not negative and, with a `config`
   (the model's), `input_ids` < vocab_size, `segment_ids` < type_vocab_size and the
   length is at most max_position_embeddings. All of it is a few reductions over the ids.
+  `names` are the names of input_ids, input_mask and segment_ids in `features` (TF Hub's are
+  input_word_ids, input_mask, input_type_ids).
   """
-  input_ids = features["input_ids"]
+  ids_name, mask_name, segments_name = names
+  input_ids = features[ids_name]
   checks = []
-  for name in ID_INPUTS[1:]:
+  for name in names[1:]:
     checks.append(fail_unless(
         tf.reduce_all(tf.equal(tf.shape(features[name]), tf.shape(input_ids))),
-        name + " has shape {} but input_ids has {}: all three must have one shape",
+        name + " has shape {} but " + ids_name + " has {}: all three must have one shape",
         tf.shape(features[name]), tf.shape(input_ids)))
   length = tf.shape(input_ids)[-1]
   max_length = None if config is None else config.max_position_embeddings
   long_enough = length >= 1
   if max_length is not None:
     long_enough = tf.logical_and(long_enough, length <= max_length)
-  checks.append(fail_unless(long_enough, "input_ids has length {}: the model takes 1 %s" % (
+  checks.append(fail_unless(long_enough, ids_name + " has length {}: the model takes 1 %s" % (
       "or more positions" if max_length is None else
       "to max_position_embeddings = %d positions" % max_length), length))
-  checks.append(_range_check("input_mask", features["input_mask"], 0, 2,
+  checks.append(_range_check(mask_name, features[mask_name], 0, 2,
                              "the mask must be 0 (padding) or 1"))
-  for name, limit, what in (("input_ids", "vocab_size", "token ids"),
-                            ("segment_ids", "type_vocab_size", "segment ids")):
+  for name, limit, what in ((ids_name, "vocab_size", "token ids"),
+                            (segments_name, "type_vocab_size", "segment ids")):
     high = getattr(config, limit) if config is not None else None
     checks.append(_range_check(name, features[name], 0, high, what + " must be in [0, %s)" % (
         "%s = %d" % (limit, high) if high is not None else limit)))
@@ -192,35 +196,42 @@ def float32_outputs(outputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
           for name, value in outputs.items()}
 
 
-class ServingModule(abc.ABC):
+class ServingModule:
   """One export: its in-graph text encoder, the model's config and what its signatures compute.
 
-  Every export has the same two signatures, which this class builds with the request checks
-  around what a task writes:
+  Every task's export has the same two signatures, which this class builds with the request
+  checks around what a task writes:
   - `serving_default` on the string inputs `text_inputs` (name -> rank: 1 for [batch], 2 for
     multiple choice's [batch, endings]); `text_outputs(texts)` computes its outputs;
-  - `token_ids` on int32 `input_ids`, `input_mask`, `segment_ids` of rank `ids_rank` ([batch,
-    length]; multiple choice's [batch, endings, length]); `ids_outputs(features)` computes them.
+  - `token_ids` on int32 `input_ids`, `input_mask`, `segment_ids` (`id_inputs`) of rank
+    `ids_rank` ([batch, length]; multiple choice's [batch, endings, length]);
+    `ids_outputs(features)` computes them from features under those (`ID_INPUTS`) names.
   Both receive inputs that passed `text_input_checks` or `id_input_checks` (ids also against the
-  sizes of `config`, when given), so no op runs on a malformed request. `extra_signatures` adds
-  further named signatures (built with `text_signature`, they get the same checks).
+  sizes of `config`, when given), so no op runs on a malformed request. TF Hub's pair has one
+  of them each: its preprocessor, whose outputs are the ids, sets `ids_rank = None`; its
+  encoder sets `text_inputs = None`, and its ids signature is then `serving_default`.
+  `extra_signatures` adds further named signatures (built with `text_signature`, they get the
+  same checks); `saved_attributes` adds a Python API beside them (TF Hub's `__call__`, ...).
   `write_saved_model` saves a module.
   """
 
-  text_inputs: Mapping[str, int] = {"text": 1}
-  ids_rank = 2
+  text_inputs: Optional[Mapping[str, int]] = {"text": 1}
+  ids_rank: Optional[int] = 2
+  id_inputs: Sequence[str] = ID_INPUTS
 
   def __init__(self, encoder: tf.Module, config: Optional[modeling.BertConfig]):
     self.encoder = encoder
     self.config = config
 
-  @abc.abstractmethod
   def text_outputs(self, texts: Mapping[str, tf.Tensor]) -> Mapping[str, tf.Tensor]:
-    """The text signature's outputs for checked string inputs."""
+    """The text signature's outputs for checked string inputs (every module with `text_inputs`
+    defines it)."""
+    raise NotImplementedError("%s has text inputs but no text_outputs" % type(self).__name__)
 
-  @abc.abstractmethod
   def ids_outputs(self, features: Mapping[str, tf.Tensor]) -> Mapping[str, tf.Tensor]:
-    """The token-ids signature's outputs for checked int32 id features."""
+    """The token-ids signature's outputs for checked int32 id features (every module with an
+    `ids_rank` defines it)."""
+    raise NotImplementedError("%s has an ids_rank but no ids_outputs" % type(self).__name__)
 
   def extra_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
     """Signatures beyond the two every export has (none by default)."""
@@ -229,6 +240,13 @@ class ServingModule(abc.ABC):
   def warmup_text(self, num_words: int) -> str:
     """A text of num_words words for the warmup requests (`warmup_text`'s by default)."""
     return warmup_text(num_words)
+
+  def saved_attributes(self) -> dict[str, Any]:
+    """Objects saved as attributes of the SavedModel's root beside the signatures (none by
+    default): what `tf.saved_model.load` and `hub.KerasLayer` read, e.g. TF Hub's `__call__` (a
+    tf.function with its concrete functions traced), `variables`, `vocab_file`. Every variable
+    their functions read must be among them or among the signatures' variables."""
+    return {}
 
   def text_signature(self, text_inputs: Mapping[str, int],
                      outputs_fn: Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
@@ -245,18 +263,28 @@ class ServingModule(abc.ABC):
 
     return serve_text
 
-  def signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
-    """Every signature of the export, by name."""
+  def ids_signature(self) -> tf.types.experimental.GenericFunction:
+    """A tf.function on int32 `id_inputs` of rank `ids_rank` that computes `ids_outputs` of the
+    inputs once they passed `id_input_checks`."""
 
     @tf.function(input_signature=[tf.TensorSpec([None] * self.ids_rank, tf.int32, name=name)
-                                  for name in ID_INPUTS], autograph=False)
+                                  for name in self.id_inputs], autograph=False)
     def serve_token_ids(*ids):
-      features = dict(zip(ID_INPUTS, ids))
-      return float32_outputs(self.ids_outputs(checked(id_input_checks(features, self.config),
-                                                      features)))
+      named = dict(zip(self.id_inputs, ids))
+      named = checked(id_input_checks(named, self.config, self.id_inputs), named)
+      return float32_outputs(self.ids_outputs(
+          {name: named[input_name] for name, input_name in zip(ID_INPUTS, self.id_inputs)}))
 
-    return {SERVING_DEFAULT: self.text_signature(self.text_inputs, self.text_outputs),
-            TOKEN_IDS_SIGNATURE: serve_token_ids, **self.extra_signatures()}
+    return serve_token_ids
+
+  def signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
+    """Every signature of the export, by name."""
+    signatures = {}
+    if self.text_inputs is not None:
+      signatures[SERVING_DEFAULT] = self.text_signature(self.text_inputs, self.text_outputs)
+    if self.ids_rank is not None:
+      signatures[TOKEN_IDS_SIGNATURE if signatures else SERVING_DEFAULT] = self.ids_signature()
+    return {**signatures, **self.extra_signatures()}
 
 
 class EncodedTextServing(ServingModule):
@@ -301,13 +329,16 @@ def warmup_text(num_words: int) -> str:
 
 
 def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunction],
-                    encoder: tf.Module, text_of: Callable[[int], str] = warmup_text
+                    encoder: tf.Module, text_of: Callable[[int], str] = warmup_text,
+                    id_inputs: Sequence[str] = ID_INPUTS
                     ) -> list[tuple[str, dict[str, np.ndarray]]]:
   """A few requests per signature: one text per padded length bucket, then a batch of 8.
 
-  String inputs get texts of `text_of(num_words)` (shared between the inputs of a pair); int32
-  id inputs get the encoder's ids of the same texts, so every request is valid for the model.
+  String inputs get texts of `text_of(num_words)` (shared between the inputs of a pair); int32 id
+  inputs (named `id_inputs`, as in `ServingModule`) get the encoder's ids of the same texts, so
+  every request is valid for the model.
   """
+  id_names = dict(zip(id_inputs, ID_INPUTS))
   lengths = in_graph_tokenization.padded_length_buckets(encoder.max_seq_length)
   batches = [[length] for length in lengths] + [[lengths[i % len(lengths)] for i in range(8)]]
   requests = []
@@ -322,9 +353,9 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
       for input_name, spec in specs.items():
         if spec.dtype == tf.string:
           value = np.array([text.encode("utf-8") for text in texts], dtype=object)
-        elif input_name in ID_INPUTS:
+        elif input_name in id_names:
           features = features or encoder(tf.constant(texts))
-          value = features[input_name].numpy().astype(np.int32)
+          value = features[id_names[input_name]].numpy().astype(np.int32)
         else:
           raise ValueError("No warmup value for input %r of signature %r" % (input_name, name))
         # An input of higher rank (multiple choice: [batch, choices, ...]) gets each row twice.
@@ -361,19 +392,24 @@ def signature_variables(functions: Sequence[tf.types.experimental.ConcreteFuncti
   return list(found.values())
 
 
-def serving_root(encoder: tf.Module,
-                 functions: Sequence[tf.types.experimental.ConcreteFunction]) -> tf.Module:
-  """What is saved: the encoder (vocab asset, tokenizer resources) and the functions' variables.
+def serving_root(encoder: tf.Module, functions: Sequence[tf.types.experimental.ConcreteFunction],
+                 attributes: Optional[Mapping[str, Any]] = None) -> tf.train.Checkpoint:
+  """What is saved: the encoder (vocab asset, tokenizer resources), the functions' variables and
+  `attributes` (a module's `saved_attributes`).
 
   Keras models are deliberately not tracked. Keras 3 saves each of its variables as a new plain
   tf.Variable; TF's C++ loader (TF Serving, `saved_model_cli run`) restores those copies while
   the signature graphs read the original handles, so every call fails with "Could not find
   variable ..." (`tf.saved_model.load` in Python re-wires them and hides this). Tracking the
   tf.Variables the signatures capture stores every weight once, under the handle the graphs read.
+  The root is a `tf.train.Checkpoint`, TensorFlow's trackable object that takes any attribute
+  (`tf.Module` reserves `variables` and `trainable_variables`, which TF Hub's API saves).
   """
-  root = tf.Module()
+  root = tf.train.Checkpoint()
   root.encoder = encoder
   root.signature_variables = signature_variables(functions)
+  for name, value in (attributes or {}).items():
+    setattr(root, name, value)
   return root
 
 
@@ -432,8 +468,9 @@ _EXPORT_LOCK = threading.Lock()
 def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
 
-  Saves the variables the signatures read and the module's encoder (whose vocab or SentencePiece
-  model travels as an asset), plus `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
+  Saves the variables the signatures read, the module's encoder (whose vocab or SentencePiece
+  model travels as an asset) and its `saved_attributes`, plus
+  `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
   Everything is written to a hidden staging directory first; the version is claimed only when
   the model is complete, by renaming it into place (`claim_version`: the next free number, or
   `version`). Only the chief of a multi-worker run writes; the others return the path of the
@@ -451,9 +488,10 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
   # so there is nothing left for atomic_output to rename.
   with _EXPORT_LOCK:
     with atomic_files.atomic_output(os.path.join(export_dir, "export")) as staged_dir:
-      tf.saved_model.save(serving_root(encoder, list(concrete.values())), staged_dir,
-                          signatures=concrete)
-      write_warmup_requests(staged_dir, warmup_requests(concrete, encoder, module.warmup_text))
+      tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
+                          staged_dir, signatures=concrete)
+      write_warmup_requests(staged_dir, warmup_requests(concrete, encoder, module.warmup_text,
+                                                        module.id_inputs))
       final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir

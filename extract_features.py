@@ -14,7 +14,8 @@ Additions:
 - `--output_format=npz` writes `output_file` as a directory of `features-00000.npz`, ... (one per
   batch) with float32 arrays instead of text; see `write_npz_batch`.
 - `--export_dir` also writes the encoder as a SavedModel for TF Serving (`export_encoder`): raw text
-  in, the same values out.
+  in, the same values out. With `--export_format=tf_hub` it writes TF Hub's BERT pair instead, an
+  encoder and its preprocessor for `hub.KerasLayer` (`export_tf_hub`).
 Input is read, run and written batch by batch, so memory does not grow with the input.
 """
 
@@ -77,6 +78,12 @@ def define_flags() -> None:
                     "original). cls: the [CLS] vector. mean: the mean over real tokens.")
   cli.define_export_flag("raw `text` (and `text_b`) in, `sequence_output` (the --layers "
                          "concatenated), `pooled_output` (per --pooling) and `input_mask` out")
+  flags.DEFINE_enum("export_format", "serving", ["serving", "tf_hub"], "serving: the SavedModel "
+                    "of --export_dir for TF Serving. tf_hub: TF Hub's BERT pair for "
+                    "hub.KerasLayer, <export_dir>/%s/<version>/ (the whole encoder: every layer, "
+                    "whatever --layers and --pooling say) and <export_dir>/%s/<version>/ (its "
+                    "preprocessor, seq_length --max_seq_length); both also serve in TF Serving."
+                    % (TF_HUB_ENCODER, TF_HUB_PREPROCESSOR))
 
 
 def parse_line(line: str) -> tuple[str, Optional[str]]:
@@ -257,10 +264,141 @@ def export_encoder(export_dir: str, extractor: FeatureExtractor,
                    precision: str = "float32") -> str:
   """Writes the feature extractor as a SavedModel under `export_dir/<version>/` (`EncoderServing`),
   computing in `precision`; returns its path."""
-  bert = export.model_in_precision(extractor.bert, lambda: build_bert(extractor.bert.config),
-                                   precision)
-  extractor = FeatureExtractor(bert, extractor.layer_indexes, extractor.pooling)
+  extractor = FeatureExtractor(bert_in_precision(extractor.bert, precision),
+                               extractor.layer_indexes, extractor.pooling)
   return export.write_saved_model(export_dir, EncoderServing(extractor, tokenizer, max_seq_length))
+
+
+# TF Hub's names of the three BERT inputs, and ours (export.ID_INPUTS).
+TF_HUB_INPUTS = {"input_word_ids": "input_ids", "input_mask": "input_mask",
+                 "input_type_ids": "segment_ids"}
+TF_HUB_ENCODER = "encoder"  # --export_format=tf_hub's directories under --export_dir.
+TF_HUB_PREPROCESSOR = "preprocessor"
+
+
+def tf_hub_inputs(features: dict) -> dict:
+  """Our id features under TF Hub's names."""
+  return {hub_name: features[name] for hub_name, name in TF_HUB_INPUTS.items()}
+
+
+class TfHubEncoderServing(export.ServingModule):
+  """TF Hub's BERT encoder SavedModel (the API of tfhub.dev's `bert_en_uncased_L-12_H-768_A-12/4`).
+
+  Its root object, which `hub.load` returns and `hub.KerasLayer` wraps:
+  - `__call__(inputs, training=False)`: `inputs` a dict of int32 [batch, seq] `input_word_ids`,
+    `input_mask`, `input_type_ids`; returns `pooled_output` [batch, H], `sequence_output`
+    [batch, seq, H], `encoder_outputs` (a list of every layer's [batch, seq, H]) and `default`
+    (= pooled_output), float32. `training=True` applies dropout (hub.KerasLayer passes it).
+  - `variables`, `trainable_variables`: what `hub.KerasLayer(..., trainable=True)` fine-tunes.
+  - `vocab_file` (or `sp_model_file`) and `do_lower_case`, as TF Hub's encoders keep them.
+  Its one signature, `serving_default`, takes the same three inputs (checked as every export's
+  ids) and returns the same outputs with `encoder_outputs` stacked [batch, layers, seq, H].
+  """
+
+  text_inputs = None
+  id_inputs = tuple(TF_HUB_INPUTS)
+
+  def __init__(self, bert: modeling.BertModel, tokenizer: tokenization.FullTokenizer,
+               max_seq_length: int):
+    super().__init__(
+        in_graph_tokenization.BertInputEncoder.for_tokenizer(tokenizer, max_seq_length),
+        bert.config)
+    self.bert = bert
+
+  def hub_outputs(self, features: dict, training: bool = False) -> dict:
+    """TF Hub's encoder outputs for our id features."""
+    outputs = self.bert(features["input_ids"], input_mask=features["input_mask"],
+                        token_type_ids=features["segment_ids"], training=training)
+    pooled = tf.cast(outputs["pooled_output"], tf.float32)
+    return {"pooled_output": pooled, "default": pooled,
+            "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),
+            "encoder_outputs": [tf.cast(layer, tf.float32) for layer in outputs["encoder_outputs"]]}
+
+  def ids_outputs(self, features):
+    outputs = self.hub_outputs(features)
+    return {**outputs, "encoder_outputs": tf.stack(outputs["encoder_outputs"], axis=1)}
+
+  def saved_attributes(self):
+
+    @tf.function(autograph=False)
+    def call(inputs, training=False):
+      return self.hub_outputs({name: inputs[hub_name] for hub_name, name in TF_HUB_INPUTS.items()},
+                              training)
+
+    specs = {name: tf.TensorSpec([None, None], tf.int32, name=name) for name in TF_HUB_INPUTS}
+    variables = export.signature_variables(
+        [call.get_concrete_function(specs, training=training) for training in (False, True)])
+    tokenization_info = {name: getattr(self.encoder, name)
+                         for name in ("vocab_file", "sp_model_file", "do_lower_case")
+                         if hasattr(self.encoder, name)}
+    return {"__call__": call, "variables": variables,
+            "trainable_variables": [variable for variable in variables if variable.trainable],
+            **tokenization_info}
+
+
+class TfHubPreprocessorServing(export.ServingModule):
+  """TF Hub's BERT preprocessing SavedModel (the API of tfhub.dev's `bert_en_uncased_preprocess/3`),
+  tokenizing as `tokenization.FullTokenizer`.
+
+  Its root object:
+  - `__call__(sentences)`: strings [batch] -> int32 `input_word_ids`, `input_mask`,
+    `input_type_ids` [batch, seq_length], `[CLS] text [SEP]` cut to seq_length;
+  - `tokenize(sentences)`: ragged int32 ids [batch, (words), (pieces)]
+    (`BertInputEncoder.word_pieces`; [batch, (pieces)] with a SentencePiece model);
+  - `bert_pack_inputs(segments, seq_length=seq_length)`: a list of one or two tokenized batches
+    (ragged rank 1 or 2) -> the three inputs [batch, seq_length] of `[CLS] a [SEP] (b [SEP])`. A
+    pair too long is cut as the original's `truncate_seq_pair`, which for two segments keeps the
+    same lengths as TF Hub's round-robin truncation.
+  Its one signature, `serving_default` on `text`, returns what `__call__` does.
+  """
+
+  ids_rank = None
+
+  def __init__(self, tokenizer: tokenization.FullTokenizer, seq_length: int):
+    super().__init__(in_graph_tokenization.BertInputEncoder.for_tokenizer(
+        tokenizer, seq_length, dynamic_padding=False), None)
+
+  def text_outputs(self, texts):
+    return tf_hub_inputs(self.encoder(texts["text"]))
+
+  def saved_attributes(self):
+    strings = [tf.TensorSpec([None], tf.string)]
+    default_length = self.encoder.max_seq_length
+
+    @tf.function(autograph=False)
+    def bert_pack_inputs(inputs, seq_length=default_length):
+      segments = [segment.merge_dims(1, -1) for segment in inputs]  # Words' pieces in a row.
+      return tf_hub_inputs(self.encoder.pack(*segments, seq_length=seq_length))
+
+    for num_segments in (1, 2):
+      for ragged_rank in (1, 2):
+        bert_pack_inputs.get_concrete_function(
+            [tf.RaggedTensorSpec([None] * (ragged_rank + 1), tf.int32)] * num_segments,
+            seq_length=tf.TensorSpec([], tf.int32))
+    return {"__call__": tf.function(lambda sentences: self.text_outputs({"text": sentences}),
+                                    input_signature=strings, autograph=False),
+            "tokenize": tf.function(self.encoder.word_pieces, input_signature=strings,
+                                    autograph=False),
+            "bert_pack_inputs": bert_pack_inputs}
+
+
+def export_tf_hub(export_dir: str, bert: modeling.BertModel,
+                  tokenizer: tokenization.FullTokenizer, seq_length: int,
+                  precision: str = "float32") -> tuple[str, str]:
+  """Writes TF Hub's BERT pair: `bert` computing in `precision` to
+  `export_dir/encoder/<version>/` (`TfHubEncoderServing`) and its preprocessor to
+  `export_dir/preprocessor/<version>/` (`TfHubPreprocessorServing`); returns their paths."""
+  encoder = export.write_saved_model(
+      os.path.join(export_dir, TF_HUB_ENCODER),
+      TfHubEncoderServing(bert_in_precision(bert, precision), tokenizer, seq_length))
+  preprocessor = export.write_saved_model(os.path.join(export_dir, TF_HUB_PREPROCESSOR),
+                                          TfHubPreprocessorServing(tokenizer, seq_length))
+  return encoder, preprocessor
+
+
+def bert_in_precision(bert: modeling.BertModel, precision: str) -> modeling.BertModel:
+  """`bert`, or a copy with its weights computing in `precision` (`export.model_in_precision`)."""
+  return export.model_in_precision(bert, lambda: build_bert(bert.config), precision)
 
 
 def build_bert(config: modeling.BertConfig) -> modeling.BertModel:
@@ -431,7 +569,9 @@ def main(_):
   batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
                          FLAGS.batch_size, cli.bucket_by_length())
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
-  if FLAGS.export_dir:
+  if FLAGS.export_dir and FLAGS.export_format == "tf_hub":
+    export_tf_hub(FLAGS.export_dir, bert, tokenizer, FLAGS.max_seq_length, FLAGS.export_precision)
+  elif FLAGS.export_dir:
     export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length,
                    FLAGS.export_precision)
 

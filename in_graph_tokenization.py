@@ -415,9 +415,18 @@ def truncated_lengths(length_a: tf.Tensor, length_b: tf.Tensor, max_num_tokens) 
 
 
 def _ragged_prefix(ragged: tf.RaggedTensor, lengths: tf.Tensor) -> tf.RaggedTensor:
-  """The first `lengths[i]` values of every row i."""
-  positions = tf.ragged.range(ragged.row_lengths())
-  return tf.ragged.boolean_mask(ragged, positions < tf.expand_dims(lengths, 1))
+  """The first `lengths[i]` values (none if negative) of every row i of a ragged [B, (n)].
+
+  Computed on the flat values: comparing ragged positions with dense lengths would broadcast
+  through ragged shapes, a graph 3.5 times larger and 6 times slower to build (every export
+  builds it several times).
+  """
+  row_lengths = ragged.row_lengths()
+  kept = tf.maximum(tf.minimum(row_lengths, tf.cast(lengths, row_lengths.dtype)), 0)
+  rows = ragged.value_rowids()
+  positions = tf.range(tf.size(rows, out_type=rows.dtype)) - tf.gather(ragged.row_starts(), rows)
+  return tf.RaggedTensor.from_row_lengths(
+      tf.boolean_mask(ragged.values, positions < tf.gather(kept, rows)), kept, validate=False)
 
 
 def padded_length(row_lengths: tf.Tensor, max_seq_length: int) -> tf.Tensor:
@@ -532,6 +541,24 @@ class BertInputEncoder(tf.Module):
     if self._sentencepiece is not None:
       texts = lower_case(texts, self._tables) if self._do_lower_case else _reencode(texts)
       return self._sentencepiece.tokenize(texts)
+    chunks, chunk_ids, chunk_index = self._chunk_word_pieces(texts)
+    return chunks.with_flat_values(tf.gather(chunk_ids.merge_dims(1, 2), chunk_index)).merge_dims(
+        1, 2)
+
+  def word_pieces(self, texts) -> tf.RaggedTensor:
+    """UTF-8 strings [B] -> ragged int32 ids [B, (words), (pieces)]: the pieces of every word of
+    the original's basic tokenization (`FullTokenizer.basic_tokenizer`), as TF Hub's BERT
+    preprocessors give them. A SentencePiece model has no words: its ids [B, (pieces)], as
+    `tokenize` (and as TF Hub's ALBERT preprocessors)."""
+    texts = tf.convert_to_tensor(texts, tf.string)
+    if self._sentencepiece is not None:
+      return self.tokenize(texts)
+    chunks, chunk_ids, chunk_index = self._chunk_word_pieces(texts)
+    return chunks.with_flat_values(tf.gather(chunk_ids, chunk_index)).merge_dims(1, 2)
+
+  def _chunk_word_pieces(self, texts: tf.Tensor):
+    """WordPiece ids of texts [B] by space-separated chunk: (chunks [B, (chunks)], ids
+    [U, (words), (pieces)] of the U distinct chunks, index [total chunks] of each chunk's)."""
     # Splitting at ASCII spaces changes nothing (a space ends every word and case context, and
     # never belongs to a multi-byte sequence), and running text has few distinct chunks: only
     # those go through the character pipeline.
@@ -542,8 +569,7 @@ class BertInputEncoder(tf.Module):
     too_long = (tf.strings.length(words.flat_values, unit="UTF8_CHAR") >
                 tokenization.MAX_INPUT_CHARS_PER_WORD)
     flat_words = tf.where(too_long, tokenization.UNK_TOKEN, words.flat_values)
-    ids = words.with_flat_values(self._wordpiece.tokenize(flat_words)).merge_dims(1, 2)
-    return chunks.with_flat_values(tf.gather(ids, chunk_index)).merge_dims(1, 2)
+    return chunks, words.with_flat_values(self._wordpiece.tokenize(flat_words)), chunk_index
 
   def tokenize_words(self, words: tf.RaggedTensor) -> tf.RaggedTensor:
     """Ragged strings [B, (words)] -> ragged int32 ids [B, (words), (pieces)].
@@ -568,23 +594,28 @@ class BertInputEncoder(tf.Module):
                            leading.row_lengths() < row_lengths)
     return tf.cond(tf.reduce_any(short), lambda: self.tokenize_words(words), lambda: ids)
 
-  def pack(self, ids_a: tf.RaggedTensor,
-           ids_b: Optional[tf.RaggedTensor] = None) -> Dict[str, tf.Tensor]:
-    """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `build_inputs` does."""
+  def pack(self, ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor] = None,
+           seq_length: Optional[tf.Tensor] = None) -> Dict[str, tf.Tensor]:
+    """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `build_inputs` does.
+
+    `seq_length` (an int32 scalar tensor, e.g. TF Hub's `bert_pack_inputs(..., seq_length=N)`)
+    replaces max_seq_length for this call: the features are truncated and padded to it.
+    """
     length_a = ids_a.row_lengths()
+    length = self.max_seq_length if seq_length is None else tf.cast(seq_length, length_a.dtype)
     batch_size = tf.shape(length_a)[0]
 
     def column(token_id):
       return tf.RaggedTensor.from_tensor(tf.fill([batch_size, 1], tf.cast(token_id, ids_a.dtype)))
 
     if ids_b is None:
-      ids_a = _ragged_prefix(ids_a, tf.minimum(length_a, self.max_seq_length - 2))
+      ids_a = _ragged_prefix(ids_a, tf.minimum(length_a, length - 2))
       parts = [column(self.cls_id), ids_a, column(self.sep_id)]
       segments = [tf.zeros_like(part) for part in parts]
     else:
-      if self.max_seq_length < 3:
+      if seq_length is None and self.max_seq_length < 3:
         raise ValueError("A text pair needs max_seq_length >= 3, got %d." % self.max_seq_length)
-      new_a, new_b = truncated_lengths(length_a, ids_b.row_lengths(), self.max_seq_length - 3)
+      new_a, new_b = truncated_lengths(length_a, ids_b.row_lengths(), length - 3)
       ids_a = _ragged_prefix(ids_a, new_a)
       ids_b = _ragged_prefix(ids_b, new_b)
       parts = [column(self.cls_id), ids_a, column(self.sep_id), ids_b, column(self.sep_id)]
@@ -592,7 +623,9 @@ class BertInputEncoder(tf.Module):
           tf.ones_like(part) for part in parts[3:]]
     input_ids = tf.concat(parts, axis=1)
     shape = [None, self.max_seq_length]
-    if self.dynamic_padding:
+    if seq_length is not None:
+      shape = tf.stack([input_ids.nrows(), length])
+    elif self.dynamic_padding:
       shape = tf.stack([input_ids.nrows(), padded_length(input_ids.row_lengths(),
                                                          self.max_seq_length)])
     return {

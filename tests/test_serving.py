@@ -68,9 +68,9 @@ def ids_inputs(features):
           for name in export.ID_INPUTS}
 
 
-def padded_ids(tokenizer, texts_a, texts_b=None):
-  """do_predict's features: FullTokenizer.encode padded to MAX_SEQ_LENGTH."""
-  rows = [tokenizer.encode(a, None if texts_b is None else texts_b[i], MAX_SEQ_LENGTH)
+def padded_ids(tokenizer, texts_a, texts_b=None, length=MAX_SEQ_LENGTH):
+  """do_predict's features: FullTokenizer.encode padded to length."""
+  rows = [tokenizer.encode(a, None if texts_b is None else texts_b[i], length)
           for i, a in enumerate(texts_a)]
   return {name: np.array([row[k] for row in rows], np.int32)
           for k, name in enumerate(export.ID_INPUTS)}
@@ -315,18 +315,25 @@ def served(tmp_path_factory):
           "exports": exports_served}
 
 
-def run_cpp_client(root: str, jobs: list) -> dict:
-  """Runs `cpp_serving_client.py` on jobs in a fresh process; its results.json, parsed."""
-  requests_file, results_file = (os.path.join(root, "requests.json"),
-                                 os.path.join(root, "results.json"))
-  with open(requests_file, "w", encoding="utf-8") as writer:
-    json.dump(jobs, writer)
-  completed = subprocess.run([sys.executable, CLIENT, requests_file, results_file],
+def run_client(script: str, root: str, request) -> dict:
+  """Runs a client script (`script request.json result.json`) on a request in a fresh process
+  without the project on its path; its result, parsed. The files go to root, named after it."""
+  name = os.path.splitext(os.path.basename(script))[0]
+  request_file, result_file = (os.path.join(root, name + "_request.json"),
+                               os.path.join(root, name + "_result.json"))
+  with open(request_file, "w", encoding="utf-8") as writer:
+    json.dump(request, writer)
+  completed = subprocess.run([sys.executable, script, request_file, result_file],
                              capture_output=True, text=True, cwd=root, timeout=300,
                              env=dict(os.environ, PYTHONPATH="", TF_CPP_MIN_LOG_LEVEL="2"))
   assert completed.returncode == 0, completed.stderr[-3000:]
-  with open(results_file, encoding="utf-8") as reader:
+  with open(result_file, encoding="utf-8") as reader:
     return json.load(reader)
+
+
+def run_cpp_client(root: str, jobs: list) -> dict:
+  """Runs `cpp_serving_client.py` on jobs in a fresh process; its results, parsed."""
+  return run_client(CLIENT, root, jobs)
 
 
 def malformed_requests(name: str) -> list:

@@ -1,0 +1,224 @@
+"""`extract_features.py --export_format=tf_hub`: TF Hub's BERT pair, used by its real consumers.
+
+The pair is written by the script from a small random checkpoint, then used three ways:
+- as TensorFlow's "Classify text with BERT" tutorial does (`tests/tf_hub_consumer.py`, a process
+  with tensorflow_hub and tf_keras): preprocessor and encoder as `hub.KerasLayer`s, `tokenize`,
+  `bert_pack_inputs`, and a classifier fine-tuned with `model.fit`;
+- through TF's C++ SavedModel loader, as TF Serving loads them (`tests/cpp_serving_client.py`);
+- in this process, for the SentencePiece preprocessor and the bfloat16 encoder.
+Every answer is checked against `modeling.BertModel` on `FullTokenizer`'s ids.
+"""
+
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT
+from conftest import shared_path
+from test_serving import ENGLISH
+from test_serving import SYLLABLES
+from test_serving import ids_inputs
+from test_serving import padded_ids
+from test_serving import run_client
+from test_serving import run_cpp_client
+from test_serving import texts_input
+from test_serving import warmup_requests
+from test_tokenization import train_sentencepiece
+import checkpoints
+import extract_features
+import modeling
+import tokenization
+
+CONSUMER = os.path.join(REPO_ROOT, "tests", "tf_hub_consumer.py")
+# Pairs whose truncation differs: a long text with a short one (both ways), two long ones.
+TEXTS = ENGLISH + ["Short one.", ENGLISH[3] + " and more"]
+TEXTS_B = ENGLISH[::-1] + [ENGLISH[3], "tiny"]
+SEQ_LENGTH = 16  # --max_seq_length: the preprocessor's default seq_length.
+PACK_LENGTH = 12  # bert_pack_inputs' seq_length: most pairs are truncated.
+TRAIN_TEXTS = ["a good film", "a bad film", "good and fun", "bad and dull", "really good",
+               "really bad", "good story", "bad story"]
+
+
+def bert_outputs(bert, features):
+  """What the hub encoder must return for id features, as numpy arrays."""
+  outputs = bert(features["input_ids"], input_mask=features["input_mask"],
+                 token_type_ids=features["segment_ids"])
+  return {"pooled_output": outputs["pooled_output"].numpy(),
+          "sequence_output": outputs["sequence_output"].numpy(),
+          "encoder_outputs": [layer.numpy() for layer in outputs["encoder_outputs"]]}
+
+
+def word_pieces(tokenizer, text):
+  """The original's pieces of every word: `basic_tokenizer` words, then WordPiece."""
+  return [tokenizer.convert_tokens_to_ids(tokenizer.wordpiece_tokenizer.tokenize(word))
+          for word in tokenizer.basic_tokenizer.tokenize(text)]
+
+
+def hub_lists(features):
+  """Our id features (numpy) as nested lists under TF Hub's names."""
+  return extract_features.tf_hub_inputs({name: value.tolist() for name, value in features.items()})
+
+
+def as_lists(tensors):
+  """A dict of tensors as nested lists."""
+  return {name: value.numpy().tolist() for name, value in tensors.items()}
+
+
+@pytest.fixture(scope="module")
+def hub_pair(tmp_path_factory):
+  """The pair written by the script, the model it came from, and the answers of both consumers."""
+  root = str(tmp_path_factory.mktemp("tf_hub"))
+  keras.utils.set_random_seed(5)
+  vocab_file = shared_path("fixtures", "uncased_vocab", "vocab.txt")
+  tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
+  config = modeling.BertConfig(vocab_size=len(tokenizer.vocab), hidden_size=32,
+                               num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+                               max_position_embeddings=SEQ_LENGTH)
+  bert = extract_features.build_bert(config)
+  with open(os.path.join(root, "bert_config.json"), "w", encoding="utf-8") as writer:
+    writer.write(config.to_json_string())
+  checkpoints.save_checkpoint(bert, os.path.join(root, "bert_model.ckpt"))
+  with open(os.path.join(root, "input.txt"), "w", encoding="utf-8") as writer:
+    writer.write("\n".join(TEXTS[:2]) + "\n")
+  script = subprocess.run(
+      [sys.executable, "extract_features.py", "--input_file", os.path.join(root, "input.txt"),
+       "--output_file", os.path.join(root, "features.jsonl"), "--vocab_file", vocab_file,
+       "--bert_config_file", os.path.join(root, "bert_config.json"),
+       "--init_checkpoint", os.path.join(root, "bert_model.ckpt"), "--layers=-1",
+       "--max_seq_length=%d" % SEQ_LENGTH, "--export_dir", os.path.join(root, "hub"),
+       "--export_format=tf_hub"], cwd=REPO_ROOT, capture_output=True, text=True)
+  assert script.returncode == 0, script.stderr[-3000:]
+  encoder_dir = os.path.join(root, "hub", extract_features.TF_HUB_ENCODER, "1")
+  preprocessor_dir = os.path.join(root, "hub", extract_features.TF_HUB_PREPROCESSOR, "1")
+  consumer = run_client(CONSUMER, root, {
+      "encoder": encoder_dir, "preprocessor": preprocessor_dir, "texts": TEXTS,
+      "texts_b": TEXTS_B, "seq_length": PACK_LENGTH, "train_texts": TRAIN_TEXTS,
+      "train_labels": [1, 0] * (len(TRAIN_TEXTS) // 2), "epochs": 12})
+  features = padded_ids(tokenizer, TEXTS, length=SEQ_LENGTH)
+  hub_ids = extract_features.tf_hub_inputs(ids_inputs(features))
+  served = run_cpp_client(root, [
+      {"saved_model": encoder_dir, "requests": [
+          {"signature": "serving_default", "inputs": hub_ids},
+          {"signature": "serving_default", "inputs": {**hub_ids, "input_type_ids": {
+              "dtype": "int32", "value": features["segment_ids"][:1].tolist()}}}] +
+       warmup_requests(encoder_dir)},
+      {"saved_model": preprocessor_dir, "requests": [
+          {"signature": "serving_default", "inputs": {"text": texts_input(TEXTS)}}] +
+       warmup_requests(preprocessor_dir)}])
+  return {"tokenizer": tokenizer, "bert": bert, "features": features,
+          "expected": bert_outputs(bert, features), "encoder_dir": encoder_dir,
+          "consumer": consumer, "served": served["jobs"]}
+
+
+def assert_encoder_outputs(outputs, expected, what):
+  """The hub encoder's outputs equal the model's, `default` its pooled_output, to 1e-5."""
+  assert len(outputs["encoder_outputs"]) == len(expected["encoder_outputs"]) == 2, what
+  for name, actual, wanted in [
+      ("pooled_output", outputs["pooled_output"], expected["pooled_output"]),
+      ("default", outputs["default"], expected["pooled_output"]),
+      ("sequence_output", outputs["sequence_output"], expected["sequence_output"])] + [
+          ("encoder_outputs[%d]" % i, layer, expected["encoder_outputs"][i])
+          for i, layer in enumerate(outputs["encoder_outputs"])]:
+    np.testing.assert_allclose(actual, wanted, atol=1e-5, err_msg="%s %s" % (what, name))
+
+
+def test_hub_keras_layers_equal_the_model_on_full_tokenizer_ids(hub_pair):
+  consumer, features = hub_pair["consumer"], hub_pair["features"]
+  assert consumer["preprocessed"] == hub_lists(features)
+  assert features["input_mask"].sum(axis=1).max() == SEQ_LENGTH  # Long texts cut at seq_length.
+  assert_encoder_outputs(consumer["encoded"], hub_pair["expected"], "hub.KerasLayer")
+  assert consumer["dropout_changes_outputs"]
+
+
+def test_tokenize_and_bert_pack_inputs_give_full_tokenizer_pieces_and_truncation(hub_pair):
+  """tokenize: the original's words and their pieces. bert_pack_inputs(a, b): FullTokenizer.encode,
+  whose longest-first truncate_seq_pair keeps the lengths TF Hub's round robin keeps."""
+  consumer, tokenizer = hub_pair["consumer"], hub_pair["tokenizer"]
+  assert consumer["tokenized"] == [word_pieces(tokenizer, text) for text in TEXTS]
+  expected = padded_ids(tokenizer, TEXTS, TEXTS_B, PACK_LENGTH)
+  assert consumer["packed"] == hub_lists(expected)
+  lengths = [(len(tokenizer.tokenize(a)), len(tokenizer.tokenize(b)))
+             for a, b in zip(TEXTS, TEXTS_B)]
+  budget = PACK_LENGTH - 3
+  assert {"a longer", "b longer", "both long"} <= {
+      "both long" if min(a, b) > budget // 2 else "a longer" if a > b else "b longer"
+      for a, b in lengths if a + b > budget}
+  assert consumer["packed_default_length"] == SEQ_LENGTH
+
+
+def test_tutorial_classifier_fine_tunes_the_encoder(hub_pair):
+  consumer = hub_pair["consumer"]
+  assert consumer["trainable_weights"] == len(hub_pair["bert"].trainable_weights)
+  assert consumer["max_weight_change"] > 1e-3
+  losses = consumer["losses"]
+  assert losses[-1] < 0.5 * losses[0], losses
+
+
+def test_cpp_loader_serves_both_handles(hub_pair):
+  """Through TF's C++ loader, as TF Serving chains them: the preprocessor's `serving_default`
+  (text -> TF Hub's three inputs) and the encoder's (those inputs, checked -> its outputs, every
+  layer stacked), and both warmup files."""
+  encoder_job, preprocessor_job = hub_pair["served"]
+  features = hub_pair["features"]
+  assert encoder_job["non_core_ops"] == []  # The encoder is the model only.
+  assert preprocessor_job["non_core_ops"] == ["FastWordpieceTokenizeWithOffsets"]
+  for job in (encoder_job, preprocessor_job):
+    assert [name for name in job["signatures"] if not name.startswith("__")] == [
+        "serving_default"]
+  encoded, malformed = encoder_job["results"][:2]
+  assert "input_type_ids has shape [1 16] but input_word_ids has [9 16]" in malformed["error"]
+  for answer in [encoded] + encoder_job["results"][2:] + preprocessor_job["results"]:
+    assert "error" not in answer, answer["error"]
+  assert preprocessor_job["results"][0] == hub_lists(features)
+  stacked = np.array(encoded["encoder_outputs"])
+  assert stacked.shape[:2] == (len(TEXTS), 2)
+  assert_encoder_outputs({**encoded, "encoder_outputs": list(np.moveaxis(stacked, 1, 0))},
+                         hub_pair["expected"], "serving_default")
+
+
+def test_encoder_keeps_the_vocab_and_casing_for_clients_that_tokenize(hub_pair):
+  encoder = tf.saved_model.load(hub_pair["encoder_dir"])
+  tokenizer = tokenization.FullTokenizer(encoder.vocab_file.asset_path.numpy().decode(),
+                                         bool(encoder.do_lower_case.numpy()))
+  assert tokenizer.vocab == hub_pair["tokenizer"].vocab and tokenizer.do_lower_case
+
+
+def test_sentencepiece_preprocessor_tokenizes_and_packs_as_full_tokenizer(tmp_path):
+  """With a SentencePiece model tokenize gives [batch, (pieces)] (no words, as TF Hub's ALBERT
+  preprocessors), which bert_pack_inputs and __call__ pack as FullTokenizer.encode does. (The
+  module's functions, as saved; the WordPiece pair tests the save.)"""
+  tokenizer = tokenization.FullTokenizer(None, do_lower_case=True,
+                                         spm_model_file=train_sentencepiece(str(tmp_path)))
+  preprocessor = extract_features.TfHubPreprocessorServing(tokenizer, 12).saved_attributes()
+  texts, texts_b = tf.constant(SYLLABLES), tf.constant(SYLLABLES[::-1])
+  tokenized = preprocessor["tokenize"](texts)
+  assert tokenized.to_list() == [tokenizer.tokenize_to_ids(text) for text in SYLLABLES]
+  packed = preprocessor["bert_pack_inputs"]([tokenized, preprocessor["tokenize"](texts_b)],
+                                            seq_length=tf.constant(10))
+  assert as_lists(packed) == hub_lists(padded_ids(tokenizer, SYLLABLES, SYLLABLES[::-1], 10))
+  assert as_lists(preprocessor["__call__"](texts)) == hub_lists(
+      padded_ids(tokenizer, SYLLABLES, length=12))
+
+
+def test_bfloat16_encoder_computes_in_bfloat16_and_returns_float32(hub_pair):
+  """--export_precision=bfloat16: __call__ runs its matmuls in bfloat16 and returns float32
+  outputs close to the float32 model's."""
+  call = extract_features.TfHubEncoderServing(
+      extract_features.bert_in_precision(hub_pair["bert"], "bfloat16"), hub_pair["tokenizer"],
+      SEQ_LENGTH).saved_attributes()["__call__"]
+  inputs = extract_features.tf_hub_inputs(
+      {name: tf.constant(value) for name, value in hub_pair["features"].items()})
+  outputs = call(inputs)
+  assert outputs["pooled_output"].dtype == tf.float32
+  np.testing.assert_allclose(outputs["pooled_output"], hub_pair["expected"]["pooled_output"],
+                             atol=0.05)
+  graph = call.get_concrete_function(inputs).graph.as_graph_def()
+  nodes = list(graph.node) + [node for function in graph.library.function
+                              for node in function.node_def]
+  assert tf.bfloat16.as_datatype_enum in {node.attr["T"].type for node in nodes
+                                          if node.op in ("MatMul", "BatchMatMulV2")}
