@@ -112,6 +112,10 @@ flags.DEFINE_bool("fresh_process", True,
 flags.DEFINE_list("export_precisions", [], "After training ours, export it at each of these "
                   "--export_precision values and measure the export from raw text: its metric on "
                   "the dev split (sst2 and squad), one-request latency and batch throughput.")
+flags.DEFINE_enum("hf_squad_steps", "windows", ["windows", "questions"],
+                  "What Hugging Face's SQuAD schedule counts: windows (features, as its Trainer "
+                  "counts: more steps than ours) or questions (as ours and the original count: "
+                  "the same steps as ours).")
 flags.DEFINE_integer("export_requests", 100, "One-row requests timed per export.")
 flags.DEFINE_string("row_file", None, "Internal (fresh processes): run the one task and system "
                     "given and write its row here as JSON.")
@@ -401,11 +405,12 @@ class HuggingFace:
     return {name: self.torch.as_tensor(np.asarray(value, np.int64))
             for name, value in batch.items()}
 
-  def train(self, arrays: dict, label_names) -> int:
-    """The training schedule of ours (steps from epochs, drop the last partial batch)."""
+  def train(self, arrays: dict, label_names, count: int | None = None) -> int:
+    """Steps from epochs over `count` rows (default: all of `arrays`), dropping the last partial
+    batch as ours does; each epoch a new permutation of the rows."""
     torch = self.torch
     torch.manual_seed(FLAGS.seed)
-    count = len(arrays["input_ids"])
+    count = count or len(arrays["input_ids"])
     steps = int(count / FLAGS.batch_size * FLAGS.epochs)
     no_decay = [p for n, p in self.model.named_parameters() if "bias" in n or "LayerNorm" in n]
     decay = [p for n, p in self.model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
@@ -419,7 +424,7 @@ class HuggingFace:
     self.model.train()
     for _ in range(steps):
       if len(order) < FLAGS.batch_size:
-        order = rng.permutation(count)
+        order = rng.permutation(len(arrays["input_ids"]))
       rows, order = order[:FLAGS.batch_size], order[FLAGS.batch_size:]
       loss = self.model(**self._batch(arrays, rows, label_names)).loss
       loss.backward()
@@ -538,12 +543,13 @@ def run_hf(setup: Setup) -> dict:
     row["metric"] = 100 * accuracy
     row["predict_s"], row["predict_n"] = row["eval_s"], row["eval_n"]  # test = dev here
   else:
-    path, _, _ = squad.cached_train_features(setup.train_file, task.output_dir, tokenizer,
-                                             setup.options)
+    path, num_questions, _ = squad.cached_train_features(
+        setup.train_file, task.output_dir, tokenizer, setup.options)
     arrays = records(path, squad.feature_spec(length, True))
     row["train_n"], row["train_s"] = timed(
         peer.train, arrays, [("start_positions", "start_positions"),
-                             ("end_positions", "end_positions")])
+                             ("end_positions", "end_positions")],
+        num_questions if FLAGS.hf_squad_steps == "questions" else None)
 
     def answer():
       options = setup.options
