@@ -212,6 +212,7 @@ def test_memory_of_a_request_is_linear_in_its_context(trained):
   assert completed.returncode == 0, completed.stderr[-3000:]
   results = json.loads(completed.stdout.strip().splitlines()[-1])
   costs = {result["size"]: result["cost_kib"] // 1024 for result in results}
+  print("MiB per request by context bytes:", costs)  # The README quotes these (pytest -s).
   assert len(results) == len(sizes), "MiB per request by context bytes: %s" % costs
   for result in results:
     assert result["cost_kib"] < budget_kib, costs
