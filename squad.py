@@ -1037,14 +1037,9 @@ class SquadServingModule(export.ServingModule):
     position = (tf.gather(windows.start, index)[:, None] +
                 tf.range(tf.cast(width, tf.int64))[None, :] - doc_start[:, None])
 
-    def score(window):  # [chunk, width] float64; -1 where the token is outside the window
-      window_start = tf.gather(windows.start, window)[:, None]
-      window_length = tf.gather(windows.length, window)[:, None]
-      end = window_start + window_length - 1
-      inside = (position >= window_start) & (position <= end)
-      value = (tf.cast(tf.minimum(position - window_start, end - position), tf.float64) +
-               0.01 * tf.cast(window_length, tf.float64))
-      return tf.where(inside, value, -1.0)
+    def score(window):  # [chunk, width]
+      return windowing.context_score(position, tf.gather(windows.start, window)[:, None],
+                                     tf.gather(windows.length, window)[:, None])
 
     own = score(index)
     best = tf.ones_like(own, tf.bool)

@@ -31,6 +31,7 @@ import feature_cache
 import fine_tuning
 import in_graph_tokenization
 import modeling
+import task_files
 import tfrecord_files
 import tokenization
 import windowing
@@ -107,7 +108,7 @@ def write_tag_list(tag_list: Sequence[str], directory: str) -> str:
   """Writes the tag list (one tag per line, id = line number) beside a model; returns its path."""
   path = os.path.join(directory, TAG_LIST_FILE)
   if distribution.is_chief():
-    atomic_files.write_text(path, "".join(tag + "\n" for tag in tag_list))
+    task_files.write_label_list(path, tag_list)
   return path
 
 
@@ -593,11 +594,9 @@ class TaggerServing(export.ServingModule):
     window_start = tf.gather(starts, word_rows).to_tensor(-1)  # [words, max windows]
     window_length = tf.gather(starts.with_flat_values(lengths), word_rows).to_tensor(0)
     position = tf.expand_dims(first_piece, 1)
-    end = window_start + window_length - 1
-    inside = (position >= window_start) & (position <= end) & (window_length > 0)
-    score = (tf.cast(tf.minimum(position - window_start, end - position), tf.float64) +
-             0.01 * tf.cast(window_length, tf.float64))
-    best = tf.argmax(tf.where(inside, score, -1.0), axis=1)  # The first of equal scores.
+    # Padding windows (length 0) hold no position, so they score -1.
+    score = windowing.context_score(position, window_start, window_length)
+    best = tf.argmax(score, axis=1)  # The first of equal scores.
     window = tf.gather(starts.row_starts(), word_rows) + best
     offset = position[:, 0] - tf.gather_nd(window_start, tf.stack([tf.range(tf.size(best),
                                                                              dtype=tf.int64),

@@ -4,8 +4,8 @@ each token is read from.
 run_squad's rule (the original's `_DocSpan` windows and `_check_is_max_context`), shared by SQuAD,
 the classifier's and the tagger's `--doc_stride`: windows of at most `max_tokens` tokens start every
 `doc_stride` tokens, the last one ending at the end of the sequence; a token is read from the
-window where it has the most context (the most tokens on its shorter side). `window_starts` is the
-same rule in TF ops for the exports.
+window where it has the most context (the most tokens on its shorter side). `window_starts` and
+`context_score` are the same rule in TF ops for the exports.
 """
 
 import collections
@@ -63,3 +63,15 @@ def window_starts(num_tokens: tf.Tensor, max_tokens: tf.Tensor, doc_stride: int)
   num_windows = 1 + (extra + stride - 1) // stride
   index = tf.ragged.range(num_windows)
   return index * tf.expand_dims(stride, 1)
+
+
+def context_score(position: tf.Tensor, window_start: tf.Tensor,
+                  window_length: tf.Tensor) -> tf.Tensor:
+  """`check_is_max_context`'s score in TF ops, float64 of the broadcast shape: the tokens on the
+  shorter side of `position` in the window plus 0.01 per window token, or -1 where the position
+  is outside the window (so any window holding it scores higher)."""
+  end = window_start + window_length - 1
+  inside = (position >= window_start) & (position <= end)
+  score = (tf.cast(tf.minimum(position - window_start, end - position), tf.float64) +
+           0.01 * tf.cast(window_length, tf.float64))
+  return tf.where(inside, score, -1.0)

@@ -36,3 +36,16 @@ def test_window_starts_in_tf_equal_doc_spans_for():
     expected = [[span.start for span in windowing.doc_spans_for(n, max_tokens, stride)] or [0]
                 for n in lengths]
     assert starts == expected, (max_tokens, stride)
+
+
+def test_context_score_in_tf_picks_the_window_check_is_max_context_picks():
+  for num_tokens, max_tokens, stride in [(10, 4, 2), (23, 8, 3), (7, 7, 5), (30, 9, 4)]:
+    spans = windowing.doc_spans_for(num_tokens, max_tokens, stride)
+    starts = tf.constant([[span.start for span in spans]], tf.int64)
+    lengths = tf.constant([[span.length for span in spans]], tf.int64)
+    positions = tf.range(num_tokens, dtype=tf.int64)[:, None]
+    scores = windowing.context_score(positions, starts, lengths)  # [tokens, windows]
+    best = tf.argmax(scores, axis=1).numpy()  # The first of equal scores, as the original.
+    for position in range(num_tokens):
+      assert windowing.check_is_max_context(spans, int(best[position]), position), (
+          num_tokens, max_tokens, stride, position)
