@@ -348,7 +348,7 @@ class GenericProcessor(DataProcessor):
       raise task_files.BadInputError("%s: no labeled rows in the training file" % data_dir)
     os.makedirs(output_dir, exist_ok=True)
     if distribution.is_chief():
-      write_label_list(path, labels)
+      task_files.write_label_list(path, labels)
     self.labels = tuple(labels)
     self.label_list_path = path
     return self.get_labels()
@@ -402,11 +402,6 @@ class GenericProcessor(DataProcessor):
           "%s: expected exactly one of %s.tsv, %s.csv, %s.jsonl, found %s" % (
               data_dir, split, split, split, [os.path.basename(p) for p, _ in found] or "none"))
     return found[0]
-
-
-def write_label_list(path: str, labels: Sequence[str]) -> None:
-  """Writes a label_list.txt (one label a line, id = line number), atomically."""
-  atomic_files.write_text(path, "".join(label + "\n" for label in labels))
 
 
 def read_label_list(path: str) -> tuple[str, ...]:

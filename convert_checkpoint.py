@@ -100,6 +100,7 @@ import modeling
 import multiple_choice
 import squad
 import tagging
+import task_files
 import tokenization
 
 FLAGS = flags.FLAGS
@@ -985,7 +986,7 @@ def _write_labels(architecture: Architecture, labels, directory: str) -> None:
   if architecture.label_file == tagging.TAG_LIST_FILE:
     tagging.write_tag_list(labels, directory)
   else:
-    classifier.write_label_list(os.path.join(directory, architecture.label_file), labels)
+    task_files.write_label_list(os.path.join(directory, architecture.label_file), labels)
 
 
 def _log_left_out(model: ConvertedModel, kept, target: str) -> None:

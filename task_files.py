@@ -20,6 +20,7 @@ from typing import Iterable, Iterator, Optional, Sequence
 
 from absl import logging
 
+import atomic_files
 import errors
 
 
@@ -238,3 +239,9 @@ def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int
     missing = [k for k in keys if k not in record]
     cells = ["" if record.get(k) is None else str(record.get(k)) for k in keys]
     yield line_number, Row(cells, problem=missing and "no key %s" % ", ".join(map(repr, missing)))
+
+
+def write_label_list(path: str, labels: Sequence[str]) -> None:
+  """Writes a list of output names, one a line (id = line number), atomically: the classifier's
+  label_list.txt and the tagger's tag_list.txt."""
+  atomic_files.write_text(path, "".join(label + "\n" for label in labels))

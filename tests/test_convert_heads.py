@@ -38,6 +38,7 @@ import modeling
 import multiple_choice
 import squad
 import tagging
+import task_files
 import tokenization
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "the", "a", "cat", "dog",
@@ -132,7 +133,7 @@ def _save_as_our_script(model, architecture: str, labels, output_dir: str) -> st
   if architecture == "BertForTokenClassification":
     tagging.write_tag_list(labels, output_dir)
   elif labels:
-    classifier.write_label_list(os.path.join(output_dir, classifier.LABEL_LIST_FILE), labels)
+    task_files.write_label_list(os.path.join(output_dir, classifier.LABEL_LIST_FILE), labels)
   return checkpoints.save_checkpoint(model, os.path.join(output_dir, "model.ckpt-3"))
 
 
@@ -452,7 +453,7 @@ def test_missing_or_ambiguous_label_list_is_named(tmp_path):
                      r"\(run_classifier.py\) nor tag_list.txt \(run_ner.py\) beside it" % prefix):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
   tagging.write_tag_list(["O", "B-X", "I-X"], str(tmp_path / "output_dir"))
-  classifier.write_label_list(str(tmp_path / "output_dir" / "label_list.txt"), ["a", "b", "c"])
+  task_files.write_label_list(str(tmp_path / "output_dir" / "label_list.txt"), ["a", "b", "c"])
   with pytest.raises(convert_checkpoint.ConversionError, match="and both label_list.txt"):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
 
