@@ -39,6 +39,7 @@ import multiple_choice
 import squad
 import tagging
 import task_files
+from test_modeling import randomize
 import tokenization
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "the", "a", "cat", "dog",
@@ -113,17 +114,6 @@ REFERENCE_SCRIPT = os.path.join(REPO_ROOT, "tests", "hf_heads_reference.py")
 
 def _config() -> modeling.BertConfig:
   return modeling.BertConfig.from_dict(CONFIG)
-
-
-def _random_model(architecture: str, config: modeling.BertConfig, num_outputs: int):
-  """Our model of that class, every variable seeded random of order one (gammas about 1)."""
-  model = BUILDERS[architecture](config, num_outputs)
-  model.build()
-  rng = np.random.default_rng(0)
-  for name, variable in sorted(checkpoints.checkpoint_variables(model).items()):
-    value = 0.2 * rng.normal(size=tuple(variable.shape))
-    variable.assign((value + 1.0 if name.endswith("/gamma") else value).astype(np.float32))
-  return model
 
 
 def _save_as_our_script(model, architecture: str, labels, output_dir: str) -> str:
@@ -219,7 +209,8 @@ def references(tmp_path_factory, release):
     config_file, vocab_file = release
     for name, case in CASES.items():
       case_dir = case_dirs[name] = str(tmp_path_factory.mktemp(name))
-      models[name] = _random_model(case["architecture"], _config(), len(case["labels"]) or 1)
+      models[name] = randomize(
+          BUILDERS[case["architecture"]](_config(), len(case["labels"]) or 1), seed=0)
       prefix = _save_as_our_script(models[name], case["architecture"], case["labels"],
                                    os.path.join(case_dir, "output_dir"))
       convert_checkpoint.convert_google_to_hf(
@@ -324,7 +315,7 @@ def _our_features(inputs: dict) -> dict:
 def test_our_classifier_as_keras_hub_preset_loads_in_keras_hub(tmp_path, release):
   # KerasHub's BertBackbone computes GELU with the tanh approximation: so does this model.
   config = modeling.BertConfig.from_dict(dict(CONFIG, hidden_act="gelu_approximate"))
-  model = _random_model("BertForSequenceClassification", config, 3)
+  model = randomize(BUILDERS["BertForSequenceClassification"](config, 3), seed=0)
   prefix = _save_as_our_script(model, "BertForSequenceClassification", ("a", "b", "c"),
                                str(tmp_path / "output_dir"))
   config_file = str(tmp_path / "bert_config.json")
@@ -380,7 +371,7 @@ def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
 
 
 def test_keras_hub_preset_is_written_whole_or_not_at_all(tmp_path, release, monkeypatch):
-  model = _random_model("BertForSequenceClassification", _config(), 2)
+  model = randomize(BUILDERS["BertForSequenceClassification"](_config(), 2), seed=0)
   prefix = _save_as_our_script(model, "BertForSequenceClassification", ("a", "b"),
                                str(tmp_path / "output_dir"))
   preset = tmp_path / "preset"
