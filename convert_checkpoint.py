@@ -542,8 +542,8 @@ def _check_floating(value: np.ndarray, source: str, name: str) -> None:
                           (source, name, np.asarray(value).dtype))
 
 
-def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray], source: str = "<tensors>",
-                         architecture: Architecture = ARCHITECTURES["BertForPreTraining"]
+def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray], architecture: Architecture,
+                         source: str = "<tensors>"
                          ) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:
   """Renames (and transposes) Hugging Face tensors to Google names, as float32.
 
@@ -585,8 +585,7 @@ def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray], source: str = "<t
   return tensors, source_names
 
 
-def google_to_hf_tensors(tensors: Mapping[str, np.ndarray],
-                         architecture: Architecture = ARCHITECTURES["BertForPreTraining"]
+def google_to_hf_tensors(tensors: Mapping[str, np.ndarray], architecture: Architecture
                          ) -> Dict[str, np.ndarray]:
   """Renames (and transposes) Google-named tensors to Hugging Face names with the `bert.` prefix;
   the task head of `architecture` becomes its `classifier`/`qa_outputs` weight and bias."""
@@ -1087,8 +1086,8 @@ def read_hf_model(hf_model_path: str) -> ConvertedModel:
   architecture = hf_architecture(hf_config, config_path)
   labels, problem_type = hf_labels(hf_config, architecture, config_path)
   source = ", ".join(weight_files)
-  tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), source,
-                                               architecture)
+  tensors, source_names = hf_to_google_tensors(read_safetensors(weight_files), architecture,
+                                               source)
   model_dir = os.path.dirname(config_path)
   tokenizer_path = os.path.join(model_dir, HF_TOKENIZER_CONFIG_NAME)
   tokenizer = _read_json(tokenizer_path) if tf.io.gfile.exists(tokenizer_path) else {}

@@ -1,5 +1,5 @@
 """The reference side of test_reference_training.py: a few training steps of Hugging Face's PyTorch
-`BertForSequenceClassification`, run as a script in its own process.
+`BertForSequenceClassification` or `BertForQuestionAnswering`, run as a script in its own process.
 
     python tests/hf_reference_training.py WORK_DIR [WORK_DIR ...]
 
@@ -10,18 +10,21 @@ other: PyTorch is imported once) and reads back what it writes there.
 Reads:
   - `hf_model/config.json` and `hf_model/model.safetensors`: the encoder, as our
     convert_checkpoint.py wrote it from the model's initial weights;
-  - `head.npz`: `classifier.weight` [num_labels, hidden] and `classifier.bias` [num_labels];
-  - `batches.npz`: `input_ids`, `attention_mask`, `token_type_ids` [steps, batch, seq] and
-    `labels` [steps, batch], one batch per step;
-  - `settings.json`: `optimizer` (`adamw` or `bert_adam`), `learning_rate`, `num_train_steps`,
-    `num_warmup_steps`, `weight_decay`, `beta_1`, `beta_2`, `epsilon`, `clip_norm`.
+  - `head.npz`: the head under the class's names: `classifier.weight` [num_labels, hidden] and
+    `classifier.bias` [num_labels], or `qa_outputs.weight` [2, hidden] and `qa_outputs.bias` [2];
+  - `batches.npz`: the model's arguments, one batch per step: `input_ids`, `attention_mask`,
+    `token_type_ids` [steps, batch, seq] and `labels`, or `start_positions` and `end_positions`
+    [steps, batch];
+  - `settings.json`: `architecture` (the class), `optimizer` (`adamw` or `bert_adam`),
+    `learning_rate`, `num_train_steps`, `num_warmup_steps`, `weight_decay`, `beta_1`, `beta_2`,
+    `epsilon`, `clip_norm`.
 
 Writes `reference.npz`: for each step k (1-based) `loss/k` (the batch's loss before the update),
 `grad_norm/k` (the global gradient norm before clipping), and, by Hugging Face parameter name,
 `param/k/NAME`, `m/k/NAME` and `v/k/NAME` (the weights and the optimizer's first and second
 moments after the update); plus `grad/1/NAME`, the clipped gradients of the first step.
 
-The training step is what a PyTorch user writes: the model's own loss (mean cross-entropy), dropout
+The training step is what a PyTorch user writes: the model's own loss (mean cross-entropy; for spans, of start and end averaged), dropout
 off, `clip_grad_norm_`, then the optimizer and `get_linear_schedule_with_warmup`. The
 decay/no-decay split is Hugging Face's usual one: biases and LayerNorm weights are not decayed.
 `adamw` is `torch.optim.AdamW`; `bert_adam` is Google's AdamWeightDecayOptimizer (no bias
@@ -73,17 +76,27 @@ class OriginalBertAdam(torch.optim.Optimizer):
         p.sub_(group["lr"] * update)
 
 
-def load_model(work_dir: str) -> torch.nn.Module:
-  """The classifier with the converted encoder and the hand-mapped head; every weight is set."""
+def load_model(work_dir: str, architecture: str) -> torch.nn.Module:
+  """The model of class `architecture` with the converted encoder and the hand-mapped head; every
+  weight is set."""
   model_dir = os.path.join(work_dir, "hf_model")
   config = transformers.BertConfig.from_pretrained(model_dir)
-  config.num_labels = int(np.load(os.path.join(work_dir, "head.npz"))["classifier.bias"].shape[0])
+  with np.load(os.path.join(work_dir, "head.npz")) as head:
+    head_state = {name: torch.from_numpy(head[name]) for name in head.files}
+  config.num_labels = int(next(value for name, value in head_state.items()
+                               if name.endswith(".bias")).shape[0])
   config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
   config.classifier_dropout = 0.0
-  model = transformers.BertForSequenceClassification(config)
+  # Hugging Face's word embeddings never train the [PAD] row (`padding_idx`); the original's (and
+  # ours) do wherever padding reaches the loss, as it does through SQuAD's softmax over every
+  # position. Without `padding_idx` the reference trains it too, so the rest is compared.
+  config.pad_token_id = None
+  model = getattr(transformers, architecture)(config)
   state = safetensors.torch.load_file(os.path.join(model_dir, "model.safetensors"))
-  with np.load(os.path.join(work_dir, "head.npz")) as head:
-    state.update({name: torch.from_numpy(head[name]) for name in head.files})
+  state.update(head_state)
+  if not hasattr(model.bert, "pooler") or model.bert.pooler is None:
+    # The encoder was converted with its pooler; BertForQuestionAnswering has none.
+    state = {name: value for name, value in state.items() if not name.startswith("bert.pooler.")}
   # strict: a weight missing from the conversion (or left over) is an error, not a random init.
   model.load_state_dict(state, strict=True)
   return model
@@ -109,7 +122,7 @@ def train(work_dir: str) -> None:
   """Trains as WORK_DIR/settings.json says; writes WORK_DIR/reference.npz."""
   with open(os.path.join(work_dir, "settings.json"), encoding="utf-8") as f:
     settings = json.load(f)
-  model = load_model(work_dir)
+  model = load_model(work_dir, settings["architecture"])
   model.train()
   optimizer = make_optimizer(model, settings)
   schedule = transformers.get_linear_schedule_with_warmup(
@@ -117,9 +130,9 @@ def train(work_dir: str) -> None:
   names = {parameter: name for name, parameter in model.named_parameters()}
   batches = np.load(os.path.join(work_dir, "batches.npz"))
   results = {}
-  for step in range(1, batches["labels"].shape[0] + 1):
+  for step in range(1, batches["input_ids"].shape[0] + 1):
     inputs = {key: torch.from_numpy(batches[key][step - 1].astype(np.int64))
-              for key in ("input_ids", "attention_mask", "token_type_ids", "labels")}
+              for key in batches.files}
     optimizer.zero_grad()
     loss = model(**inputs).loss
     loss.backward()

@@ -8,7 +8,10 @@ weights, converted to Hugging Face safetensors with our `convert_checkpoint.conv
 (the head mapped by hand: ours is `output_weights` [labels, hidden], theirs `classifier.weight` of
 the same layout), train in `BertForSequenceClassification` on the same three batches (padding
 included) with `clip_grad_norm_`, the optimizer and Hugging Face's linear schedule, in a
-subprocess (`hf_reference_training.py`): PyTorch and TensorFlow never share a process.
+subprocess (`hf_reference_training.py`): PyTorch and TensorFlow never share a process. The SQuAD
+case does the same with run_squad's model and loss (`squad.SquadModel`, `squad.squad_loss`: start
+and end cross-entropy over every position, padding included) against `BertForQuestionAnswering`
+(`qa_outputs`); that class has no pooler, and ours, which the loss does not reach, must not move.
 
 Dropout is off on both sides (the classifier head's 0.1, hard-coded as in the original, is set to
 0 in the model we train). After every step the loss before the update, the weights after it and
@@ -21,9 +24,9 @@ AdamWeightDecayOptimizer, no bias correction) against its rule written out in Py
 with `--lr_schedule=linear` and a warmup step against Hugging Face's schedule with that warmup.
 One reference process trains all three, while our side trains (a module fixture starts it).
 
-One exception: the attention key biases' gradient is zero in exact arithmetic (the softmax ignores
-what they add), so both sides apply Adam to rounding noise; for them the test checks that the
-gradients are that small on both sides, and compares nothing else.
+One exception: the gradients that are zero in exact arithmetic (`_has_zero_gradient`: a softmax
+ignores what those variables add), where both sides apply Adam to rounding noise; for them the test
+checks that the gradients are that small on both sides, and compares nothing else.
 
 torch and transformers are in requirements-dev.txt: without them the test fails, saying so.
 """
@@ -43,6 +46,7 @@ import checkpoints
 import classifier
 import convert_checkpoint
 import modeling
+import squad
 import training_loop
 
 CONFIG = dict(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -59,11 +63,19 @@ WEIGHT_DECAY = 0.01  # create_optimizer's default, the original's.
 BETA_1, BETA_2, EPSILON, CLIP_NORM = 0.9, 0.999, 1e-6, 1.0
 # The runs compared, by name: our `--optimizer`, `--lr_schedule` and warmup steps. The reference
 # runs the optimizer of that name and Hugging Face's `get_linear_schedule_with_warmup`.
+CLASSIFIER = "BertForSequenceClassification"
+SQUAD = "BertForQuestionAnswering"
 CASES = {
-    "adamw": dict(optimizer="adamw", lr_schedule="original", num_warmup_steps=0),
-    "bert_adam": dict(optimizer="bert_adam", lr_schedule="original", num_warmup_steps=0),
+    "adamw": dict(architecture=CLASSIFIER, optimizer="adamw", lr_schedule="original",
+                  num_warmup_steps=0),
+    "bert_adam": dict(architecture=CLASSIFIER, optimizer="bert_adam", lr_schedule="original",
+                      num_warmup_steps=0),
     # Hugging Face's schedule with warmup: rates 0, 1, 1/2 of the peak (the original's 0, 2/3, 1/3).
-    "adamw_linear_warmup": dict(optimizer="adamw", lr_schedule="linear", num_warmup_steps=1),
+    "adamw_linear_warmup": dict(architecture=CLASSIFIER, optimizer="adamw", lr_schedule="linear",
+                                num_warmup_steps=1),
+    # A Hugging Face SQuAD recipe on run_squad's head and loss.
+    "squad_adamw_linear_warmup": dict(architecture=SQUAD, optimizer="adamw", lr_schedule="linear",
+                                      num_warmup_steps=1),
 }
 REFERENCE_SCRIPT = os.path.join(REPO_ROOT, "tests", "hf_reference_training.py")
 
@@ -90,16 +102,17 @@ def _random_weights(model) -> None:
       value = 1.0 + 0.1 * rng.normal(size=shape)
     elif name.endswith(("/beta", "/bias", "output_bias")):
       value = 0.3 * rng.normal(size=shape)
-    elif name == "output_weights":
+    elif name.endswith("output_weights"):
       value = rng.normal(size=shape)
     else:
       value = 0.2 * rng.normal(size=shape)
     variable.assign(value.astype(np.float32))
 
 
-def _batches() -> dict:
+def _batches(architecture: str) -> dict:
   """Three batches of four examples: [CLS]-like id 2 first, a second segment in the longer rows,
-  padding (id 0, mask 0, segment 0) after each row's length; labels of every class."""
+  padding (id 0, mask 0, segment 0) after each row's length; labels of every class, or for SQuAD
+  answer spans inside each row (a start at the row's last token, an empty answer at 0)."""
   rng = np.random.default_rng(1)
   shape = (NUM_STEPS, BATCH_SIZE, SEQ_LENGTH)
   input_ids, input_mask, segment_ids = (np.zeros(shape, np.int32) for _ in range(3))
@@ -111,15 +124,31 @@ def _batches() -> dict:
       input_mask[step, row, :length] = 1
       if length > 6:
         segment_ids[step, row, length // 2:length] = 1
+  batches = {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids}
+  if architecture == SQUAD:
+    lengths = np.array(lengths)
+    starts = (rng.random(lengths.shape) * lengths).astype(np.int32)
+    ends = np.minimum(starts + rng.integers(0, 3, size=lengths.shape), lengths - 1)
+    starts[0, 0] = ends[0, 0] = lengths[0, 0] - 1  # The row's last token.
+    starts[0, 1] = ends[0, 1] = 0  # No answer in the window: [CLS].
+    batches.update(start_positions=starts, end_positions=ends.astype(np.int32))
+    return batches
   labels = rng.integers(0, NUM_LABELS, size=(NUM_STEPS, BATCH_SIZE)).astype(np.int32)
   labels[0, :NUM_LABELS] = np.arange(NUM_LABELS)
-  return {"input_ids": input_ids, "input_mask": input_mask, "segment_ids": segment_ids,
-          "label_ids": labels}
+  batches["label_ids"] = labels
+  return batches
+
+
+# Our feature names -> the Hugging Face model's argument names.
+HF_INPUT_NAMES = {"input_ids": "input_ids", "input_mask": "attention_mask",
+                  "segment_ids": "token_type_ids", "label_ids": "labels",
+                  "start_positions": "start_positions", "end_positions": "end_positions"}
 
 
 def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
   """What hf_reference_training.py reads: the encoder converted by convert_checkpoint.py, the head
-  by hand, the batches under Hugging Face's argument names, the optimizer's settings."""
+  by hand, the batches under Hugging Face's argument names, the class and optimizer settings."""
+  architecture = convert_checkpoint.ARCHITECTURES[case["architecture"]]
   config = modeling.BertConfig.from_dict(CONFIG)
   tensors = {name: variable.numpy()
              for name, variable in checkpoints.checkpoint_variables(model).items()}
@@ -131,20 +160,22 @@ def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
       {name: value for name, value in tensors.items() if name.startswith("bert/")},
       os.path.join(encoder_dir, convert_checkpoint.GOOGLE_CHECKPOINT_NAME))
   convert_checkpoint.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
-  np.savez(os.path.join(work_dir, "head.npz"), **{"classifier.weight": tensors["output_weights"],
-                                                  "classifier.bias": tensors["output_bias"]})
-  np.savez(os.path.join(work_dir, "batches.npz"), input_ids=batches["input_ids"],
-           attention_mask=batches["input_mask"], token_type_ids=batches["segment_ids"],
-           labels=batches["label_ids"])
+  np.savez(os.path.join(work_dir, "head.npz"), **{
+      hf_name: tensors[google_name] for google_name, hf_name in architecture.head_names().items()})
+  np.savez(os.path.join(work_dir, "batches.npz"),
+           **{HF_INPUT_NAMES[name]: value for name, value in batches.items()})
   with open(os.path.join(work_dir, "settings.json"), "w") as f:
-    json.dump(dict(optimizer=case["optimizer"], learning_rate=LEARNING_RATE,
+    json.dump(dict(architecture=architecture.name, optimizer=case["optimizer"],
+                   learning_rate=LEARNING_RATE,
                    num_train_steps=NUM_STEPS, num_warmup_steps=case["num_warmup_steps"],
                    weight_decay=WEIGHT_DECAY, beta_1=BETA_1, beta_2=BETA_2, epsilon=EPSILON,
                    clip_norm=CLIP_NORM), f)
 
 
-def _initial_model() -> classifier.BertClassifier:
-  model = classifier.BertClassifier(modeling.BertConfig.from_dict(CONFIG), NUM_LABELS)
+def _initial_model(architecture: str):
+  """Our model of the Hugging Face class `architecture`, with `_random_weights`."""
+  model = convert_checkpoint.ARCHITECTURES[architecture].build_model(
+      modeling.BertConfig.from_dict(CONFIG), NUM_LABELS)
   model.build()
   _random_weights(model)
   return model
@@ -160,9 +191,10 @@ def reference_runs(tmp_path_factory):
     if importlib.util.find_spec(package) is None:  # Looks for it without importing it.
       pytest.fail("%s is not installed: pip install -r requirements-dev.txt" % package)
   work_dirs = {name: str(tmp_path_factory.mktemp("reference_" + name)) for name in CASES}
-  model, batches = _initial_model(), _batches()
   for name, work_dir in work_dirs.items():
-    _write_reference_inputs(work_dir, model, batches, CASES[name])
+    architecture = CASES[name]["architecture"]
+    _write_reference_inputs(work_dir, _initial_model(architecture), _batches(architecture),
+                            CASES[name])
   log_path = str(tmp_path_factory.mktemp("reference_log") / "stderr.txt")
   with open(log_path, "w") as log:
     process = subprocess.Popen([sys.executable, REFERENCE_SCRIPT] + list(work_dirs.values()),
@@ -182,17 +214,22 @@ def reference_runs(tmp_path_factory):
 
 
 def _train_ours(work_dir, batches, case: dict) -> str:
-  """Three steps of training_loop.train from the initial checkpoint, a checkpoint after each;
-  returns the output directory."""
-  processor = classifier.get_processor("mnli")
-  assert len(processor.get_labels()) == NUM_LABELS
+  """Three steps of training_loop.train from the initial checkpoint, a checkpoint after each, with
+  the task's own model and loss; returns the output directory."""
   output_dir = os.path.join(work_dir, "ours")
-  task = classifier.ClassifierTask(modeling.BertConfig.from_dict(CONFIG), processor, None, None,
-                                   output_dir, SEQ_LENGTH)
+  config = modeling.BertConfig.from_dict(CONFIG)
+  if case["architecture"] == SQUAD:
+    task = squad.SquadTask(config, None, squad.SquadOptions(max_seq_length=SEQ_LENGTH),
+                           output_dir)
+  else:
+    processor = classifier.get_processor("mnli")
+    assert len(processor.get_labels()) == NUM_LABELS
+    task = classifier.ClassifierTask(config, processor, None, None, output_dir, SEQ_LENGTH)
 
   def model_fn():
     model = task.build_model()
-    model.dropout.rate = 0.0  # The head's dropout (the original's 0.1 whatever the config).
+    if model.dropout is not None:  # The classifier head's (the original's 0.1 whatever the config).
+      model.dropout.rate = 0.0
     return model
 
   examples = {name: value.reshape((-1,) + value.shape[2:]) for name, value in batches.items()}
@@ -226,15 +263,13 @@ def _losses(output_dir) -> dict:
   return losses
 
 
-def _reference_by_google_name(reference: dict, kind: str, step: int) -> dict:
+def _reference_by_google_name(reference: dict, kind: str, step: int, architecture: str) -> dict:
   """The reference's `kind/step/NAME` tensors under our checkpoint names, in our layout."""
   prefix = "%s/%d/" % (kind, step)
   hf_tensors = {name[len(prefix):]: value for name, value in reference.items()
                 if name.startswith(prefix)}
-  head = {"output_weights": hf_tensors.pop("classifier.weight"),
-          "output_bias": hf_tensors.pop("classifier.bias")}
-  tensors, _ = convert_checkpoint.hf_to_google_tensors(hf_tensors)
-  tensors.update(head)
+  tensors, _ = convert_checkpoint.hf_to_google_tensors(
+      hf_tensors, convert_checkpoint.ARCHITECTURES[architecture])
   return tensors
 
 
@@ -245,17 +280,26 @@ def _relative_differences(ours: dict, theirs: dict) -> dict:
                       max(np.linalg.norm(theirs[name]), 1e-30)) for name in theirs}
 
 
-def _is_key_bias(name: str) -> bool:
-  return name.endswith("/attention/self/key/bias")
+def _has_zero_gradient(name: str, architecture: str) -> bool:
+  """Whether the loss ignores the variable in exact arithmetic: it adds one constant to every
+  score a softmax normalizes. The attention key biases do (the same vector added to every key);
+  under SQuAD's span head so do the head's bias and the last layer's LayerNorm beta (the same
+  vector added to every position's output: one constant to all start or end logits)."""
+  if name.endswith("/attention/self/key/bias"):
+    return True
+  last_layer = "bert/encoder/layer_%d/output/LayerNorm/beta" % (CONFIG["num_hidden_layers"] - 1)
+  return architecture == SQUAD and name in (last_layer, squad.HEAD_SCOPE + "/output_bias")
 
 
 @pytest.mark.parametrize("case", CASES)
 def test_training_steps_equal_hugging_face_pytorch(tmp_path, reference_runs, case):
-  model = _initial_model()
+  architecture = CASES[case]["architecture"]
+  omits = convert_checkpoint.ARCHITECTURES[architecture].omits_name
+  model = _initial_model(architecture)
   initial = {name: variable.numpy()
              for name, variable in checkpoints.checkpoint_variables(model).items()}
   checkpoints.save_checkpoint(model, str(tmp_path / "init" / "model.ckpt"))
-  output_dir = _train_ours(str(tmp_path), _batches(), CASES[case])
+  output_dir = _train_ours(str(tmp_path), _batches(architecture), CASES[case])
   reference = reference_runs(case)
   assert float(reference["grad_norm/1"]) > 2 * CLIP_NORM  # Clipping is exercised.
   losses = _losses(output_dir)
@@ -264,7 +308,7 @@ def test_training_steps_equal_hugging_face_pytorch(tmp_path, reference_runs, cas
 
   def check(kind, step, ours, theirs, rtol):
     for name, difference in _relative_differences(ours, theirs).items():
-      if _is_key_bias(name):
+      if _has_zero_gradient(name, architecture):
         continue
       worst[kind] = max(worst.get(kind, 0.0), difference)
       assert difference <= rtol, "%s of %s at step %d: relative difference %.3g" % (
@@ -276,11 +320,15 @@ def test_training_steps_equal_hugging_face_pytorch(tmp_path, reference_runs, cas
     worst["loss"] = max(worst.get("loss", 0.0), abs(losses[step] - expected) / expected)
     assert losses[step] == pytest.approx(expected, rel=LOSS_RTOL), "loss at step %d" % step
     reader = tf.train.load_checkpoint(checkpoints.checkpoint_prefix(output_dir, step))
-    theirs = {kind: _reference_by_google_name(reference, kind, step)
+    theirs = {kind: _reference_by_google_name(reference, kind, step, architecture)
               for kind in ("param", "m", "v")}
     ours = {kind: {name: reader.get_tensor(name + suffix) for name in theirs["param"]}
             for kind, suffix in (("param", ""), ("m", "/adam_m"), ("v", "/adam_v"))}
-    assert sorted(ours["param"]) == sorted(initial)  # Every weight of the model is compared.
+    # Every weight of the model is compared; those the reference's class lacks (SQuAD's pooler,
+    # which the loss does not reach) keep their initial values: no update, no weight decay.
+    assert sorted(ours["param"]) == sorted(name for name in initial if not omits(name))
+    for name in filter(omits, initial):
+      np.testing.assert_array_equal(reader.get_tensor(name), initial[name], err_msg=name)
     check("update", step,
           {name: value - ours_before[name] for name, value in ours["param"].items()},
           {name: value - theirs_before[name] for name, value in theirs["param"].items()},
@@ -288,15 +336,14 @@ def test_training_steps_equal_hugging_face_pytorch(tmp_path, reference_runs, cas
     check("m", step, ours["m"], theirs["m"], MOMENT_RTOL)
     check("v", step, ours["v"], theirs["v"], MOMENT_RTOL)
     if step == 1:  # The first moment is (1 - beta_1) times the clipped gradient.
-      gradients = _reference_by_google_name(reference, "grad", 1)
+      gradients = _reference_by_google_name(reference, "grad", 1, architecture)
       ours_gradients = {name: value / (1.0 - BETA_1) for name, value in ours["m"].items()}
       check("gradient", step, ours_gradients, gradients, MOMENT_RTOL)
       largest_gradient = max(np.max(np.abs(value)) for value in gradients.values())
-      for name in filter(_is_key_bias, gradients):
-        # Adding the same vector to every key adds one constant to each query's scores, which the
-        # softmax ignores: the key biases' gradient is zero but for rounding, on both sides, and
-        # Adam turns that rounding into updates of up to 1% of the learning rate that need not
-        # agree (the update divides it by itself plus epsilon). Only check that it is rounding.
+      for name in (name for name in gradients if _has_zero_gradient(name, architecture)):
+        # Zero but for rounding, on both sides; Adam turns that rounding into updates of up to 1%
+        # of the learning rate that need not agree (the update divides it by itself plus
+        # epsilon). Only check that it is rounding.
         for side in (gradients, ours_gradients):
           assert np.max(np.abs(side[name])) < 1e-5 * largest_gradient, name
     ours_before, theirs_before = ours["param"], theirs["param"]
