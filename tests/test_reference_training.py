@@ -12,6 +12,8 @@ subprocess (`hf_reference_training.py`): PyTorch and TensorFlow never share a pr
 case does the same with run_squad's model and loss (`squad.SquadModel`, `squad.squad_loss`: start
 and end cross-entropy over every position, padding included) against `BertForQuestionAnswering`
 (`qa_outputs`); that class has no pooler, and ours, which the loss does not reach, must not move.
+The multiple-choice case trains `multiple_choice.BertMultipleChoice` against
+`BertForMultipleChoice`, each batch's rows grouped into examples of two endings.
 
 Dropout is off on both sides (the classifier head's 0.1, hard-coded as in the original, is set to
 0 in the model we train). After every step the loss before the update, the weights after it and
@@ -46,6 +48,7 @@ import checkpoints
 import classifier
 import convert_checkpoint
 import modeling
+import multiple_choice
 import squad
 import training_loop
 
@@ -65,6 +68,8 @@ BETA_1, BETA_2, EPSILON, CLIP_NORM = 0.9, 0.999, 1e-6, 1.0
 # runs the optimizer of that name and Hugging Face's `get_linear_schedule_with_warmup`.
 CLASSIFIER = "BertForSequenceClassification"
 SQUAD = "BertForQuestionAnswering"
+MULTIPLE_CHOICE = "BertForMultipleChoice"
+NUM_CHOICES = 2  # Multiple choice: each batch's four rows are two examples of two endings.
 CASES = {
     "adamw": dict(architecture=CLASSIFIER, optimizer="adamw", lr_schedule="original",
                   num_warmup_steps=0),
@@ -76,6 +81,9 @@ CASES = {
     # A Hugging Face SQuAD recipe on run_squad's head and loss.
     "squad_adamw_linear_warmup": dict(architecture=SQUAD, optimizer="adamw", lr_schedule="linear",
                                       num_warmup_steps=1),
+    # And on the multiple-choice head and loss (a softmax over each example's endings).
+    "multiple_choice_adamw_linear_warmup": dict(architecture=MULTIPLE_CHOICE, optimizer="adamw",
+                                                lr_schedule="linear", num_warmup_steps=1),
 }
 REFERENCE_SCRIPT = os.path.join(REPO_ROOT, "tests", "hf_reference_training.py")
 
@@ -110,9 +118,10 @@ def _random_weights(model) -> None:
 
 
 def _batches(architecture: str) -> dict:
-  """Three batches of four examples: [CLS]-like id 2 first, a second segment in the longer rows,
-  padding (id 0, mask 0, segment 0) after each row's length; labels of every class, or for SQuAD
-  answer spans inside each row (a start at the row's last token, an empty answer at 0)."""
+  """Three batches of four rows: [CLS]-like id 2 first, a second segment in the longer rows,
+  padding (id 0, mask 0, segment 0) after each row's length; labels of every class, for SQuAD
+  answer spans inside each row (a start at the row's last token, an empty answer at 0), for
+  multiple choice rows grouped into examples of NUM_CHOICES endings with the right one's index."""
   rng = np.random.default_rng(1)
   shape = (NUM_STEPS, BATCH_SIZE, SEQ_LENGTH)
   input_ids, input_mask, segment_ids = (np.zeros(shape, np.int32) for _ in range(3))
@@ -132,6 +141,11 @@ def _batches(architecture: str) -> dict:
     starts[0, 0] = ends[0, 0] = lengths[0, 0] - 1  # The row's last token.
     starts[0, 1] = ends[0, 1] = 0  # No answer in the window: [CLS].
     batches.update(start_positions=starts, end_positions=ends.astype(np.int32))
+    return batches
+  if architecture == MULTIPLE_CHOICE:
+    batches = {name: value.reshape((NUM_STEPS, -1, NUM_CHOICES, SEQ_LENGTH))
+               for name, value in batches.items()}
+    batches["label_ids"] = np.array([[0, 1], [1, 1], [1, 0]], np.int32)
     return batches
   labels = rng.integers(0, NUM_LABELS, size=(NUM_STEPS, BATCH_SIZE)).astype(np.int32)
   labels[0, :NUM_LABELS] = np.arange(NUM_LABELS)
@@ -221,6 +235,8 @@ def _train_ours(work_dir, batches, case: dict) -> str:
   if case["architecture"] == SQUAD:
     task = squad.SquadTask(config, None, squad.SquadOptions(max_seq_length=SEQ_LENGTH),
                            output_dir)
+  elif case["architecture"] == MULTIPLE_CHOICE:
+    task = multiple_choice.MultipleChoiceTask(config, None, None, output_dir, SEQ_LENGTH)
   else:
     processor = classifier.get_processor("mnli")
     assert len(processor.get_labels()) == NUM_LABELS
@@ -228,12 +244,16 @@ def _train_ours(work_dir, batches, case: dict) -> str:
 
   def model_fn():
     model = task.build_model()
-    if model.dropout is not None:  # The classifier head's (the original's 0.1 whatever the config).
+    if model.dropout is not None:  # A pooled-output head's (0.1 whatever the config).
       model.dropout.rate = 0.0
     return model
 
   examples = {name: value.reshape((-1,) + value.shape[2:]) for name, value in batches.items()}
-  examples[training_loop.REAL_EXAMPLE_KEY] = np.ones(NUM_STEPS * BATCH_SIZE, np.int32)
+  batch_size = batches["input_ids"].shape[1]
+  examples[training_loop.REAL_EXAMPLE_KEY] = np.ones(NUM_STEPS * batch_size, np.int32)
+  if case["architecture"] == MULTIPLE_CHOICE:
+    examples[multiple_choice.CHOICE_MASK_KEY] = np.ones((NUM_STEPS * batch_size, NUM_CHOICES),
+                                                        np.int32)
 
   def dataset_fn(batch_size, seed):
     del seed  # The batches in their order, as the reference gets them.
@@ -242,7 +262,7 @@ def _train_ours(work_dir, batches, case: dict) -> str:
   config = training_loop.TrainConfig(
       output_dir=output_dir, num_train_steps=NUM_STEPS, num_warmup_steps=case["num_warmup_steps"],
       learning_rate=LEARNING_RATE, optimizer=case["optimizer"], lr_schedule=case["lr_schedule"],
-      train_batch_size=BATCH_SIZE,
+      train_batch_size=batch_size,
       save_checkpoints_steps=1, iterations_per_loop=1, keep_checkpoint_max=NUM_STEPS,
       init_checkpoint=os.path.join(work_dir, "init", "model.ckpt"))
   result = training_loop.train(tf.distribute.get_strategy(), model_fn, task.loss, dataset_fn,
@@ -284,10 +304,13 @@ def _has_zero_gradient(name: str, architecture: str) -> bool:
   """Whether the loss ignores the variable in exact arithmetic: it adds one constant to every
   score a softmax normalizes. The attention key biases do (the same vector added to every key);
   under SQuAD's span head so do the head's bias and the last layer's LayerNorm beta (the same
-  vector added to every position's output: one constant to all start or end logits)."""
+  vector added to every position's output: one constant to all start or end logits), under the
+  multiple-choice head its bias (the same to every ending's score)."""
   if name.endswith("/attention/self/key/bias"):
     return True
   last_layer = "bert/encoder/layer_%d/output/LayerNorm/beta" % (CONFIG["num_hidden_layers"] - 1)
+  if architecture == MULTIPLE_CHOICE:  # One score per ending, the same bias added to each.
+    return name == multiple_choice.HEAD_SCOPE + "/output_bias"
   return architecture == SQUAD and name in (last_layer, squad.HEAD_SCOPE + "/output_bias")
 
 
