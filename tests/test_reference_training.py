@@ -13,7 +13,8 @@ case does the same with run_squad's model and loss (`squad.SquadModel`, `squad.s
 and end cross-entropy over every position, padding included) against `BertForQuestionAnswering`
 (`qa_outputs`); that class has no pooler, and ours, which the loss does not reach, must not move.
 The multiple-choice case trains `multiple_choice.BertMultipleChoice` against
-`BertForMultipleChoice`, each batch's rows grouped into examples of two endings.
+`BertForMultipleChoice`, each batch's rows grouped into examples of two endings; the tagger case
+`tagging.BertTagger` against `BertForTokenClassification`, tags on first sub-tokens only.
 
 Dropout is off on both sides (the classifier head's 0.1, hard-coded as in the original, is set to
 0 in the model we train). After every step the loss before the update, the weights after it and
@@ -50,6 +51,7 @@ import convert_checkpoint
 import modeling
 import multiple_choice
 import squad
+import tagging
 import training_loop
 
 CONFIG = dict(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -69,6 +71,7 @@ BETA_1, BETA_2, EPSILON, CLIP_NORM = 0.9, 0.999, 1e-6, 1.0
 CLASSIFIER = "BertForSequenceClassification"
 SQUAD = "BertForQuestionAnswering"
 MULTIPLE_CHOICE = "BertForMultipleChoice"
+TAGGER = "BertForTokenClassification"
 NUM_CHOICES = 2  # Multiple choice: each batch's four rows are two examples of two endings.
 CASES = {
     "adamw": dict(architecture=CLASSIFIER, optimizer="adamw", lr_schedule="original",
@@ -84,6 +87,9 @@ CASES = {
     # And on the multiple-choice head and loss (a softmax over each example's endings).
     "multiple_choice_adamw_linear_warmup": dict(architecture=MULTIPLE_CHOICE, optimizer="adamw",
                                                 lr_schedule="linear", num_warmup_steps=1),
+    # And on run_ner's tagger (a mean over the batch's labeled first sub-tokens).
+    "tagger_adamw_linear_warmup": dict(architecture=TAGGER, optimizer="adamw",
+                                       lr_schedule="linear", num_warmup_steps=1),
 }
 REFERENCE_SCRIPT = os.path.join(REPO_ROOT, "tests", "hf_reference_training.py")
 
@@ -121,7 +127,9 @@ def _batches(architecture: str) -> dict:
   """Three batches of four rows: [CLS]-like id 2 first, a second segment in the longer rows,
   padding (id 0, mask 0, segment 0) after each row's length; labels of every class, for SQuAD
   answer spans inside each row (a start at the row's last token, an empty answer at 0), for
-  multiple choice rows grouped into examples of NUM_CHOICES endings with the right one's index."""
+  multiple choice rows grouped into examples of NUM_CHOICES endings with the right one's index,
+  for the tagger a tag at each first sub-token (every third token continues a word; [CLS], the
+  last token and padding are not tagged: `tagging.IGNORE_LABEL`)."""
   rng = np.random.default_rng(1)
   shape = (NUM_STEPS, BATCH_SIZE, SEQ_LENGTH)
   input_ids, input_mask, segment_ids = (np.zeros(shape, np.int32) for _ in range(3))
@@ -141,6 +149,15 @@ def _batches(architecture: str) -> dict:
     starts[0, 0] = ends[0, 0] = lengths[0, 0] - 1  # The row's last token.
     starts[0, 1] = ends[0, 1] = 0  # No answer in the window: [CLS].
     batches.update(start_positions=starts, end_positions=ends.astype(np.int32))
+    return batches
+  if architecture == TAGGER:
+    tags = rng.integers(0, NUM_LABELS, size=shape).astype(np.int32)
+    positions = np.arange(SEQ_LENGTH)
+    for step in range(NUM_STEPS):
+      for row, length in enumerate(lengths[step]):
+        tagged = (positions > 0) & (positions < length - 1) & (positions % 3 != 2)
+        tags[step, row, ~tagged] = tagging.IGNORE_LABEL
+    batches["label_ids"] = tags
     return batches
   if architecture == MULTIPLE_CHOICE:
     batches = {name: value.reshape((NUM_STEPS, -1, NUM_CHOICES, SEQ_LENGTH))
@@ -176,8 +193,11 @@ def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
   convert_checkpoint.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
   np.savez(os.path.join(work_dir, "head.npz"), **{
       hf_name: tensors[google_name] for google_name, hf_name in architecture.head_names().items()})
-  np.savez(os.path.join(work_dir, "batches.npz"),
-           **{HF_INPUT_NAMES[name]: value for name, value in batches.items()})
+  hf_batches = {HF_INPUT_NAMES[name]: value for name, value in batches.items()}
+  if architecture.name == TAGGER:  # Hugging Face's losses ignore -100.
+    hf_batches["labels"] = np.where(batches["label_ids"] == tagging.IGNORE_LABEL, -100,
+                                    batches["label_ids"])
+  np.savez(os.path.join(work_dir, "batches.npz"), **hf_batches)
   with open(os.path.join(work_dir, "settings.json"), "w") as f:
     json.dump(dict(architecture=architecture.name, optimizer=case["optimizer"],
                    learning_rate=LEARNING_RATE,
@@ -237,6 +257,9 @@ def _train_ours(work_dir, batches, case: dict) -> str:
                            output_dir)
   elif case["architecture"] == MULTIPLE_CHOICE:
     task = multiple_choice.MultipleChoiceTask(config, None, None, output_dir, SEQ_LENGTH)
+  elif case["architecture"] == TAGGER:
+    task = tagging.TaggingTask(config, None, None, output_dir, SEQ_LENGTH,
+                               tag_list=["B-X", "I-X", "O"])
   else:
     processor = classifier.get_processor("mnli")
     assert len(processor.get_labels()) == NUM_LABELS
@@ -244,7 +267,7 @@ def _train_ours(work_dir, batches, case: dict) -> str:
 
   def model_fn():
     model = task.build_model()
-    if model.dropout is not None:  # A pooled-output head's (0.1 whatever the config).
+    if model.dropout is not None:  # The head's own (a pooled-output head's is always 0.1).
       model.dropout.rate = 0.0
     return model
 
