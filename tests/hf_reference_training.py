@@ -24,11 +24,12 @@ Writes `reference.npz`: for each step k (1-based) `loss/k` (the batch's loss bef
 `param/k/NAME`, `m/k/NAME` and `v/k/NAME` (the weights and the optimizer's first and second
 moments after the update); plus `grad/1/NAME`, the clipped gradients of the first step.
 
-The training step is what a PyTorch user writes: the model's own loss (mean cross-entropy; for spans, of start and end averaged), dropout
-off, `clip_grad_norm_`, then the optimizer and `get_linear_schedule_with_warmup`. The
-decay/no-decay split is Hugging Face's usual one: biases and LayerNorm weights are not decayed.
-`adamw` is `torch.optim.AdamW`; `bert_adam` is Google's AdamWeightDecayOptimizer (no bias
-correction), which PyTorch does not have, written out in `OriginalBertAdam` below.
+The training step is what a PyTorch user writes: the model's own loss (mean cross-entropy; for
+spans, of start and end averaged), dropout off, `clip_grad_norm_`, then the optimizer and
+`get_linear_schedule_with_warmup`. The decay/no-decay split is Hugging Face's usual one: biases and
+LayerNorm weights are not decayed. `adamw` is `torch.optim.AdamW`; `bert_adam` is Google's
+AdamWeightDecayOptimizer (no bias correction), which PyTorch does not have, written out in
+`OriginalBertAdam` below.
 """
 import json
 import os
