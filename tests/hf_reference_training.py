@@ -1,5 +1,6 @@
-"""The reference side of test_reference_training.py: a few training steps of Hugging Face's PyTorch
-`BertForSequenceClassification` or `BertForQuestionAnswering`, run as a script in its own process.
+"""The reference side of test_reference_training.py: a few training steps of a Hugging Face PyTorch
+task model (`BertForSequenceClassification`, `BertForQuestionAnswering`, `BertForMultipleChoice`,
+`BertForTokenClassification`), run as a script in its own process.
 
     python tests/hf_reference_training.py WORK_DIR [WORK_DIR ...]
 
@@ -10,11 +11,12 @@ other: PyTorch is imported once) and reads back what it writes there.
 Reads:
   - `hf_model/config.json` and `hf_model/model.safetensors`: the encoder, as our
     convert_checkpoint.py wrote it from the model's initial weights;
-  - `head.npz`: the head under the class's names: `classifier.weight` [num_labels, hidden] and
-    `classifier.bias` [num_labels], or `qa_outputs.weight` [2, hidden] and `qa_outputs.bias` [2];
-  - `batches.npz`: the model's arguments, one batch per step: `input_ids`, `attention_mask`,
-    `token_type_ids` [steps, batch, seq] and `labels`, or `start_positions` and `end_positions`
-    [steps, batch];
+  - `head.npz`: the head under the class's names: `classifier.weight` [outputs, hidden] and
+    `classifier.bias` [outputs], or `qa_outputs.weight` [2, hidden] and `qa_outputs.bias` [2];
+  - `batches.npz`: the model's arguments, one batch per step on the first axis: `input_ids`,
+    `attention_mask`, `token_type_ids` ([steps, batch, seq]; multiple choice [steps, batch,
+    choices, seq]) and `labels` ([steps, batch], the tagger's [steps, batch, seq] with -100 where
+    untagged) or `start_positions` and `end_positions` [steps, batch];
   - `settings.json`: `architecture` (the class), `optimizer` (`adamw` or `bert_adam`),
     `learning_rate`, `num_train_steps`, `num_warmup_steps`, `weight_decay`, `beta_1`, `beta_2`,
     `epsilon`, `clip_norm`.
@@ -95,8 +97,9 @@ def load_model(work_dir: str, architecture: str) -> torch.nn.Module:
   model = getattr(transformers, architecture)(config)
   state = safetensors.torch.load_file(os.path.join(model_dir, "model.safetensors"))
   state.update(head_state)
-  if not hasattr(model.bert, "pooler") or model.bert.pooler is None:
-    # The encoder was converted with its pooler; BertForQuestionAnswering has none.
+  if model.bert.pooler is None:
+    # The encoder was converted with its pooler; BertForQuestionAnswering and
+    # BertForTokenClassification have none.
     state = {name: value for name, value in state.items() if not name.startswith("bert.pooler.")}
   # strict: a weight missing from the conversion (or left over) is an error, not a random init.
   model.load_state_dict(state, strict=True)

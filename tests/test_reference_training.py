@@ -1,31 +1,33 @@
 """Our training step against an independent reference: Hugging Face's PyTorch BERT.
 
-A tiny `BertClassifier` with random weights (every weight random, LayerNorm and biases included, so
-that a weight decay applied where it should not be shows) trains for three steps with the real
-`training_loop.train` and `ClassifierTask.loss`: the loop, the loss and its normalization, the
-gradient clipping, the optimizer and the learning rate schedule are all ours. The same initial
+A tiny task model with random weights (every weight random, LayerNorm and biases included, so that
+a weight decay applied where it should not be shows) trains for three steps with the real
+`training_loop.train` and the task's own model and loss: the loop, the loss and its normalization,
+the gradient clipping, the optimizer and the learning rate schedule are all ours. The same initial
 weights, converted to Hugging Face safetensors with our `convert_checkpoint.convert_google_to_hf`
-(the head mapped by hand: ours is `output_weights` [labels, hidden], theirs `classifier.weight` of
-the same layout), train in `BertForSequenceClassification` on the same three batches (padding
-included) with `clip_grad_norm_`, the optimizer and Hugging Face's linear schedule, in a
-subprocess (`hf_reference_training.py`): PyTorch and TensorFlow never share a process. The SQuAD
-case does the same with run_squad's model and loss (`squad.SquadModel`, `squad.squad_loss`: start
-and end cross-entropy over every position, padding included) against `BertForQuestionAnswering`
-(`qa_outputs`); that class has no pooler, and ours, which the loss does not reach, must not move.
-The multiple-choice case trains `multiple_choice.BertMultipleChoice` against
-`BertForMultipleChoice`, each batch's rows grouped into examples of two endings; the tagger case
-`tagging.BertTagger` against `BertForTokenClassification`, tags on first sub-tokens only.
+(the head mapped by `ARCHITECTURES`' names: ours is `output_weights` [N, hidden], theirs
+`classifier.weight` or `qa_outputs.weight` of the same layout), train in the matching transformers
+class on the same three batches (padding included) with `clip_grad_norm_`, the optimizer and
+Hugging Face's linear schedule, in a subprocess (`hf_reference_training.py`): PyTorch and
+TensorFlow never share a process.
 
-Dropout is off on both sides (the classifier head's 0.1, hard-coded as in the original, is set to
+The heads (`CASES`): run_classifier's against `BertForSequenceClassification`, with `adamw`
+against `torch.optim.AdamW`, `bert_adam` (the original's AdamWeightDecayOptimizer, no bias
+correction) against its rule written out in PyTorch, and `adamw` with `--lr_schedule=linear` and a
+warmup step against Hugging Face's schedule with that warmup; then, with that last recipe,
+run_squad's (`squad_loss`: start and end cross-entropy over every position, padding included)
+against `BertForQuestionAnswering`, which has no pooler (ours, which the loss does not reach, must
+not move), the multiple-choice head against `BertForMultipleChoice` (each batch's rows grouped into
+examples of two endings), and run_ner's tagger against `BertForTokenClassification` (tags on first
+sub-tokens only). One reference process trains every case while our side trains (a module fixture
+starts it).
+
+Dropout is off on both sides (a pooled-output head's 0.1, hard-coded as in the original, is set to
 0 in the model we train). After every step the loss before the update, the weights after it and
 the optimizer's two moments must agree; the first step's first moment is `(1 - beta_1)` times the
 clipped gradient, so that checks the gradients our loop applied. The first batch's gradient norm
-is above the clipping norm, so clipping is exercised.
-
-Three cases (`CASES`): `adamw` against `torch.optim.AdamW`; `bert_adam` (the original's
-AdamWeightDecayOptimizer, no bias correction) against its rule written out in PyTorch; and `adamw`
-with `--lr_schedule=linear` and a warmup step against Hugging Face's schedule with that warmup.
-One reference process trains all three, while our side trains (a module fixture starts it).
+is above the clipping norm, so clipping is exercised. The reference's word embeddings have no
+`padding_idx`, so the [PAD] row trains on both sides, as the original's does.
 
 One exception: the gradients that are zero in exact arithmetic (`_has_zero_gradient`: a softmax
 ignores what those variables add), where both sides apply Adam to rounding noise; for them the test
@@ -66,13 +68,14 @@ LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 0.01  # create_optimizer's default, the original's.
 # AdamWeightDecay's defaults (optimization.py), as the original's.
 BETA_1, BETA_2, EPSILON, CLIP_NORM = 0.9, 0.999, 1e-6, 1.0
-# The runs compared, by name: our `--optimizer`, `--lr_schedule` and warmup steps. The reference
-# runs the optimizer of that name and Hugging Face's `get_linear_schedule_with_warmup`.
+# The transformers classes compared (`convert_checkpoint.ARCHITECTURES` names our model of each).
 CLASSIFIER = "BertForSequenceClassification"
 SQUAD = "BertForQuestionAnswering"
 MULTIPLE_CHOICE = "BertForMultipleChoice"
 TAGGER = "BertForTokenClassification"
 NUM_CHOICES = 2  # Multiple choice: each batch's four rows are two examples of two endings.
+# The runs compared, by name: the class, our `--optimizer`, `--lr_schedule` and warmup steps. The
+# reference runs the optimizer of that name and Hugging Face's `get_linear_schedule_with_warmup`.
 CASES = {
     "adamw": dict(architecture=CLASSIFIER, optimizer="adamw", lr_schedule="original",
                   num_warmup_steps=0),
@@ -331,9 +334,9 @@ def _has_zero_gradient(name: str, architecture: str) -> bool:
   multiple-choice head its bias (the same to every ending's score)."""
   if name.endswith("/attention/self/key/bias"):
     return True
-  last_layer = "bert/encoder/layer_%d/output/LayerNorm/beta" % (CONFIG["num_hidden_layers"] - 1)
-  if architecture == MULTIPLE_CHOICE:  # One score per ending, the same bias added to each.
+  if architecture == MULTIPLE_CHOICE:
     return name == multiple_choice.HEAD_SCOPE + "/output_bias"
+  last_layer = "bert/encoder/layer_%d/output/LayerNorm/beta" % (CONFIG["num_hidden_layers"] - 1)
   return architecture == SQUAD and name in (last_layer, squad.HEAD_SCOPE + "/output_bias")
 
 
