@@ -23,7 +23,10 @@ fresh Python process as a user's script runs (--nofresh_process: all in this one
   - `hf`: Hugging Face PyTorch (BertForSequenceClassification / ForTokenClassification /
     ForQuestionAnswering) on the same features (our tokenization, windows and labels), each batch
     padded to its longest row (Hugging Face's default dynamic padding), AdamW with bias correction,
-    linear warmup and decay, gradient clipping 1.0, the same batch size, learning rate, epochs.
+    linear warmup and decay, gradient clipping 1.0, the same batch size, learning rate, epochs;
+    rows in a new permutation each epoch, or with --hf_order=ours the rows ours trains on in
+    ours' order (then two systems' runs with one seed differ only in the new output layer's
+    initial weights and the dropout masks).
 Ours trains with --optimizer and --lr_schedule (default adamw and linear: Hugging Face's recipe).
 Times: train = the training loop from the initial checkpoint to the last step (graph tracing and
 the final checkpoint included; feature files made before); eval and predict = the task's own
@@ -60,6 +63,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import benchmark_paths  # Also puts the project on sys.path.
 from benchmark_paths import SHARED_DIR
 
+import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
@@ -116,6 +120,11 @@ flags.DEFINE_enum("hf_squad_steps", "windows", ["windows", "questions"],
                   "What Hugging Face's SQuAD schedule counts: windows (features, as its Trainer "
                   "counts: more steps than ours) or questions (as ours and the original count: "
                   "the same steps as ours).")
+flags.DEFINE_enum("hf_order", "own", ["own", "ours"],
+                  "The order of Hugging Face's training rows: own (a new permutation each epoch "
+                  "from the seed, as its Trainer's sampler) or ours (the rows ours trains on under "
+                  "the same seed, in the same order: a comparison over seeds paired on the order, "
+                  "which moves a short run by more than the two systems differ).")
 flags.DEFINE_integer("export_requests", 100, "One-row requests timed per export.")
 flags.DEFINE_string("row_file", None, "Internal (fresh processes): run the one task and system "
                     "given and write its row here as JSON.")
@@ -405,13 +414,17 @@ class HuggingFace:
     return {name: self.torch.as_tensor(np.asarray(value, np.int64))
             for name, value in batch.items()}
 
-  def train(self, arrays: dict, label_names, count: int | None = None) -> int:
-    """Steps from epochs over `count` rows (default: all of `arrays`), dropping the last partial
-    batch as ours does; each epoch a new permutation of the rows."""
+  def train(self, arrays: dict, label_names, task, count: int | None = None) -> int:
+    """Steps from epochs over `count` rows (default: all of `arrays`), in the order --hf_order
+    says; returns the rows trained on."""
     torch = self.torch
     torch.manual_seed(FLAGS.seed)
     count = count or len(arrays["input_ids"])
     steps = int(count / FLAGS.batch_size * FLAGS.epochs)
+    if FLAGS.hf_order == "ours":
+      order = ours_training_order(task, arrays, steps * FLAGS.batch_size)
+    else:
+      order = sampler_order(len(arrays["input_ids"]), steps)
     no_decay = [p for n, p in self.model.named_parameters() if "bias" in n or "LayerNorm" in n]
     decay = [p for n, p in self.model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -419,13 +432,8 @@ class HuggingFace:
                                   lr=FLAGS.learning_rate, eps=1e-6)
     schedule = self.transformers.get_linear_schedule_with_warmup(
         optimizer, int(steps * WARMUP_PROPORTION), steps)
-    rng = np.random.default_rng(FLAGS.seed)
-    order = np.zeros([0], np.int64)
     self.model.train()
-    for _ in range(steps):
-      if len(order) < FLAGS.batch_size:
-        order = rng.permutation(len(arrays["input_ids"]))
-      rows, order = order[:FLAGS.batch_size], order[FLAGS.batch_size:]
+    for rows in order.reshape([steps, FLAGS.batch_size]):
       loss = self.model(**self._batch(arrays, rows, label_names)).loss
       loss.backward()
       torch.nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
@@ -453,6 +461,42 @@ class HuggingFace:
             results[k] = np.full(shape, -np.inf, np.float32)
           results[k][rows, :value.shape[1]] = value
     return results
+
+
+def sampler_order(num_rows: int, steps: int) -> np.ndarray:
+  """Hugging Face's training rows for `steps` batches: each epoch a new permutation of the rows
+  drawn from the seed, its last partial batch dropped (as ours drops it)."""
+  rng = np.random.default_rng(FLAGS.seed)
+  order, rows = np.zeros([0], np.int64), []
+  for _ in range(steps):
+    if len(order) < FLAGS.batch_size:
+      order = rng.permutation(num_rows)
+    rows.append(order[:FLAGS.batch_size])
+    order = order[FLAGS.batch_size:]
+  return np.concatenate(rows)
+
+
+def ours_training_order(task, arrays: dict, count: int) -> np.ndarray:
+  """The first `count` rows ours trains on with this seed, as indices into `arrays`: our task's
+  training stream seeded as training_loop.train seeds it, each row found in `arrays` by its
+  token and segment ids (both hold the same features; identical rows are interchangeable)."""
+  length = arrays["input_ids"].shape[-1]
+
+  def keys(input_ids, segment_ids):
+    width = [(0, 0)] * (input_ids.ndim - 1) + [(0, length - input_ids.shape[-1])]
+    ids = np.concatenate([np.pad(input_ids, width), np.pad(segment_ids, width)], axis=-1)
+    return [row.tobytes() for row in ids.astype(np.int32).reshape([len(ids), -1])]
+
+  index = {}
+  for i, key in enumerate(keys(arrays["input_ids"], arrays["segment_ids"])):
+    index.setdefault(key, i)
+  keras.utils.set_random_seed(FLAGS.seed)
+  order = []
+  for batch in task.train_data().dataset_fn(FLAGS.batch_size, FLAGS.seed).as_numpy_iterator():
+    order.extend(index[key] for key in keys(batch["input_ids"], batch["segment_ids"]))
+    if len(order) >= count:
+      return np.array(order[:count])
+  raise ValueError("our training stream ended after %d rows" % len(order))
 
 
 def computed_positions(input_mask: np.ndarray, max_seq_length: int) -> dict:
@@ -499,7 +543,7 @@ def run_hf(setup: Setup) -> dict:
                             "input_mask": tf.io.FixedLenFeature([length], tf.int64),
                             "segment_ids": tf.io.FixedLenFeature([length], tf.int64),
                             "label_ids": tf.io.FixedLenFeature([], tf.int64)})
-    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")])
+    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")], task)
 
     def classify(examples):
       features = [classifier.convert_single_example(i, e, processor.get_labels(), length,
@@ -517,7 +561,7 @@ def run_hf(setup: Setup) -> dict:
   elif setup.name == "conll":
     features = task._features(task._read("train"))  # pylint: disable=protected-access
     arrays = tagging.features_to_arrays(features)
-    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")])
+    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")], task)
 
     def tag(split):
       sentences = task._read(split)  # pylint: disable=protected-access
@@ -532,7 +576,8 @@ def run_hf(setup: Setup) -> dict:
     (_, row["predict_n"]), row["predict_s"] = timed(tag, "test")
   elif setup.name == "mc":
     train_arrays = mc_arrays(task, "train")
-    row["train_n"], row["train_s"] = timed(peer.train, train_arrays, [("labels", "label_ids")])
+    row["train_n"], row["train_s"] = timed(peer.train, train_arrays, [("labels", "label_ids")],
+                                           task)
 
     def choose():
       arrays = mc_arrays(task, "dev")
@@ -548,7 +593,7 @@ def run_hf(setup: Setup) -> dict:
     arrays = records(path, squad.feature_spec(length, True))
     row["train_n"], row["train_s"] = timed(
         peer.train, arrays, [("start_positions", "start_positions"),
-                             ("end_positions", "end_positions")],
+                             ("end_positions", "end_positions")], task,
         num_questions if FLAGS.hf_squad_steps == "questions" else None)
 
     def answer():
