@@ -124,7 +124,8 @@ flags.DEFINE_enum("hf_order", "own", ["own", "ours"],
                   "The order of Hugging Face's training rows: own (a new permutation each epoch "
                   "from the seed, as its Trainer's sampler) or ours (the rows ours trains on under "
                   "the same seed, in the same order: a comparison over seeds paired on the order, "
-                  "which moves a short run by more than the two systems differ).")
+                  "which moves a short run by more than the two systems differ; the training "
+                  "time then includes reading ours' order).")
 flags.DEFINE_integer("export_requests", 100, "One-row requests timed per export.")
 flags.DEFINE_string("row_file", None, "Internal (fresh processes): run the one task and system "
                     "given and write its row here as JSON.")
@@ -465,7 +466,7 @@ class HuggingFace:
 
 def sampler_order(num_rows: int, steps: int) -> np.ndarray:
   """Hugging Face's training rows for `steps` batches: each epoch a new permutation of the rows
-  drawn from the seed, its last partial batch dropped (as ours drops it)."""
+  drawn from the seed, its last partial batch dropped (every step a full batch, as ours)."""
   rng = np.random.default_rng(FLAGS.seed)
   order, rows = np.zeros([0], np.int64), []
   for _ in range(steps):
