@@ -124,8 +124,7 @@ flags.DEFINE_enum("hf_order", "own", ["own", "ours"],
                   "The order of Hugging Face's training rows: own (a new permutation each epoch "
                   "from the seed, as its Trainer's sampler) or ours (the rows ours trains on under "
                   "the same seed, in the same order: a comparison over seeds paired on the order, "
-                  "which moves a short run by more than the two systems differ; the training "
-                  "time then includes reading ours' order).")
+                  "which moves a short run by more than the two systems differ).")
 flags.DEFINE_integer("export_requests", 100, "One-row requests timed per export.")
 flags.DEFINE_string("row_file", None, "Internal (fresh processes): run the one task and system "
                     "given and write its row here as JSON.")
@@ -415,17 +414,12 @@ class HuggingFace:
     return {name: self.torch.as_tensor(np.asarray(value, np.int64))
             for name, value in batch.items()}
 
-  def train(self, arrays: dict, label_names, task, count: int | None = None) -> int:
-    """Steps from epochs over `count` rows (default: all of `arrays`), in the order --hf_order
-    says; returns the rows trained on."""
+  def train(self, arrays: dict, label_names, order: np.ndarray) -> int:
+    """One step per --batch_size rows of `order` (indices into `arrays`, `training_order`);
+    returns the rows trained on."""
     torch = self.torch
     torch.manual_seed(FLAGS.seed)
-    count = count or len(arrays["input_ids"])
-    steps = int(count / FLAGS.batch_size * FLAGS.epochs)
-    if FLAGS.hf_order == "ours":
-      order = ours_training_order(task, arrays, steps * FLAGS.batch_size)
-    else:
-      order = sampler_order(len(arrays["input_ids"]), steps)
+    steps = len(order) // FLAGS.batch_size
     no_decay = [p for n, p in self.model.named_parameters() if "bias" in n or "LayerNorm" in n]
     decay = [p for n, p in self.model.named_parameters() if not ("bias" in n or "LayerNorm" in n)]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -462,6 +456,16 @@ class HuggingFace:
             results[k] = np.full(shape, -np.inf, np.float32)
           results[k][rows, :value.shape[1]] = value
     return results
+
+
+def training_order(task, arrays: dict, count: int | None = None) -> np.ndarray:
+  """Hugging Face's training rows (indices into `arrays`) for the steps of --epochs over `count`
+  rows (default: all of `arrays`), in the order --hf_order says. Drawn before training is timed."""
+  count = count or len(arrays["input_ids"])
+  steps = int(count / FLAGS.batch_size * FLAGS.epochs)
+  if FLAGS.hf_order == "ours":
+    return ours_training_order(task, arrays, steps * FLAGS.batch_size)
+  return sampler_order(len(arrays["input_ids"]), steps)
 
 
 def sampler_order(num_rows: int, steps: int) -> np.ndarray:
@@ -544,7 +548,8 @@ def run_hf(setup: Setup) -> dict:
                             "input_mask": tf.io.FixedLenFeature([length], tf.int64),
                             "segment_ids": tf.io.FixedLenFeature([length], tf.int64),
                             "label_ids": tf.io.FixedLenFeature([], tf.int64)})
-    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")], task)
+    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")],
+                                           training_order(task, arrays))
 
     def classify(examples):
       features = [classifier.convert_single_example(i, e, processor.get_labels(), length,
@@ -562,7 +567,8 @@ def run_hf(setup: Setup) -> dict:
   elif setup.name == "conll":
     features = task._features(task._read("train"))  # pylint: disable=protected-access
     arrays = tagging.features_to_arrays(features)
-    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")], task)
+    row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")],
+                                           training_order(task, arrays))
 
     def tag(split):
       sentences = task._read(split)  # pylint: disable=protected-access
@@ -578,7 +584,7 @@ def run_hf(setup: Setup) -> dict:
   elif setup.name == "mc":
     train_arrays = mc_arrays(task, "train")
     row["train_n"], row["train_s"] = timed(peer.train, train_arrays, [("labels", "label_ids")],
-                                           task)
+                                           training_order(task, train_arrays))
 
     def choose():
       arrays = mc_arrays(task, "dev")
@@ -592,10 +598,11 @@ def run_hf(setup: Setup) -> dict:
     path, num_questions, _ = squad.cached_train_features(
         setup.train_file, task.output_dir, tokenizer, setup.options)
     arrays = records(path, squad.feature_spec(length, True))
+    order = training_order(task, arrays,
+                           num_questions if FLAGS.hf_squad_steps == "questions" else None)
     row["train_n"], row["train_s"] = timed(
         peer.train, arrays, [("start_positions", "start_positions"),
-                             ("end_positions", "end_positions")], task,
-        num_questions if FLAGS.hf_squad_steps == "questions" else None)
+                             ("end_positions", "end_positions")], order)
 
     def answer():
       options = setup.options
