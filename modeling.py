@@ -24,6 +24,7 @@ import tensorflow as tf
 
 import checkpoints
 import errors
+import packing
 
 # The original's modeling.py was where checkpoints were loaded; they now live in checkpoints.py.
 init_from_checkpoint = checkpoints.init_from_checkpoint
@@ -593,15 +594,29 @@ class Embeddings(keras.layers.Layer):
     self.position_embeddings = table("position_embeddings", config.max_position_embeddings)
     self.layer_norm.build((None, None, config.hidden_size))
 
-  def call(self, input_ids, token_type_ids, training=False):
+  def call(self, input_ids, token_type_ids, position_ids=None, training=False):
+    """Embeds [B, T] ids. Position t of a row has position id t unless `position_ids` [B, T]
+    gives each token its own (packed rows: each sequence counts from 0)."""
     seq_length = get_shape_list(input_ids, expected_rank=2)[1]
-    if isinstance(seq_length, int) and seq_length > self.config.max_position_embeddings:
-      raise ValueError("sequence length %d exceeds max_position_embeddings %d" %
-                       (seq_length, self.config.max_position_embeddings))
+    if position_ids is None:
+      if isinstance(seq_length, int) and seq_length > self.config.max_position_embeddings:
+        raise ValueError("sequence length %d exceeds max_position_embeddings %d" %
+                         (seq_length, self.config.max_position_embeddings))
+      positions = self.position_embeddings[tf.newaxis, :seq_length, :]
+    else:
+      positions = tf.gather(self.position_embeddings, position_ids)
     embeddings = (tf.gather(self.word_embeddings, input_ids) +
-                  tf.gather(self.token_type_embeddings, token_type_ids) +
-                  self.position_embeddings[tf.newaxis, :seq_length, :])
+                  tf.gather(self.token_type_embeddings, token_type_ids) + positions)
     return self.dropout(self.layer_norm(embeddings), training=training)
+
+
+def packed_attention_mask(packed_sequence_ids: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+  """The block-diagonal attention mask of packed rows: float32 [B, T, T], 1 where query and key
+  belong to the same sequence (`packed_sequence_ids` [B, T], 0 on padding) and the key is a real
+  token (`input_mask`), so each sequence attends exactly where its padded row would."""
+  same = tf.equal(packed_sequence_ids[:, :, tf.newaxis], packed_sequence_ids[:, tf.newaxis, :])
+  real_key = tf.not_equal(input_mask, 0)[:, tf.newaxis, :]
+  return tf.cast(same & real_key, tf.float32)
 
 
 def _unpack_features(input_ids, input_mask, token_type_ids, extra_keys=()):
@@ -628,6 +643,11 @@ class BertModel(keras.Model):
     embedding_output [B, T, H]: the embedding layer's output.
   `input_mask` defaults to all ones, `token_type_ids` to zeros. Dropout only when `training`.
   The variables are built by `model.build()` or by the first call.
+
+  A dict may also hold packed rows (`packing.PACKED_FEATURES`: `position_ids`,
+  `packed_sequence_ids`, `sequence_starts`): each sequence then attends only to itself
+  (`packed_attention_mask`) and `pooled_output` is [sequences, H], one per sequence's [CLS], in
+  the order of `sequence_starts`.
   """
 
   # Tells checkpoints.py that this model keeps its own name (`bert/...`) in checkpoint names.
@@ -655,18 +675,26 @@ class BertModel(keras.Model):
     return self.embeddings.word_embeddings
 
   def call(self, input_ids, input_mask=None, token_type_ids=None, training=False):
-    input_ids, input_mask, token_type_ids = _unpack_features(input_ids, input_mask, token_type_ids)
+    packed = packing.is_packed(input_ids)
+    input_ids, input_mask, token_type_ids, position_ids, sequence_ids, starts = _unpack_features(
+        input_ids, input_mask, token_type_ids, extra_keys=packing.PACKED_FEATURES)
     if input_mask is None:
       input_mask = tf.ones_like(input_ids)
     if token_type_ids is None:
       token_type_ids = tf.zeros_like(input_ids)
-    embedding_output = self.embeddings(input_ids, token_type_ids, training=training)
-    # [B, 1, T] broadcasts over query positions: the same values as the original's [B, T, T] mask.
-    attention_mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, :]
+    embedding_output = self.embeddings(input_ids, token_type_ids, position_ids,
+                                       training=training)
+    if packed:
+      attention_mask = packed_attention_mask(sequence_ids, input_mask)
+    else:
+      # [B, 1, T] broadcasts over query positions: the original's [B, T, T] mask's values.
+      attention_mask = tf.cast(input_mask, tf.float32)[:, tf.newaxis, :]
     encoder_outputs = self.encoder(embedding_output, attention_mask=attention_mask,
                                    training=training)
     sequence_output = encoder_outputs[-1]
-    pooled_output = self.pooler(sequence_output[:, 0, :])
+    first_tokens = (tf.gather_nd(sequence_output, tf.reshape(starts, [-1, 2])) if packed else
+                    sequence_output[:, 0, :])
+    pooled_output = self.pooler(first_tokens)
     return {
         "sequence_output": sequence_output,
         "pooled_output": pooled_output,
@@ -731,7 +759,9 @@ class BertTaskModel(keras.Model):
     self.built = True
 
   def logits(self, features, training=False) -> tf.Tensor:
-    """float32 logits [B, N] or [B, T, N]."""
+    """float32 logits [B, N] or [B, T, N]. On packed rows (`packing`) B counts sequences: one
+    row of logits per sequence's [CLS], or its tokens laid out as a padded row of the packed
+    width (zero past its end)."""
     hidden = self.bert(features, training=training)[self.bert_output]
     if self.dropout is not None:
       hidden = self.dropout(hidden, training=training)
@@ -740,7 +770,11 @@ class BertTaskModel(keras.Model):
       logits = tf.matmul(hidden, weights, transpose_b=True)
     else:
       logits = tf.einsum("bth,nh->btn", hidden, weights)
-    return tf.cast(logits + tf.cast(self.output_bias, hidden.dtype), tf.float32)
+    logits = tf.cast(logits + tf.cast(self.output_bias, hidden.dtype), tf.float32)
+    if hidden.shape.rank == 3 and packing.is_packed(features):
+      logits = packing.unpack_tokens(logits, features[packing.SEQUENCE_STARTS],
+                                     features[packing.SEQUENCE_IDS])
+    return logits
 
   def call(self, features, training=False):
     return self.logits(features, training=training)

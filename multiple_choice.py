@@ -46,6 +46,7 @@ import export
 import fine_tuning
 import in_graph_tokenization
 import modeling
+import packing
 import task_files
 import tokenization
 import training_loop
@@ -254,10 +255,16 @@ class BertMultipleChoice(modeling.BertTaskModel):
     super().__init__(config, 1, "pooled_output", 0.1, head_scope=HEAD_SCOPE, name=name, **kwargs)
 
   def call(self, features, training=False):
-    shape = tf.shape(features["input_ids"])
-    pairs = {name: tf.reshape(features[name], [-1, shape[2]]) for name in export.ID_INPUTS}
-    scores = tf.reshape(self.logits(pairs, training=training), shape[:2])
-    return tf.where(features[CHOICE_MASK_KEY] > 0, scores, tf.cast(-np.inf, scores.dtype))
+    """Scores each pair: rows of [B * num_choices, seq] pairs, or packed rows
+    (`packing`) whose `sequence_starts` [B, num_choices, 2] locate each pair's [CLS]."""
+    if packing.is_packed(features):
+      pairs = features
+    else:
+      seq_length = tf.shape(features["input_ids"])[2]
+      pairs = {name: tf.reshape(features[name], [-1, seq_length]) for name in export.ID_INPUTS}
+    choice_mask = features[CHOICE_MASK_KEY]
+    scores = tf.reshape(self.logits(pairs, training=training), tf.shape(choice_mask))
+    return tf.where(choice_mask > 0, scores, tf.cast(-np.inf, scores.dtype))
 
 
 def _finite(logits: tf.Tensor) -> tf.Tensor:

@@ -1,0 +1,216 @@
+# coding=utf-8
+"""Packed rows: several sequences share one row, with the padded model's math.
+
+A batch padded to its longest example spends most of its work on padding (a random batch of 32
+SST-2 sentences pads to about four times their average length). Packing puts several sequences
+in one row instead. Each keeps its own position ids (from 0) and segment ids, and attends only
+to itself (`modeling.packed_attention_mask`, the original's additive -10000 mask per row, block
+diagonal); a head reads each sequence's own [CLS] (`sequence_starts`) or its tokens
+(`unpack_tokens`). Masked keys get exactly zero attention in float32, so every sequence's outputs
+are its padded outputs up to float rounding (Krell et al., "Efficient Sequence Packing without
+Cross-contamination").
+
+A packed batch (`pack_batch`) keeps the examples of the batch it packs, in their order, cut into
+`num_groups` equal groups of consecutive examples (one per replica and micro-batch, so
+tf.distribute and gradient accumulation see the same examples per step as unpacked); each group
+is packed into rows of its own. Every tensor leads with the group axis:
+
+- `input_ids`, `input_mask`, `segment_ids`, `position_ids`, `packed_sequence_ids` (1, 2, ... per
+  sequence of a row, 0 on padding): [groups, rows, width];
+- `sequence_starts`: [groups, examples, 2] (row in the group, first position), for multiple
+  choice [groups, examples, choices, 2];
+- every other feature: [groups, examples, ...], those of `input_mask`'s shape cut to the width.
+
+`merge_groups` turns a replica's groups into one set of rows, as the model reads them.
+"""
+
+from typing import Mapping, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+import length_buckets
+
+# The per-position features packed into rows; every other feature stays per example.
+PACKED_INPUTS = ("input_ids", "input_mask", "segment_ids")
+POSITION_IDS = "position_ids"
+SEQUENCE_IDS = "packed_sequence_ids"
+SEQUENCE_STARTS = "sequence_starts"
+# What a packed batch adds to a padded one; the model reads rows as packed when they are present.
+PACKED_FEATURES = (POSITION_IDS, SEQUENCE_IDS, SEQUENCE_STARTS)
+_ROW_FEATURES = PACKED_INPUTS + (POSITION_IDS, SEQUENCE_IDS)
+
+
+def first_fit_decreasing(lengths: Sequence[int], capacity: int) -> list[list[int]]:
+  """Packs items of `lengths` into bins of `capacity`: longest first (ties in input order), each
+  into the first bin with room, else a new bin.
+
+  Returns the bins as lists of item indices, in the order the bins were opened, each in the
+  order its items were placed. Zero-length items take no room and go to the first bin. FFD
+  uses at most 11/9 of the optimal number of bins plus one, and it is deterministic, which exact
+  resume needs (the same batch always packs alike).
+  """
+  if any(length > capacity for length in lengths):
+    raise ValueError("an item of length %d does not fit a bin of %d" % (max(lengths), capacity))
+  order = sorted(range(len(lengths)), key=lambda index: -lengths[index])
+  bins, room = [], []
+  for index in order:
+    for bin_index, free in enumerate(room):
+      if lengths[index] <= free:
+        bins[bin_index].append(index)
+        room[bin_index] -= lengths[index]
+        break
+    else:
+      bins.append([index])
+      room.append(capacity - lengths[index])
+  return bins
+
+
+def sequence_lengths(mask: np.ndarray) -> np.ndarray:
+  """One past the last non-zero position of each row of `mask` [..., T] (0 for an empty row):
+  the tokens a sequence keeps, as `length_buckets.trim_to_bucket` counts them."""
+  positions = np.arange(1, mask.shape[-1] + 1)
+  return np.max(np.where(mask != 0, positions, 0), axis=-1)
+
+
+def _pack_rows(lengths: np.ndarray, num_groups: int, width: int) -> list[list[list[int]]]:
+  """FFD bins (sequence indices within the group) of each of `num_groups` equal groups."""
+  per_group = len(lengths) // num_groups
+  return [first_fit_decreasing(lengths[group * per_group:(group + 1) * per_group].tolist(), width)
+          for group in range(num_groups)]
+
+
+def choose_width(lengths: np.ndarray, num_groups: int, widths: Sequence[int]) -> int:
+  """The row width among `widths` (length buckets at least the longest sequence) that computes
+  the fewest positions (groups x rows of the fullest group x width); the narrowest on a tie."""
+  longest = int(np.max(lengths, initial=1))
+  candidates = [width for width in widths if width >= longest]
+  return min(candidates, key=lambda width: (
+      width * max(len(rows) for rows in _pack_rows(lengths, num_groups, width)), width))
+
+
+def pack_arrays(features: Mapping[str, np.ndarray], num_groups: int) -> dict:
+  """Packs one batch of padded numpy features ([batch, ...], `input_mask` [batch, T] or
+  [batch, choices, T]) into `num_groups` groups of rows (the layout of this module's docstring).
+
+  The batch must divide into `num_groups`; the width is `choose_width`'s among the length
+  buckets of T; every group has the rows of the fullest one (the others' extra rows are padding).
+  """
+  mask = np.asarray(features["input_mask"])
+  batch_size, seq_length = mask.shape[0], mask.shape[-1]
+  if batch_size % num_groups:
+    raise ValueError("a batch of %d examples does not split into %d groups" %
+                     (batch_size, num_groups))
+  per_sequence = mask.shape[1:-1]  # () or (choices,)
+  lengths = sequence_lengths(mask).reshape(-1)
+  width = choose_width(lengths, num_groups, length_buckets.padded_length_buckets(seq_length))
+  groups = _pack_rows(lengths, num_groups, width)
+  num_rows = max(len(rows) for rows in groups)
+  sequences = {name: np.asarray(features[name]).reshape(-1, seq_length) for name in PACKED_INPUTS}
+  rows = {name: np.zeros((num_groups, num_rows, width), sequences[name].dtype)
+          for name in PACKED_INPUTS}
+  rows.update({name: np.zeros((num_groups, num_rows, width), np.int32)
+               for name in (POSITION_IDS, SEQUENCE_IDS)})
+  sequences_per_group = len(lengths) // num_groups
+  starts = np.zeros((num_groups, sequences_per_group, 2), np.int32)
+  for group, bins in enumerate(groups):
+    for row, members in enumerate(bins):
+      start = 0
+      for number, member in enumerate(members, start=1):
+        sequence = group * sequences_per_group + member
+        length = lengths[sequence]
+        span = slice(start, start + length)
+        for name in PACKED_INPUTS:
+          rows[name][group, row, span] = sequences[name][sequence, :length]
+        rows[POSITION_IDS][group, row, span] = np.arange(length)
+        rows[SEQUENCE_IDS][group, row, span] = number
+        starts[group, member] = (row, start) if length else (0, 0)  # in range, never read
+        start += length
+  packed = dict(rows)
+  packed[SEQUENCE_STARTS] = starts.reshape((num_groups, -1) + per_sequence + (2,))
+  for name, value in features.items():
+    if name in PACKED_INPUTS:
+      continue
+    value = np.asarray(value)
+    if value.shape == mask.shape:
+      value = value[..., :width]
+    packed[name] = value.reshape((num_groups, batch_size // num_groups) + value.shape[1:])
+  return packed
+
+
+def pack_batch(features: Mapping[str, tf.Tensor], num_groups: int) -> dict:
+  """`pack_arrays` on a batch of a tf.data pipeline (a `dataset.map` function).
+
+  The packing runs in numpy (`tf.numpy_function`); the result keeps the static shapes that do
+  not depend on the batch's lengths: the group axis, the examples per group, the choices.
+  """
+  names = sorted(features)
+  mask_shape = features["input_mask"].shape
+  batch_size = features["input_mask"].shape[0]
+  if batch_size is None:
+    raise ValueError("packing needs batches of a static size (drop_remainder=True)")
+  per_group = batch_size // num_groups
+  out_names = sorted(set(names) | set(PACKED_FEATURES))
+  out_dtypes = {name: (tf.int32 if name in PACKED_FEATURES else features[name].dtype)
+                for name in out_names}
+
+  def pack(*values):
+    packed = pack_arrays(dict(zip(names, values)), num_groups)
+    return [packed[name].astype(out_dtypes[name].as_numpy_dtype) for name in out_names]
+
+  outputs = tf.numpy_function(pack, [features[name] for name in names],
+                              [out_dtypes[name] for name in out_names], stateful=False)
+  packed = dict(zip(out_names, outputs))
+  for name, value in packed.items():
+    if name in _ROW_FEATURES:
+      value.set_shape([num_groups, None, None])
+    elif name == SEQUENCE_STARTS:
+      value.set_shape([num_groups, per_group] + mask_shape[1:-1].as_list() + [2])
+    else:
+      shape = features[name].shape
+      trailing = shape[1:-1].as_list() + [None] if shape == mask_shape else shape[1:].as_list()
+      value.set_shape([num_groups, per_group] + trailing)
+  return packed
+
+
+def merge_groups(features: Mapping[str, tf.Tensor]) -> dict:
+  """A replica's packed features [g, ...] as one batch: rows [g * rows, width], examples
+  [g * examples, ...], `sequence_starts` pointing into the merged rows."""
+  rows_per_group = tf.shape(features[SEQUENCE_IDS])[1]
+
+  def merged(value):
+    return tf.reshape(value, tf.concat([[-1], tf.shape(value)[2:]], 0))
+
+  merged_features = {name: merged(value) for name, value in features.items()}
+  starts = features[SEQUENCE_STARTS]
+  group = tf.range(tf.shape(starts)[0], dtype=starts.dtype)
+  group = tf.reshape(group, [-1] + [1] * (len(starts.shape) - 1))
+  offset = tf.concat([group * rows_per_group, tf.zeros_like(group)], axis=-1)
+  merged_features[SEQUENCE_STARTS] = merged(starts + offset)
+  return merged_features
+
+
+def is_packed(features) -> bool:
+  """Whether a feature dict holds packed rows (`PACKED_FEATURES`)."""
+  return isinstance(features, Mapping) and SEQUENCE_STARTS in features
+
+
+def unpack_tokens(packed: tf.Tensor, sequence_starts: tf.Tensor,
+                  sequence_ids: tf.Tensor) -> tf.Tensor:
+  """Per-token values of packed rows [rows, width, ...] as one row per sequence [sequences,
+  width, ...] (`sequence_starts` [..., 2] flattened in order), zero past each sequence's end:
+  the layout a padded batch of width `width` gives its heads. A sequence without tokens (a
+  multiple-choice example's missing choice) has no own values; heads mask it."""
+  starts = tf.reshape(sequence_starts, [-1, 2])
+  width = tf.shape(packed)[1]
+  positions = starts[:, 1:] + tf.range(width)[tf.newaxis, :]  # [sequences, width]
+  in_row = positions < width
+  clipped = tf.minimum(positions, width - 1)
+  rows = tf.broadcast_to(starts[:, :1], tf.shape(clipped))
+  indices = tf.stack([rows, clipped], axis=-1)
+  own_id = tf.gather_nd(sequence_ids, starts)[:, tf.newaxis]
+  keep = in_row & (tf.gather_nd(sequence_ids, indices) == own_id) & (own_id > 0)
+  values = tf.gather_nd(packed, indices)
+  keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([len(packed.shape) - 2], tf.int32)],
+                                    0))
+  return tf.where(keep, values, tf.zeros_like(values))
