@@ -181,6 +181,15 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
           "Default: the original's batches, each padded to the bucket of its longest example.")
 
 
+def define_packing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
+  """Defines `pack_sequences` (training of the tasks whose heads read each sequence's [CLS] or
+  tokens: run_classifier, run_ner, run_multiple_choice)."""
+  _define(flag_values, "bool", "pack_sequences", False,
+          "Pack the sequences of each training batch into shared rows, each sequence attending "
+          "only to itself with its own positions (the same examples per step and the same math "
+          "as padded batches, fewer positions computed; see packing.py).")
+
+
 def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:
   """`--bucket_by_length`, off on TPUs (they need every batch of one static shape)."""
   return flag_values.bucket_by_length and not flag_values.use_tpu
@@ -393,6 +402,7 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
       allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint,
       allow_changed_settings=FLAGS.allow_changed_settings,
       model_settings=_model_settings(),
+      pack_sequences="pack_sequences" in FLAGS and FLAGS.pack_sequences,
       **{name: FLAGS[name].value for name in _EVAL_DURING_TRAINING_FLAGS if name in FLAGS})
 
 

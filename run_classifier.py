@@ -30,6 +30,7 @@ def define_flags() -> None:
   flags.DEFINE_string("task_name", None, "The name of the task to train: %s." %
                       ", ".join(classifier.PROCESSORS))
   cli.define_skip_bad_rows_flag()
+  cli.define_packing_flag()
   flags.DEFINE_string("xnli_language", "zh", "The XNLI language to train and evaluate on.")
   flags.DEFINE_string("text_a_column", "text_a",
                       "task_name=generic: the column (header name, JSON key, or 0-based index "

@@ -34,6 +34,7 @@ def define_flags() -> None:
   cli.define_data_file_flags("SWAG CSV (.csv) or JSON Lines (.jsonl)", "train.csv", "val.csv",
                              "test.csv")
   cli.define_skip_bad_rows_flag()
+  cli.define_packing_flag()
 
 
 def main(_):

@@ -27,6 +27,7 @@ def define_flags() -> None:
   """run_classifier's flags (as the original's) for CoNLL files."""
   cli.define_task_flags(128, "`serving_default` tags raw `text`; `token_ids` gives tag ids")
   cli.define_data_file_flags("CoNLL column files", "train.txt", "dev.txt", "test.txt")
+  cli.define_packing_flag()
   flags.DEFINE_integer("doc_stride", None,
                        "Long sentences: overlapping windows of max_seq_length - 2 pieces starting "
                        "every doc_stride pieces (as run_squad), each word's tag read from the "

@@ -36,6 +36,7 @@ import distribution
 import errors
 import length_buckets
 import optimization
+import packing
 import progress_log
 
 # Feature key that evaluate() and predict() set to 1 for real examples and 0 for padding rows
@@ -105,6 +106,9 @@ class TrainConfig:
   early_stopping_metric: Optional[str] = None  # higher is better unless its name has "loss"
   keep_best_checkpoint: bool = False  # keep output_dir/best/model.ckpt-<step> + its metrics
   steps_per_epoch: Optional[float] = None  # set by with_schedule from the number of examples
+  # Pack each global batch's sequences into shared rows (packing.py): the same examples, steps and
+  # math, fewer positions computed. Not recorded with the settings (the same updates).
+  pack_sequences: bool = False
 
   @property
   def evaluates_during_training(self) -> bool:
@@ -217,6 +221,24 @@ def _split_micro_batches(features: Mapping[str, tf.Tensor], num_micro_batches: i
     return tf.transpose(micro, [1, 0] + list(range(2, len(tensor.shape) + 1)))
 
   return {name: split(tensor) for name, tensor in features.items()}
+
+
+def _packed(dataset: tf.data.Dataset, num_groups: int) -> tf.data.Dataset:
+  """Global batches packed into rows (packing.pack_batch), one group per replica and
+  micro-batch: the split into micro-batches and replicas then hands each the examples it gets
+  unpacked."""
+  logging.info("Training on packed rows (%d packing groups per global batch)", num_groups)
+  return dataset.map(lambda features: packing.pack_batch(features, num_groups),
+                     num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def _on_merged_groups(loss_fn: LossFn) -> LossFn:
+  """`loss_fn` on a replica's packed groups merged into one batch (packing.merge_groups)."""
+
+  def merged_loss(model, features, training):
+    return loss_fn(model, packing.merge_groups(features), training)
+
+  return merged_loss
 
 
 def _zeros_like(output: tf.Tensor) -> tf.Tensor:
@@ -569,12 +591,15 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
   # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
   dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
       step - config.phase_start_step)
+  if config.pack_sequences:
+    dataset = _packed(dataset, strategy.num_replicas_in_sync * config.gradient_accumulation_steps)
   if config.gradient_accumulation_steps > 1:
     dataset = dataset.map(lambda features: _split_micro_batches(
         features, config.gradient_accumulation_steps))
   iterator = iter(_distribute(strategy, dataset))
-  trainer = _Trainer(strategy, model, optimizer, loss_fn, config.use_xla,
-                     config.gradient_accumulation_steps)
+  trainer = _Trainer(strategy, model, optimizer,
+                     _on_merged_groups(loss_fn) if config.pack_sequences else loss_fn,
+                     config.use_xla, config.gradient_accumulation_steps)
   try:
     writer = (tf.summary.create_file_writer(config.output_dir) if chief else
               tf.summary.create_noop_writer())
