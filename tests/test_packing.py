@@ -17,6 +17,7 @@ import pytest
 import tensorflow as tf
 
 import classifier
+import conftest
 import fine_tuning
 import modeling
 import multiple_choice
@@ -32,6 +33,7 @@ CONFIG = modeling.BertConfig(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_l
                              max_position_embeddings=MAX_SEQ_LENGTH, hidden_dropout_prob=0.0,
                              attention_probs_dropout_prob=0.0)
 NUM_TAGS = 5
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def padded_features(lengths, seed, num_choices=None, seq_length=MAX_SEQ_LENGTH):
@@ -279,10 +281,9 @@ def test_packed_training_loop_steps_equal_padded(padded_training, accumulation, 
 
 
 def test_packed_training_on_two_mirrored_cpus_equals_padded(padded_training, tmp_path):
-  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
   run = subprocess.run([sys.executable, os.path.abspath(__file__), str(tmp_path)],
                        capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=root))
+                       env=dict(os.environ, PYTHONPATH=ROOT))
   assert run.returncode == 0, run.stderr[-3000:]
   with np.load(os.path.join(str(tmp_path), "weights.npz")) as weights:
     loss = json.loads(open(os.path.join(str(tmp_path), "loss.json")).read())
@@ -300,6 +301,42 @@ def test_the_flag_defaults_to_false_in_the_three_scripts():
   for script in ("run_classifier.py", "run_ner.py", "run_multiple_choice.py"):
     with open(os.path.join(os.path.dirname(__file__), "..", script)) as source:
       assert "cli.define_packing_flag()" in source.read()
+
+
+def test_run_ner_with_pack_sequences_learns(tmp_path):
+  """The CLI trains on packed rows: names tagged B-PER among filler words are learned."""
+  filler = ["w%d" % i for i in range(12)]
+  vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "alice", "bob"] + filler
+  rng = np.random.default_rng(0)
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  for split, count in (("train", 160), ("dev", 40)):
+    lines = []
+    for _ in range(count):
+      for _ in range(rng.integers(1, 12)):
+        name = rng.random() < 0.3
+        word = rng.choice(["Alice", "Bob"]) if name else rng.choice(filler)
+        lines.append("%s NN O %s\n" % (word, "B-PER" if name else "O"))
+      lines.append("\n")
+    (data_dir / (split + ".txt")).write_text("".join(lines))
+  config = modeling.BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=2,
+                               num_attention_heads=2, intermediate_size=64,
+                               max_position_embeddings=16)
+  config_file, vocab_file = conftest.write_model_files(str(tmp_path), config, vocab)
+  output_dir = str(tmp_path / "out")
+  run = subprocess.run(
+      [sys.executable, "run_ner.py", "--do_train", "--do_eval", "--pack_sequences",
+       "--data_dir", str(data_dir), "--output_dir", output_dir, "--vocab_file", vocab_file,
+       "--bert_config_file", config_file, "--max_seq_length=16", "--train_batch_size=16",
+       "--learning_rate=2e-3", "--num_train_epochs=4", "--iterations_per_loop=40",
+       "--eval_batch_size=40"],
+      cwd=ROOT, capture_output=True, text=True, timeout=150)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert "Training on packed rows" in run.stderr
+  with open(os.path.join(output_dir, "eval_results.txt")) as reader:
+    results = dict(line.strip().split(" = ") for line in reader)
+  assert results["global_step"] == "40"
+  assert float(results["eval_f1"]) > 0.9, results
 
 
 def _mirrored_worker(output_dir):
