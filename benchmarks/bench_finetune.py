@@ -1,4 +1,4 @@
-r"""Fine-tuning speed and quality on real tasks: ours padded, ours bucketed, Hugging Face.
+r"""Fine-tuning speed and quality on real tasks: ours padded, bucketed, packed; Hugging Face.
 
 all-MiniLM-L6-v2 (real weights: the Google-format conversion for ours, the original safetensors for
 Hugging Face) is fine-tuned, evaluated and used for prediction on:
@@ -20,6 +20,8 @@ fresh Python process as a user's script runs (--nofresh_process: all in this one
     cut to the length bucket of its longest row);
   - `grouped`: also group_by_length=True (--group_by_length): training batches of one length
     bucket each;
+  - `packed`: bucketed, and training packs each batch's sequences into shared rows
+    (--pack_sequences; packing.py);
   - `hf`: Hugging Face PyTorch (BertForSequenceClassification / ForTokenClassification /
     ForQuestionAnswering) on the same features (our tokenization, windows and labels), each batch
     padded to its longest row (Hugging Face's default dynamic padding), AdamW with bias correction,
@@ -38,6 +40,11 @@ With several --seeds every task and system runs once per seed (the seed of the n
 dropout and the training order) and a quality table follows: per task and system the metric's
 mean, standard deviation, range, and the runs that collapsed (more than --collapse_points below
 the median of all the task's runs).
+
+With --training_positions no model runs: a table gives, per task, the positions (tokens
+computed, padding included) that training for --epochs computes per example, padded vs dynamic
+padding (Hugging Face's) vs bucketed vs packed, and the real tokens. They do not depend on the
+machine or its load; the vocab is --vocab_file's (default --google_dir's).
 
 Quick run (minutes on a loaded 2-core machine):
   python benchmarks/bench_finetune.py --tasks=sst2_64 --num_train=64 --num_dev=64 --epochs=1
@@ -71,6 +78,7 @@ import length_buckets  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import multiple_choice  # pylint: disable=g-import-not-at-top
 import multiple_choice_data  # pylint: disable=g-import-not-at-top
+import packing  # pylint: disable=g-import-not-at-top
 import squad  # pylint: disable=g-import-not-at-top
 import tagging  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
@@ -78,7 +86,7 @@ import training_loop  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 TASKS = ("sst2_128", "sst2_64", "conll", "squad", "mc")
-SYSTEMS = ("padded", "bucketed", "grouped", "hf")
+SYSTEMS = ("padded", "bucketed", "grouped", "packed", "hf")
 flags.DEFINE_list("tasks", list(TASKS), "Tasks to run: %s." % ", ".join(TASKS))
 flags.DEFINE_list("systems", list(SYSTEMS), "Systems to run: %s." % ", ".join(SYSTEMS))
 flags.DEFINE_string("google_dir", "/work/minilm/google",
@@ -126,6 +134,10 @@ flags.DEFINE_enum("hf_order", "own", ["own", "ours"],
                   "the same seed, in the same order: a comparison over seeds paired on the order, "
                   "which moves a short run by more than the two systems differ).")
 flags.DEFINE_integer("export_requests", 100, "One-row requests timed per export.")
+flags.DEFINE_bool("training_positions", False, "Only print the table of training positions "
+                  "per example (padded, dynamic, bucketed, packed, real tokens) of --tasks.")
+flags.DEFINE_string("vocab_file", None, "vocab.txt for --training_positions (default: "
+                    "--google_dir's).")
 flags.DEFINE_string("row_file", None, "Internal (fresh processes): run the one task and system "
                     "given and write its row here as JSON.")
 
@@ -267,7 +279,8 @@ def timed(function, *args):
 
 
 def run_ours(setup: Setup, system: str) -> dict:
-  """Trains, evaluates and predicts with our task as `system` (padded, bucketed or grouped);
+  """Trains, evaluates and predicts with our task as `system` (padded, bucketed, grouped or
+  packed);
   returns times, counts and the metric."""
   output_dir = os.path.join(FLAGS.work_dir, setup.name, system)
   shutil.rmtree(output_dir, ignore_errors=True)
@@ -280,7 +293,8 @@ def run_ours(setup: Setup, system: str) -> dict:
       train_batch_size=FLAGS.batch_size,
       init_checkpoint=os.path.join(FLAGS.google_dir, "bert_model.ckpt"),
       save_checkpoints_steps=10**9, num_train_epochs=FLAGS.epochs,
-      warmup_proportion=WARMUP_PROPORTION, random_seed=FLAGS.seed)
+      warmup_proportion=WARMUP_PROPORTION, random_seed=FLAGS.seed,
+      pack_sequences=system == "packed")
   strategy = tf.distribute.get_strategy()
   result, train_seconds = timed(training_loop.train, strategy, task.build_model, task.loss,
                                 data.dataset_fn, config, None, data.num_examples)
@@ -517,6 +531,48 @@ def computed_positions(input_mask: np.ndarray, max_seq_length: int) -> dict:
           "hf": int(sum(batch.max() * len(batch) for batch in batches))}
 
 
+POSITION_COLUMNS = ("padded", "dynamic", "bucketed", "packed", "real")
+
+
+def training_positions(setup: Setup) -> dict:
+  """Positions per training example that --epochs of our training stream (seeded as training
+  runs) computes: `padded` (every sequence to max_seq_length), `dynamic` (each batch to its
+  longest sequence, Hugging Face's padding), `bucketed` (each batch to the length bucket of its
+  longest: ours), `packed` (the rows and width packing.pack_arrays gives each batch, one replica),
+  `real` (the tokens). A multiple-choice example counts all its choices."""
+  output_dir = os.path.join(FLAGS.work_dir, setup.name, "positions")
+  shutil.rmtree(output_dir, ignore_errors=True)
+  os.makedirs(output_dir)
+  data = setup.task(output_dir, bucket=True, group=False).train_data()
+  steps = int(data.num_examples / FLAGS.batch_size * FLAGS.epochs)
+  totals = dict.fromkeys(POSITION_COLUMNS, 0)
+  keras.utils.set_random_seed(FLAGS.seed)
+  for batch in data.dataset_fn(FLAGS.batch_size, FLAGS.seed).take(steps).as_numpy_iterator():
+    lengths = packing.sequence_lengths(batch["input_mask"]).reshape(-1)
+    totals["padded"] += lengths.size * setup.max_seq_length
+    totals["dynamic"] += lengths.size * int(lengths.max())
+    totals["bucketed"] += lengths.size * batch["input_mask"].shape[-1]
+    totals["packed"] += packing.pack_arrays(batch, num_groups=1)["input_ids"].size
+    totals["real"] += int(lengths.sum())
+  return {name: total / (steps * FLAGS.batch_size) for name, total in totals.items()}
+
+
+def print_positions_table() -> None:
+  """The --training_positions table of --tasks."""
+  vocab_file = FLAGS.vocab_file or os.path.join(FLAGS.google_dir, "vocab.txt")
+  tokenizer = tokenization.FullTokenizer(vocab_file, True)
+  print("Training positions per example (tokens computed, padding included), batch %d, %g "
+        "epoch(s), seed %d:" % (FLAGS.batch_size, FLAGS.epochs, FLAGS.seed))
+  print("| task | " + " | ".join(POSITION_COLUMNS) + " | bucketed / packed | packed / real |")
+  print("| --- |" + " ---: |" * (len(POSITION_COLUMNS) + 2))
+  for name in FLAGS.tasks:
+    positions = training_positions(Setup(name, tokenizer, None))
+    print("| %s | %s | %.2fx | %.2fx |" % (
+        name, " | ".join("%.1f" % positions[column] for column in POSITION_COLUMNS),
+        positions["bucketed"] / positions["packed"], positions["packed"] / positions["real"]),
+        flush=True)
+
+
 def mc_arrays(task, split: str) -> dict:
   """A multiple-choice split's pair features (our conversion) as [questions, choices, length]
   arrays and the right ending's index."""
@@ -677,6 +733,9 @@ def print_quality_table(runs: dict, seeds: list[int]) -> None:
 
 
 def main(_):
+  if FLAGS.training_positions:
+    print_positions_table()
+    return
   if FLAGS.threads:
     tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
     tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
@@ -717,7 +776,8 @@ def main(_):
   print("Ratios (goals: sst2_128 train+eval >= 2x hf and >= 3x padded at accuracy within 0.5 "
         "point; conll and squad predict >= 1.5x hf):")
   for name in FLAGS.tasks:
-    padded, bucketed, grouped, hf = (table.get((name, s), {}) for s in SYSTEMS)
+    padded, bucketed, grouped, hf = (table.get((name, s), {}) for s in
+                                     ("padded", "bucketed", "grouped", "hf"))
 
     def train_eval(row):
       return row.get("train_s", 0) + row.get("eval_s", 0)

@@ -117,9 +117,8 @@ def test_pack_arrays_layout_by_hand():
 
 
 def test_the_width_is_the_bucket_that_computes_fewest_positions():
-  # Four sequences of 20 in rows of 32 (a bucket of 32): one per row, 4 x 32 = 128 positions;
-  # rows of 40 hold two each: 2 x 40 = 80 positions; rows of 64, 1 x 64 -- hold all four? no,
-  # 80 > 64: 2 x 64 = 128. So 40.
+  # Four sequences of 20: rows of 32 hold one each (4 x 32 = 128 positions), rows of 40 two
+  # (2 x 40 = 80), rows of 64 three (2 x 64 = 128). So 40.
   assert packing.choose_width(np.array([20, 20, 20, 20]), 1, [4, 8, 32, 40, 64]) == 40
   # Groups pack separately; the fullest group sets the rows: two groups of two -> 2 x 1 x 40.
   assert packing.choose_width(np.array([20, 20, 20, 20]), 2, [32, 40, 64]) == 40
