@@ -24,7 +24,7 @@ is packed into rows of its own. Every tensor leads with the group axis:
 `merge_groups` turns a replica's groups into one set of rows, as the model reads them.
 """
 
-from typing import Mapping, Sequence
+from typing import Collection, Mapping, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -89,9 +89,11 @@ def choose_width(lengths: np.ndarray, num_groups: int, widths: Sequence[int]) ->
       width * max(len(rows) for rows in _pack_rows(lengths, num_groups, width)), width))
 
 
-def pack_arrays(features: Mapping[str, np.ndarray], num_groups: int) -> dict:
+def pack_arrays(features: Mapping[str, np.ndarray], num_groups: int,
+                per_position: Optional[Collection[str]] = None) -> dict:
   """Packs one batch of padded numpy features ([batch, ...], `input_mask` [batch, T] or
   [batch, choices, T]) into `num_groups` groups of rows (the layout of this module's docstring).
+  The features of `per_position` (default: those of `input_mask`'s shape) are cut to the width.
 
   The batch must divide into `num_groups`; the width is `choose_width`'s among the length
   buckets of T; every group has the rows of the fullest one (the others' extra rows are padding).
@@ -128,11 +130,14 @@ def pack_arrays(features: Mapping[str, np.ndarray], num_groups: int) -> dict:
         start += length
   packed = dict(rows)
   packed[SEQUENCE_STARTS] = starts.reshape((num_groups, -1) + per_sequence + (2,))
+  if per_position is None:
+    per_position = [name for name, value in features.items()
+                    if np.shape(value) == mask.shape]
   for name, value in features.items():
     if name in PACKED_INPUTS:
       continue
     value = np.asarray(value)
-    if value.shape == mask.shape:
+    if name in per_position:
       value = value[..., :width]
     packed[name] = value.reshape((num_groups, batch_size // num_groups) + value.shape[1:])
   return packed
@@ -146,6 +151,8 @@ def pack_batch(features: Mapping[str, tf.Tensor], num_groups: int) -> dict:
   """
   names = sorted(features)
   mask_shape = features["input_mask"].shape
+  # What is per position is decided on the static shapes, as length_buckets.trim_to_bucket does.
+  per_position = [name for name in names if features[name].shape == mask_shape]
   batch_size = features["input_mask"].shape[0]
   if batch_size is None:
     raise ValueError("packing needs batches of a static size (drop_remainder=True)")
@@ -155,7 +162,7 @@ def pack_batch(features: Mapping[str, tf.Tensor], num_groups: int) -> dict:
                 for name in out_names}
 
   def pack(*values):
-    packed = pack_arrays(dict(zip(names, values)), num_groups)
+    packed = pack_arrays(dict(zip(names, values)), num_groups, per_position)
     return [packed[name].astype(out_dtypes[name].as_numpy_dtype) for name in out_names]
 
   outputs = tf.numpy_function(pack, [features[name] for name in names],
@@ -168,7 +175,8 @@ def pack_batch(features: Mapping[str, tf.Tensor], num_groups: int) -> dict:
       value.set_shape([num_groups, per_group] + mask_shape[1:-1].as_list() + [2])
     else:
       shape = features[name].shape
-      trailing = shape[1:-1].as_list() + [None] if shape == mask_shape else shape[1:].as_list()
+      trailing = (shape[1:-1].as_list() + [None] if name in per_position else
+                  shape[1:].as_list())
       value.set_shape([num_groups, per_group] + trailing)
   return packed
 

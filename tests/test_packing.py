@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import checkpoints
 import classifier
 import conftest
 import fine_tuning
@@ -246,11 +247,13 @@ def training_rows(count=24, seed=7):
 
 
 def train_classifier(output_dir, strategy=None, **config_values):
-  """Three steps of the classifier on the loop (the real pipeline, bucketed); its weights."""
+  """Three steps of the classifier on the loop (the real pipeline, bucketed), a checkpoint and so
+  a loop each; the last step's loss and the weights."""
   task = classifier_task(output_dir)
   rows, count = training_rows()
   config = training_loop.TrainConfig(output_dir=output_dir, num_train_steps=3,
-                                     num_warmup_steps=1, train_batch_size=8, learning_rate=1e-3,
+                                     num_warmup_steps=1, save_checkpoints_steps=1,
+                                     train_batch_size=8, learning_rate=1e-3,
                                      **config_values)
   result = training_loop.train(
       strategy or tf.distribute.get_strategy(),
@@ -261,7 +264,9 @@ def train_classifier(output_dir, strategy=None, **config_values):
 
 @pytest.fixture(scope="module")
 def padded_training(tmp_path_factory):
-  return train_classifier(str(tmp_path_factory.mktemp("padded")))
+  """The padded run (a checkpoint every step): loss, weights, output_dir."""
+  output_dir = str(tmp_path_factory.mktemp("padded"))
+  return train_classifier(output_dir) + (output_dir,)
 
 
 def assert_same_training(actual, expected):
@@ -277,6 +282,15 @@ def test_packed_training_loop_steps_equal_padded(padded_training, accumulation, 
                             gradient_accumulation_steps=accumulation)
   assert "Training on packed rows" in caplog.text
   assert_same_training(packed, padded_training)
+
+
+def test_packed_training_resumes_exactly(padded_training, tmp_path):
+  """A packed run resumed from step 1 (the padded run's checkpoint) skips the first batch and ends
+  with the weights of three uninterrupted steps."""
+  for path in tf.io.gfile.glob(os.path.join(padded_training[2], "model.ckpt-1.*")):
+    tf.io.gfile.copy(path, str(tmp_path / os.path.basename(path)))
+  checkpoints._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-1")])  # pylint: disable=protected-access
+  assert_same_training(train_classifier(str(tmp_path), pack_sequences=True), padded_training)
 
 
 def test_packed_training_on_two_mirrored_cpus_equals_padded(padded_training, tmp_path):
