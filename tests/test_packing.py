@@ -289,7 +289,8 @@ def test_packed_training_resumes_exactly(padded_training, tmp_path):
   with the weights of three uninterrupted steps."""
   for path in tf.io.gfile.glob(os.path.join(padded_training[2], "model.ckpt-1.*")):
     tf.io.gfile.copy(path, str(tmp_path / os.path.basename(path)))
-  checkpoints._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-1")])  # pylint: disable=protected-access
+  # pylint: disable=protected-access
+  checkpoints._write_state_file(str(tmp_path), [str(tmp_path / "model.ckpt-1")])
   assert_same_training(train_classifier(str(tmp_path), pack_sequences=True), padded_training)
 
 
