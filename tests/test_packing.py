@@ -304,7 +304,8 @@ def test_packed_training_on_two_mirrored_cpus_equals_padded(padded_training, tmp
     assert_same_training((loss, dict(weights)), padded_training)
 
 
-def test_the_flag_defaults_to_false_in_the_three_scripts():
+def test_the_flag_defaults_to_false_and_the_three_scripts_define_it():
+  """The flag's definition; the three scripts call it (run_ner's run below uses it)."""
   import cli  # pylint: disable=g-import-not-at-top
   flag_values = flags.FlagValues()
   cli.define_packing_flag(flag_values)
