@@ -92,9 +92,9 @@ def test_read_examples_skips_and_counts_bad_answers_and_empty_context():
   assert [e.qas_id for e in examples] == ["ok"]
   assert (stats.questions, stats.skipped_answer_not_found, stats.skipped_no_answer,
           stats.skipped_empty_context) == (5, 2, 1, 1)
-  # For prediction, answers are not needed: every question with a context is kept.
+  # For prediction, answers are not needed: every question is kept, so each gets a prediction.
   examples, _ = squad.examples_from_data(data, is_training=False)
-  assert [e.qas_id for e in examples] == ["ok", "wrong_offset", "past_end", "none"]
+  assert [e.qas_id for e in examples] == ["ok", "wrong_offset", "past_end", "none", "empty"]
 
 
 def test_read_examples_v2_impossible():
