@@ -92,6 +92,8 @@ def _int_allowed(script_flags: set, flag: str, value: int) -> bool:
     return value < DEFAULTS["num_shards"]
   if flag == "gradient_accumulation_steps":
     return DEFAULTS["train_batch_size"] % value == 0
+  if flag == "max_request_tokens" and "max_seq_length" in script_flags:  # One row of the longest.
+    return value >= DEFAULTS["max_seq_length"]
   for prefix in ("", "phase2_"):  # No more masked positions than positions.
     if prefix + "max_predictions_per_seq" in script_flags:
       if flag == prefix + "max_predictions_per_seq":
