@@ -267,8 +267,9 @@ def define_dynamic_masking_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def define_export_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None:
-  """Defines `export_dir` (where to write a versioned SavedModel for TF Serving) and
-  `export_precision` (its compute dtype)."""
+  """Defines `export_dir` (where to write a versioned SavedModel for TF Serving),
+  `export_precision` (its compute dtype) and `max_request_rows`, `max_request_tokens` (the largest
+  request it serves, `export.RequestLimits`)."""
   _define(flag_values, "string", "export_dir", None,
           "If set, export a SavedModel for TF Serving to <export_dir>/<version>/: %s" % what)
   _define(flag_values, "enum", "export_precision", "float32",

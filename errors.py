@@ -164,11 +164,11 @@ def _check_flag_combinations() -> None:
 
 
 def _check_request_tokens() -> None:
-  """An export serves at least one row of --max_seq_length tokens."""
+  """An export (--export_dir) serves at least one row of --max_seq_length tokens."""
   tokens, length = flag_value("max_request_tokens"), flag_value("max_seq_length")
-  if tokens and length and tokens < length:
+  if flag_value("export_dir") and tokens and length and tokens < length:
     raise FlagError("--max_request_tokens=%d must be at least --max_seq_length=%d (one row of "
-                    "the longest length)" % (tokens, length))
+                    "the longest length) for --export_dir" % (tokens, length))
 
 
 def _check_vocab_paths() -> None:
