@@ -276,8 +276,9 @@ def define_dynamic_masking_flags(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def define_export_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None:
-  """Defines `export_dir` (where to write a versioned SavedModel for TF Serving) and
-  `export_precision` (its compute dtype)."""
+  """Defines `export_dir` (where to write a versioned SavedModel for TF Serving),
+  `export_precision` (its compute dtype) and `max_request_rows`, `max_request_tokens` (the largest
+  request it serves, `export.RequestLimits`)."""
   _define(flag_values, "string", "export_dir", None,
           "If set, export a SavedModel for TF Serving to <export_dir>/<version>/: %s" % what)
   _define(flag_values, "enum", "export_precision", "float32",
@@ -285,6 +286,18 @@ def define_export_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None
           "float32 in the SavedModel, outputs float32); faster on CPUs with AVX512_BF16 or AMX, "
           "slower where bfloat16 is emulated (AVX2 only). README: Serving.",
           enum_values=export.PRECISIONS)
+  _define(flag_values, "integer", "max_request_rows", export.DEFAULT_MAX_REQUEST_ROWS,
+          "The most rows (texts, questions, id rows) one request to the export may hold; more "
+          "fail with InvalidArgument. README: Serving.")
+  _define(flag_values, "integer", "max_request_tokens", export.DEFAULT_MAX_REQUEST_TOKENS,
+          "The most token positions (rows x padded sequence length) one request to the export "
+          "may make the model compute on; more fail with InvalidArgument. Memory per request "
+          "grows with it: benchmarks/RESULTS.md.")
+
+
+def request_limits() -> export.RequestLimits:
+  """The export's `RequestLimits` from `--max_request_rows` and `--max_request_tokens`."""
+  return export.RequestLimits(FLAGS.max_request_rows, FLAGS.max_request_tokens)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -428,7 +441,7 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
       do_eval=has_eval and FLAGS.do_eval, do_predict=FLAGS.do_predict,
       eval_batch_size=FLAGS.eval_batch_size if has_eval else FLAGS.predict_batch_size,
       predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir,
-      export_precision=FLAGS.export_precision)
+      export_precision=FLAGS.export_precision, export_limits=request_limits())
 
 
 # ------------------------------------------------------------------------------------------------

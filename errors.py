@@ -126,6 +126,7 @@ FLAG_RULES = {
     "vocab_size": _POSITIVE, "max_unique_chars": _POSITIVE, "max_token_length": _POSITIVE,
     "max_input_words": _POSITIVE, "num_iterations": _POSITIVE,
     "slack_ratio": FlagRule(lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "max_request_rows": _POSITIVE, "max_request_tokens": _POSITIVE,
 }
 
 
@@ -159,6 +160,15 @@ def _check_flag_combinations() -> None:
     if predictions and length and predictions > length:
       raise FlagError("--%smax_predictions_per_seq=%d must not exceed --%smax_seq_length=%d" %
                       (prefix, predictions, prefix, length))
+  _check_request_tokens()
+
+
+def _check_request_tokens() -> None:
+  """An export (--export_dir) serves at least one row of --max_seq_length tokens."""
+  tokens, length = flag_value("max_request_tokens"), flag_value("max_seq_length")
+  if flag_value("export_dir") and tokens and length and tokens < length:
+    raise FlagError("--max_request_tokens=%d must be at least --max_seq_length=%d (one row of "
+                    "the longest length) for --export_dir" % (tokens, length))
 
 
 def _check_vocab_paths() -> None:

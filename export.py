@@ -16,9 +16,14 @@ Python API beside it (`ServingModule.saved_attributes`: `__call__`, `tokenize`, 
 
 A malformed request fails with InvalidArgument and a message naming the input, never with a
 wrong answer or a crash: text inputs of different batch sizes or more than
-`MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all (`text_input_checks`); id inputs of different
-shapes, a mask other than 0/1, ids out of range (`id_input_checks`). The checks are assert ops
-in the graph, which TF's C++ loader runs like any other op.
+`MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all (`text_input_checks`); id inputs of another rank,
+of different shapes, a mask other than 0/1, ids out of range (`id_input_checks`). A request too
+large for the server fails the same way (`RequestLimits`, set at export time): more rows than
+`max_rows`, or more token positions than `max_tokens`, counted as rows x the padded sequence
+length the model would compute on (x endings for multiple choice; x windows' count instead of
+rows for SQuAD's contexts). Bytes alone do not bound memory: a million one-character rows are
+1 MB of text but a million rows of activations. The checks are assert ops in the graph, which
+TF's C++ loader runs like any other op, and they run before the model.
 
 `write_saved_model` writes `export_dir/<version>/` with the next integer version (what TF Serving
 watches for), through a staging directory renamed at the end so a server never loads a
@@ -32,6 +37,7 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
+import dataclasses
 import errno
 import os
 import re
@@ -57,6 +63,8 @@ ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
 # The most bytes of text one request may hold (all its string inputs together). Memory per request
 # grows linearly with its bytes; this bounds it. A SQuAD context is ~1 KB, a long article ~100 KB.
 MAX_REQUEST_TEXT_BYTES = 4 * 2**20
+DEFAULT_MAX_REQUEST_ROWS = 1024
+DEFAULT_MAX_REQUEST_TOKENS = 65536
 WARMUP_FILE = "tf_serving_warmup_requests"  # In assets.extra/, where TF Serving looks for it.
 WARMUP_SENTENCE = ("The quick brown fox jumps over the lazy dog while a small bird sings in an old "
                    "tree near the river.")
@@ -91,6 +99,21 @@ def model_in_precision(model: keras.Model, build_model: Callable[[], keras.Model
   return copy
 
 
+@dataclasses.dataclass(frozen=True)
+class RequestLimits:
+  """The largest request an export serves (`--max_request_rows`, `--max_request_tokens`).
+
+  max_rows: rows of a request (texts, questions, id rows; multiple choice's endings count once
+    per question).
+  max_tokens: token positions the model computes on: rows x the padded sequence length (x
+    endings), i.e. the size of `input_ids` for the token_ids signature and of the encoded
+    features for text. Activation memory grows linearly with it (benchmarks/RESULTS.md has
+    BERT-Base's numbers).
+  """
+  max_rows: int = DEFAULT_MAX_REQUEST_ROWS
+  max_tokens: int = DEFAULT_MAX_REQUEST_TOKENS
+
+
 def existing_versions(export_dir: str) -> list[int]:
   """The integer version directories under export_dir, ascending."""
   if not os.path.isdir(export_dir):
@@ -120,9 +143,38 @@ def _range_check(name: str, values: tf.Tensor, low: int, high: Optional[int],
                      largest)
 
 
+def rank_checks(features: Mapping[str, tf.Tensor], rank: int) -> list[tf.Operation]:
+  """Asserts that every input has `rank` dimensions, with a message naming the input."""
+  return [fail_unless(tf.equal(tf.rank(value), rank),
+                      name + " has shape {}: it must have %d dimensions ([batch%s])" % (
+                          rank, ", endings" * (rank - 2) + ", length"), tf.shape(value))
+          for name, value in features.items()]
+
+
+def with_rank(features: Mapping[str, tf.Tensor], rank: int) -> dict[str, tf.Tensor]:
+  """The inputs once `rank_checks` passed, with that rank known to the graph (a static shape,
+  not an op that could run before the checks and fail without naming the input)."""
+  features = checked(rank_checks(features, rank), features)
+  for value in features.values():
+    value.set_shape([None] * rank)
+  return features
+
+
+def size_checks(input_ids: tf.Tensor, name: str, limits: RequestLimits) -> list[tf.Operation]:
+  """Asserts that ids [batch, ..., length] hold at most `limits.max_rows` rows and
+  `limits.max_tokens` positions in all."""
+  shape = tf.shape(input_ids, out_type=tf.int64)
+  return [fail_unless(shape[0] <= limits.max_rows, name + " has {} rows: at most %d rows per "
+                      "request (--max_request_rows)" % limits.max_rows, shape[0]),
+          fail_unless(tf.reduce_prod(shape) <= limits.max_tokens,
+                      name + " has shape {}, {} token positions: at most %d per request "
+                      "(--max_request_tokens)" % limits.max_tokens, shape, tf.reduce_prod(shape))]
+
+
 def id_input_checks(features: Mapping[str, tf.Tensor],
                     config: Optional[modeling.BertConfig] = None,
-                    names: Sequence[str] = ID_INPUTS) -> list[tf.Operation]:
+                    names: Sequence[str] = ID_INPUTS,
+                    limits: RequestLimits = RequestLimits()) -> list[tf.Operation]:
   """Asserts that int32 id inputs are one consistent BERT input, with messages naming the input.
 
   Without these a client's bug becomes a wrong answer: a `segment_ids` or `input_mask` of batch 1
@@ -130,13 +182,14 @@ def id_input_checks(features: Mapping[str, tf.Tensor],
   the three inputs have one shape of at least one position (any rank: multiple choice adds a
   choices axis), `input_mask` holds only 0 and 1, ids are not negative and, with a `config`
   (the model's), `input_ids` < vocab_size, `segment_ids` < type_vocab_size and the
-  length is at most max_position_embeddings. All of it is a few reductions over the ids.
+  length is at most max_position_embeddings; at most `limits`' rows and positions. All of it is
+  a few reductions over the ids.
   `names` are the names of input_ids, input_mask and segment_ids in `features` (TF Hub's are
   input_word_ids, input_mask, input_type_ids).
   """
   ids_name, mask_name, segments_name = names
   input_ids = features[ids_name]
-  checks = []
+  checks = size_checks(input_ids, ids_name, limits)
   for name in names[1:]:
     checks.append(fail_unless(
         tf.reduce_all(tf.equal(tf.shape(features[name]), tf.shape(input_ids))),
@@ -167,8 +220,10 @@ def checked(checks: Sequence[tf.Operation], tensors: Mapping[str, tf.Tensor]
     return {name: tf.identity(value) for name, value in tensors.items()}
 
 
-def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
-  """Asserts that string inputs have one batch size and at most MAX_REQUEST_TEXT_BYTES in all.
+def text_input_checks(texts: Mapping[str, tf.Tensor],
+                      limits: RequestLimits = RequestLimits()) -> list[tf.Operation]:
+  """Asserts that string inputs have one batch size of at most `limits.max_rows` rows and at most
+  MAX_REQUEST_TEXT_BYTES in all.
 
   Rows of a text pair (or a context and its row of endings) are matched by position, so inputs
   of different batch sizes are a client bug. The byte limit bounds a request's memory:
@@ -181,6 +236,8 @@ def text_input_checks(texts: Mapping[str, tf.Tensor]) -> list[tf.Operation]:
                         "matched row by row and must have one batch size",
                         tf.shape(texts[name])[0], rows)
             for name in names[1:]]
+  checks.append(fail_unless(rows <= limits.max_rows, names[0] + " has {} rows: at most %d rows "
+                            "per request (--max_request_rows)" % limits.max_rows, rows))
   total = tf.add_n([tf.reduce_sum(tf.cast(tf.strings.length(texts[name]), tf.int64))
                    for name in names])
   checks.append(fail_unless(total <= MAX_REQUEST_TEXT_BYTES,
@@ -212,12 +269,14 @@ class ServingModule:
   encoder sets `text_inputs = None`, and its ids signature is then `serving_default`.
   `extra_signatures` adds further named signatures (built with `text_signature`, they get the
   same checks); `saved_attributes` adds a Python API beside them (TF Hub's `__call__`, ...).
-  `write_saved_model` saves a module.
+  `write_saved_model` saves a module; its `limits` (`RequestLimits`) bound every signature's
+  requests.
   """
 
   text_inputs: Optional[Mapping[str, int]] = {"text": 1}
   ids_rank: Optional[int] = 2
   id_inputs: Sequence[str] = ID_INPUTS
+  limits: RequestLimits = RequestLimits()
 
   def __init__(self, encoder: tf.Module, config: Optional[modeling.BertConfig]):
     self.encoder = encoder
@@ -259,19 +318,22 @@ class ServingModule:
                                   for name in names], autograph=False)
     def serve_text(*texts):
       named = dict(zip(names, texts))
-      return float32_outputs(outputs_fn(checked(text_input_checks(named), named)))
+      named = checked(text_input_checks(named, self.limits), named)
+      with self.encoder.token_limit(self.limits.max_tokens, " + ".join(sorted(names))):
+        return float32_outputs(outputs_fn(named))
 
     return serve_text
 
   def ids_signature(self) -> tf.types.experimental.GenericFunction:
-    """A tf.function on int32 `id_inputs` of rank `ids_rank` that computes `ids_outputs` of the
-    inputs once they passed `id_input_checks`."""
+    """A tf.function on int32 `id_inputs` that computes `ids_outputs` of the inputs once they
+    passed `rank_checks` (rank `ids_rank`) and `id_input_checks`. The inputs' rank is left open
+    in the signature so that a request of another rank reaches the check naming the input."""
 
-    @tf.function(input_signature=[tf.TensorSpec([None] * self.ids_rank, tf.int32, name=name)
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.int32, name=name)
                                   for name in self.id_inputs], autograph=False)
     def serve_token_ids(*ids):
-      named = dict(zip(self.id_inputs, ids))
-      named = checked(id_input_checks(named, self.config, self.id_inputs), named)
+      named = with_rank(dict(zip(self.id_inputs, ids)), self.ids_rank)
+      named = checked(id_input_checks(named, self.config, self.id_inputs, self.limits), named)
       return float32_outputs(self.ids_outputs(
           {name: named[input_name] for name, input_name in zip(ID_INPUTS, self.id_inputs)}))
 
@@ -329,25 +391,26 @@ def warmup_text(num_words: int) -> str:
 
 
 def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunction],
-                    encoder: tf.Module, text_of: Callable[[int], str] = warmup_text,
-                    id_inputs: Sequence[str] = ID_INPUTS
-                    ) -> list[tuple[str, dict[str, np.ndarray]]]:
-  """A few requests per signature: one text per padded length bucket, then a batch of 8.
+                    module: ServingModule) -> list[tuple[str, dict[str, np.ndarray]]]:
+  """A few requests per signature within the module's `limits`: one text per padded length
+  bucket, then a batch of up to 8 rows.
 
-  String inputs get texts of `text_of(num_words)` (shared between the inputs of a pair); int32 id
-  inputs (named `id_inputs`, as in `ServingModule`) get the encoder's ids of the same texts, so
-  every request is valid for the model.
+  String inputs get texts of `module.warmup_text(num_words)` (shared between the inputs of a
+  pair); int32 id inputs (`module.id_inputs`) get the encoder's ids of the same texts, so every
+  request is valid for the model. An input of higher rank (multiple choice's [batch, endings])
+  gets each row twice, which counts twice against `limits.max_tokens`.
   """
-  id_names = dict(zip(id_inputs, ID_INPUTS))
-  lengths = in_graph_tokenization.padded_length_buckets(encoder.max_seq_length)
-  batches = [[length] for length in lengths] + [[lengths[i % len(lengths)] for i in range(8)]]
+  encoder, limits = module.encoder, module.limits
+  id_names = dict(zip(module.id_inputs, ID_INPUTS))
   requests = []
   for name in sorted(signatures):
     specs = {spec.name: spec for spec in tf.nest.flatten(
         signatures[name].structured_input_signature)}
+    ranks = {input_name: module.ids_rank if input_name in id_names else len(spec.shape)
+             for input_name, spec in specs.items()}
     num_texts = sum(spec.dtype == tf.string for spec in specs.values())
-    for batch in batches:
-      texts = [text_of(max(1, (length - 3) // max(1, num_texts))) for length in batch]
+    for batch in _warmup_batches(encoder, 2 if max(ranks.values()) > 2 else 1, limits):
+      texts = [module.warmup_text(max(1, (length - 3) // max(1, num_texts))) for length in batch]
       features = None
       inputs = {}
       for input_name, spec in specs.items():
@@ -358,12 +421,27 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
           value = features[id_names[input_name]].numpy().astype(np.int32)
         else:
           raise ValueError("No warmup value for input %r of signature %r" % (input_name, name))
-        # An input of higher rank (multiple choice: [batch, choices, ...]) gets each row twice.
-        while value.ndim < len(spec.shape):
+        while value.ndim < ranks[input_name]:
           value = np.stack([value, value], axis=1)
         inputs[input_name] = value
       requests.append((name, inputs))
   return requests
+
+
+def _warmup_batches(encoder: tf.Module, copies: int, limits: RequestLimits) -> list[list[int]]:
+  """Warmup requests as the padded lengths of their rows: each length bucket alone, then a batch
+  of up to 8 (the buckets in turn), all within `limits`. A row costs `copies` times its padded
+  length, or max_seq_length where the encoder pads every row to it."""
+  max_length = encoder.max_seq_length
+
+  def cost(length: int) -> int:
+    return copies * (length if encoder.dynamic_padding else max_length)
+
+  lengths = [length for length in in_graph_tokenization.padded_length_buckets(max_length)
+             if cost(length) <= limits.max_tokens]
+  size = min(8, limits.max_rows, limits.max_tokens // max(map(cost, lengths), default=1))
+  batch = [[lengths[i % len(lengths)] for i in range(size)]] if lengths and size > 1 else []
+  return [[length] for length in lengths] + batch
 
 
 def write_warmup_requests(saved_model_dir: str,
@@ -465,8 +543,12 @@ def claim_version(staged_dir: str, export_dir: str, version: Optional[int] = Non
 _EXPORT_LOCK = threading.Lock()
 
 
-def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None) -> str:
+def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None,
+                      limits: Optional[RequestLimits] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
+
+  `limits` (default: the module's, `RequestLimits()` unless a task sets them) bound the requests
+  of every signature and of the Python API that packs ids (TF Hub's `bert_pack_inputs`).
 
   Saves the variables the signatures read, the module's encoder (whose vocab or SentencePiece
   model travels as an asset) and its `saved_attributes`, plus
@@ -481,17 +563,18 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
   if version is not None and os.path.exists(os.path.join(export_dir, str(version))):
     raise VersionTakenError(export_dir, version)  # Before any work; claim_version checks again.
   tf.io.gfile.makedirs(export_dir)
+  if limits is not None:
+    module.limits = limits
   encoder = module.encoder
-  concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
   # atomic_output gives the staging directory (`.export.tmp-<host>-<pid>`, deleted by the next
   # export if this process dies) and deletes it if anything fails; claim_version moves it away,
   # so there is nothing left for atomic_output to rename.
-  with _EXPORT_LOCK:
+  with _EXPORT_LOCK, encoder.token_limit(module.limits.max_tokens, "inputs"):
+    concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
     with atomic_files.atomic_output(os.path.join(export_dir, "export")) as staged_dir:
       tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
                           staged_dir, signatures=concrete)
-      write_warmup_requests(staged_dir, warmup_requests(concrete, encoder, module.warmup_text,
-                                                        module.id_inputs))
+      write_warmup_requests(staged_dir, warmup_requests(concrete, module))
       final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir

@@ -261,12 +261,14 @@ class EncoderServing(export.EncodedTextServing):
 
 def export_encoder(export_dir: str, extractor: FeatureExtractor,
                    tokenizer: tokenization.FullTokenizer, max_seq_length: int,
-                   precision: str = "float32") -> str:
+                   precision: str = "float32",
+                   limits: export.RequestLimits = export.RequestLimits()) -> str:
   """Writes the feature extractor as a SavedModel under `export_dir/<version>/` (`EncoderServing`),
-  computing in `precision`; returns its path."""
+  computing in `precision`, serving requests within `limits`; returns its path."""
   extractor = FeatureExtractor(bert_in_precision(extractor.bert, precision),
                                extractor.layer_indexes, extractor.pooling)
-  return export.write_saved_model(export_dir, EncoderServing(extractor, tokenizer, max_seq_length))
+  return export.write_saved_model(export_dir, EncoderServing(extractor, tokenizer, max_seq_length),
+                                  limits=limits)
 
 
 # TF Hub's names of the three BERT inputs, and ours (export.ID_INPUTS).
@@ -384,15 +386,19 @@ class TfHubPreprocessorServing(export.ServingModule):
 
 def export_tf_hub(export_dir: str, bert: modeling.BertModel,
                   tokenizer: tokenization.FullTokenizer, seq_length: int,
-                  precision: str = "float32") -> tuple[str, str]:
+                  precision: str = "float32",
+                  limits: export.RequestLimits = export.RequestLimits()) -> tuple[str, str]:
   """Writes TF Hub's BERT pair: `bert` computing in `precision` to
   `export_dir/encoder/<version>/` (`TfHubEncoderServing`) and its preprocessor to
-  `export_dir/preprocessor/<version>/` (`TfHubPreprocessorServing`); returns their paths."""
+  `export_dir/preprocessor/<version>/` (`TfHubPreprocessorServing`), both serving requests
+  within `limits`; returns their paths."""
   encoder = export.write_saved_model(
       os.path.join(export_dir, TF_HUB_ENCODER),
-      TfHubEncoderServing(bert_in_precision(bert, precision), tokenizer, seq_length))
+      TfHubEncoderServing(bert_in_precision(bert, precision), tokenizer, seq_length),
+      limits=limits)
   preprocessor = export.write_saved_model(os.path.join(export_dir, TF_HUB_PREPROCESSOR),
-                                          TfHubPreprocessorServing(tokenizer, seq_length))
+                                          TfHubPreprocessorServing(tokenizer, seq_length),
+                                          limits=limits)
   return encoder, preprocessor
 
 
@@ -570,10 +576,11 @@ def main(_):
                          FLAGS.batch_size, cli.bucket_by_length())
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
   if FLAGS.export_dir and FLAGS.export_format == "tf_hub":
-    export_tf_hub(FLAGS.export_dir, bert, tokenizer, FLAGS.max_seq_length, FLAGS.export_precision)
+    export_tf_hub(FLAGS.export_dir, bert, tokenizer, FLAGS.max_seq_length,
+                  FLAGS.export_precision, cli.request_limits())
   elif FLAGS.export_dir:
     export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length,
-                   FLAGS.export_precision)
+                   FLAGS.export_precision, cli.request_limits())
 
 
 if __name__ == "__main__":

@@ -146,11 +146,14 @@ class FillMaskServing(export.EncodedTextServing):
 
 def export_fill_mask(export_dir: str, model: keras.Model, tokenizer: tokenization.FullTokenizer,
                      max_seq_length: int, top_k: int = DEFAULT_TOP_K,
-                     precision: str = "float32") -> str:
+                     precision: str = "float32",
+                     limits: export.RequestLimits = export.RequestLimits()) -> str:
   """Writes the fill-mask SavedModel of a pretraining model as the next version under
-  `export_dir`, computing in `precision` (`export.model_in_precision`); returns its path."""
+  `export_dir`, computing in `precision` (`export.model_in_precision`), serving requests within
+  `limits`; returns its path."""
   config = model.config
   check_settings(config, tokenizer, top_k)
   model = export.model_in_precision(model, lambda: pretraining.build_model(config), precision)
   return export.write_saved_model(export_dir,
-                                  FillMaskServing(model, tokenizer, max_seq_length, top_k))
+                                  FillMaskServing(model, tokenizer, max_seq_length, top_k),
+                                  limits=limits)

@@ -113,11 +113,13 @@ class Task(abc.ABC):
   def serving_module(self, model: keras.Model) -> export.ServingModule:
     """What the task's SavedModel serves: its text and token-ids signatures (export.py)."""
 
-  def export(self, model: keras.Model, export_dir: str, precision: str = "float32") -> str:
+  def export(self, model: keras.Model, export_dir: str, precision: str = "float32",
+             limits: export.RequestLimits = export.RequestLimits()) -> str:
     """Writes the task's SavedModel as the next version under `export_dir`, computing in
-    `precision` (`export.model_in_precision`); returns its path."""
+    `precision` (`export.model_in_precision`), serving requests within `limits`; returns its
+    path."""
     model = export.model_in_precision(model, self.build_model, precision)
-    return export.write_saved_model(export_dir, self.serving_module(model))
+    return export.write_saved_model(export_dir, self.serving_module(model), limits=limits)
 
   def predict_dataset(self, strategy: tf.distribute.Strategy, model: keras.Model,
                       dataset: tf.data.Dataset, batch_size: int,
@@ -135,7 +137,8 @@ class Task(abc.ABC):
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,
         do_train: bool, do_eval: bool = False, do_predict: bool = False,
         eval_batch_size: int = 8, predict_batch_size: int = 8,
-        export_dir: Optional[str] = None, export_precision: str = "float32") -> list:
+        export_dir: Optional[str] = None, export_precision: str = "float32",
+        export_limits: export.RequestLimits = export.RequestLimits()) -> list:
   """Trains (or restores), evaluates, predicts and exports `task` as the flags ask.
 
   With `config.eval_every_steps`, `early_stopping_patience` or `keep_best_checkpoint` the task's
@@ -182,6 +185,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   if do_predict:
     summary.append(task.predict(strategy, model, predict_batch_size))
   if export_dir:
-    summary.append("exported " + task.export(model, export_dir, export_precision))
+    summary.append("exported " + task.export(model, export_dir, export_precision,
+                                                export_limits))
   logging.info("%s: %s", type(task).__name__, "; ".join(summary))
   return summary

@@ -29,9 +29,10 @@ With `spm_model_file` the text is lower-cased with the same tables (no accent st
 `do_lower_case` and encoded by tensorflow-text's `SentencepieceTokenizer`.
 """
 
+import contextlib
 import functools
 import unicodedata
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, Iterator, Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -480,6 +481,7 @@ class BertInputEncoder(tf.Module):
     self.do_lower_case = tf.Variable(self._do_lower_case, trainable=False, name="do_lower_case")
     self.max_seq_length = int(max_seq_length)
     self.dynamic_padding = bool(dynamic_padding)
+    self._token_limit = None  # (most positions, what the request's inputs are called); see pack.
     self.special_token_ids = {
         token: python_tokenizer.vocab[token]
         for token in (tokenization.CLS_TOKEN, tokenization.SEP_TOKEN, tokenization.UNK_TOKEN,
@@ -594,15 +596,48 @@ class BertInputEncoder(tf.Module):
                            leading.row_lengths() < row_lengths)
     return tf.cond(tf.reduce_any(short), lambda: self.tokenize_words(words), lambda: ids)
 
+  @contextlib.contextmanager
+  def token_limit(self, max_positions: int, inputs: str) -> Iterator[None]:
+    """While functions are traced inside it, `pack` (and `position_checks`) fail a request whose
+    features would hold more than max_positions token positions (rows x padded length), with
+    InvalidArgument naming `inputs` (e.g. "text_a + text_b"). How exports bound a request's
+    memory (export.RequestLimits)."""
+    previous, self._token_limit = self._token_limit, (int(max_positions), inputs)
+    try:
+      yield
+    finally:
+      self._token_limit = previous
+
+  def position_checks(self, rows: tf.Tensor, width: tf.Tensor,
+                      unit: str = "rows") -> list[tf.Operation]:
+    """Under `token_limit`: asserts rows x width (the features' shape) is within the limit."""
+    if self._token_limit is None:
+      return []
+    max_positions, inputs = self._token_limit
+    rows, width = tf.cast(rows, tf.int64), tf.cast(width, tf.int64)
+    message = tf.strings.format(
+        "%s: {} %s of {} token positions, {} in all: at most %d per request "
+        "(--max_request_tokens)" % (inputs, unit, max_positions), (rows, width, rows * width))
+    return [tf.debugging.Assert(rows * width <= max_positions, [message])]
+
   def pack(self, ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor] = None,
            seq_length: Optional[tf.Tensor] = None) -> Dict[str, tf.Tensor]:
     """Ragged ids -> `[CLS] A [SEP] (B [SEP])` features, truncated as `build_inputs` does.
 
     `seq_length` (an int32 scalar tensor, e.g. TF Hub's `bert_pack_inputs(..., seq_length=N)`)
-    replaces max_seq_length for this call: the features are truncated and padded to it.
+    replaces max_seq_length for this call: the features are truncated and padded to it; a
+    seq_length below 3 (no room for [CLS], a token and [SEP]) fails with InvalidArgument naming
+    it. Under `token_limit` the features' size is checked before they are made.
     """
     length_a = ids_a.row_lengths()
-    length = self.max_seq_length if seq_length is None else tf.cast(seq_length, length_a.dtype)
+    if seq_length is None:
+      length = self.max_seq_length
+    else:
+      length = tf.cast(seq_length, length_a.dtype)
+      with tf.control_dependencies([tf.debugging.Assert(length >= 3, [tf.strings.format(
+          "seq_length is {}: it must be at least 3 (room for [CLS], a token and [SEP])",
+          length)])]):
+        length = tf.identity(length)
     batch_size = tf.shape(length_a)[0]
 
     def column(token_id):
@@ -628,11 +663,14 @@ class BertInputEncoder(tf.Module):
     elif self.dynamic_padding:
       shape = tf.stack([input_ids.nrows(), padded_length(input_ids.row_lengths(),
                                                          self.max_seq_length)])
-    return {
-        "input_ids": tf.cast(input_ids.to_tensor(0, shape=shape), tf.int32),
-        "input_mask": tf.cast(tf.ones_like(input_ids).to_tensor(0, shape=shape), tf.int32),
-        "segment_ids": tf.cast(tf.concat(segments, axis=1).to_tensor(0, shape=shape), tf.int32),
-    }
+    width = self.max_seq_length if isinstance(shape, list) else shape[1]
+    with tf.control_dependencies(self.position_checks(input_ids.nrows(), width)):
+      return {
+          "input_ids": tf.cast(input_ids.to_tensor(0, shape=shape), tf.int32),
+          "input_mask": tf.cast(tf.ones_like(input_ids).to_tensor(0, shape=shape), tf.int32),
+          "segment_ids": tf.cast(tf.concat(segments, axis=1).to_tensor(0, shape=shape),
+                                 tf.int32),
+      }
 
   def __call__(self, text_a, text_b=None) -> Dict[str, tf.Tensor]:
     """Strings [B] (and [B] for pairs) -> dict of int32 [B, length] BERT inputs.

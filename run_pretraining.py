@@ -187,7 +187,8 @@ def main(_):
         strategy, bert_config, FLAGS.output_dir, FLAGS.init_checkpoint,
         FLAGS.allow_partial_init_checkpoint)
     fill_mask.export_fill_mask(FLAGS.export_dir, model, tokenizer, FLAGS.max_seq_length,
-                               FLAGS.fill_mask_top_k, FLAGS.export_precision)
+                               FLAGS.fill_mask_top_k, FLAGS.export_precision,
+                               cli.request_limits())
 
 
 if __name__ == "__main__":

@@ -37,6 +37,11 @@ import tokenization
 import training_loop
 import windowing
 
+# The score of a question whose context has no sub-tokens (the export's `score`; its negation is
+# the null odds do_predict writes for v2.0): below any real score.
+NO_CONTEXT_SCORE = float(np.finfo(np.float32).min)
+
+
 # The first feature id, as in the original, so feature ids never collide with small integers.
 FIRST_UNIQUE_ID = 1000000000
 # The scope of the span head's variables, as the original's run_squad named it.
@@ -206,7 +211,7 @@ def examples_from_data(data: list[dict], is_training: bool, version_2_with_negat
         first_place_of_id.setdefault(qas_id, where)
       words, char_to_word_offset = split_context(context)
       stats.questions += len(qas)
-      if not words:
+      if not words and is_training:
         logging.warning("%s: empty context, %d questions skipped", where, len(qas))
         stats.skipped_empty_context += len(qas)
         continue
@@ -623,6 +628,9 @@ def compute_predictions(examples: Sequence[SquadExample], features: Sequence[Inp
   Returns (predictions: id -> text, nbest: id -> list of {text, probability, start_logit,
   end_logit}, null_odds: id -> null score minus best span score, only for v2.0). For v2.0 the answer
   is "" when the null score beats the best span score by more than `null_score_diff_threshold`.
+  An example without features (a context without words) gets "empty" as the original's v1.1
+  does, and for v2.0 the null answer "" (the original fails there) with null odds
+  -NO_CONTEXT_SCORE: certainly no answer.
   """
   basic_tokenizer = tokenization.BasicTokenizer(do_lower_case=do_lower_case)
   results_by_id = {result.unique_id: result for result in results}
@@ -635,6 +643,12 @@ def compute_predictions(examples: Sequence[SquadExample], features: Sequence[Inp
   null_odds = {}
   for example_index, example in enumerate(examples):
     example_features = features_by_example[example_index]
+    if version_2_with_negative and not example_features:
+      all_nbest[example.qas_id] = [collections.OrderedDict(
+          text="", probability=1.0, start_logit=0.0, end_logit=0.0)]
+      predictions[example.qas_id] = ""
+      null_odds[example.qas_id] = -NO_CONTEXT_SCORE
+      continue
     prelim = _prelim_predictions(example_features, results_by_id, n_best_size, max_answer_length)
     null_pred = None
     if version_2_with_negative and example_features:
@@ -943,16 +957,18 @@ class SquadServingModule(export.ServingModule):
   computes them; without it up to `max_seq_length`, as the original. It returns `answer` (the text
   do_predict writes to predictions.json; "" where do_predict writes "empty" because no span is
   valid, and for v2.0 where the null answer wins), `score` (start + end logit of the answer span,
-  else the null score: the smallest [CLS] score over the windows), `answer_start` and `answer_end`
+  else the null score: the smallest [CLS] score over the windows; `NO_CONTEXT_SCORE`, the lowest
+  float32, when the context has no sub-tokens), `answer_start` and `answer_end`
   (character offsets of the answer's first and one-past-last character in the context; -1 for an
   empty answer). The `token_ids` signature returns one window's `start_logits` and `end_logits`.
 
-  Request limits: question and context batches of one size, and at most
-  `export.MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all; anything else fails with InvalidArgument
-  (`export.text_input_checks`). Within them memory is linear in the request's bytes: the context
-  is split at whitespace and tokenized once, windows are sub-token ranges of it, and the model
-  and the span choice see `WINDOWS_PER_STEP` windows at a time, keeping only each window's best
-  span.
+  Request limits: question and context batches of one size, at most
+  `export.MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all, the export's `RequestLimits` in rows
+  (questions) and token positions (windows x their padded length); anything else fails with
+  InvalidArgument (`export.text_input_checks`, `BertInputEncoder.position_checks`). Within them
+  memory is linear in the request's bytes: the context is split at whitespace and tokenized
+  once, windows are sub-token ranges of it, and the model and the span choice see
+  `WINDOWS_PER_STEP` windows at a time, keeping only each window's best span.
   """
 
   text_inputs = {"question": 1, "context": 1}
@@ -1021,9 +1037,10 @@ class SquadServingModule(export.ServingModule):
       ranked = tf.fill(tf.shape(total), tf.constant(self.options.max_seq_length, tf.int64))
       width = self.options.max_seq_length
     shape = tf.stack([tf.cast(tf.size(row), tf.int64), tf.cast(width, tf.int64)])
-    features = {"input_ids": input_ids.to_tensor(0, shape=shape),
-                "input_mask": tf.ones_like(input_ids).to_tensor(0, shape=shape),
-                "segment_ids": segments.to_tensor(0, shape=shape)}
+    with tf.control_dependencies(self.encoder.position_checks(shape[0], shape[1], "windows")):
+      features = {"input_ids": input_ids.to_tensor(0, shape=shape),
+                  "input_mask": tf.ones_like(input_ids).to_tensor(0, shape=shape),
+                  "segment_ids": segments.to_tensor(0, shape=shape)}
     windows = Windows(row, start, length, tf.gather(query_ids.row_lengths(), row) + 2, ranked,
                       context_ids, piece_word, words, word_begin_bytes)
     return features, windows
@@ -1141,9 +1158,14 @@ class SquadServingModule(export.ServingModule):
     answer = self._answer_text(windows, piece_start, piece_end, context)
     empty = tf.fill(tf.shape(context), "")
     minus_one = -tf.ones_like(piece_start)
+    # A context without sub-tokens has no window to answer from (do_predict makes no feature).
+    has_context = windows.context_ids.row_lengths() > 0
+    answered &= has_context
     return {
         "answer": tf.where(answered, answer["text"], empty),
-        "score": tf.where(answered, row_score, null_score),
+        "score": tf.where(answered, row_score,
+                          tf.where(has_context, null_score,
+                                   tf.constant(NO_CONTEXT_SCORE, null_score.dtype))),
         "answer_start": tf.where(answered, answer["start"], minus_one),
         "answer_end": tf.where(answered, answer["end"], minus_one),
     }
@@ -1257,9 +1279,6 @@ class SquadTask(fine_tuning.Task):
       data = load_squad_json(self.predict_file)
       examples, stats = examples_from_data(data, False, options.version_2_with_negative,
                                            self.predict_file)
-      if stats.skipped_empty_context:
-        logging.warning("%d questions with an empty context get no prediction",
-                        stats.skipped_empty_context)
       features = list(convert_examples_to_features(examples, self.tokenizer,
                                                    options.max_seq_length, options.doc_stride,
                                                    options.max_query_length, is_training=False))

@@ -1,5 +1,6 @@
 """Tests of export.py (versioned SavedModels with text and token-id signatures)."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -17,6 +18,11 @@ class HashingEncoder(tf.Module):
   """A stand-in text encoder: whitespace words hashed into ids 1..99, padded to length 8."""
 
   max_seq_length = 8
+  dynamic_padding = False
+
+  def token_limit(self, max_positions, inputs):  # Its features are always [batch, 8].
+    del max_positions, inputs
+    return contextlib.nullcontext()
 
   def __call__(self, text_a, text_b=None):
     ids = tf.strings.to_hash_bucket_fast(tf.strings.split(text_a), 99) + 1

@@ -92,9 +92,9 @@ def test_read_examples_skips_and_counts_bad_answers_and_empty_context():
   assert [e.qas_id for e in examples] == ["ok"]
   assert (stats.questions, stats.skipped_answer_not_found, stats.skipped_no_answer,
           stats.skipped_empty_context) == (5, 2, 1, 1)
-  # For prediction, answers are not needed: every question with a context is kept.
+  # For prediction, answers are not needed: every question is kept, so each gets a prediction.
   examples, _ = squad.examples_from_data(data, is_training=False)
-  assert [e.qas_id for e in examples] == ["ok", "wrong_offset", "past_end", "none"]
+  assert [e.qas_id for e in examples] == ["ok", "wrong_offset", "past_end", "none", "empty"]
 
 
 def test_read_examples_v2_impossible():
@@ -330,3 +330,25 @@ def test_evaluate_v2_without_null_odds_scores_predictions_as_they_are():
   assert results["exact_match"] == pytest.approx(50.0)
   assert results["f1"] == pytest.approx(100 * (2 / 3 + 1) / 2)
   assert "best_f1" not in results
+
+
+@pytest.mark.parametrize("version_2, expected", [(False, "empty"), (True, "")])
+def test_a_question_with_an_empty_context_keeps_its_id_in_the_predictions(tokenizer, version_2,
+                                                                        expected):
+  """The original's v1.1 writes its stand-in "empty" for a question without windows; for v2.0
+  (where the original stops with an IndexError) the answer is the null answer "", certain."""
+  data = squad_data({"q": "sold"}, version_2=version_2)
+  data.append({"title": "e", "paragraphs": [{"context": " \n\t", "qas": [
+      {"id": "no_context", "question": QUESTION, "answers": [], "is_impossible": True}]}]})
+  examples, _ = squad.examples_from_data(data, False, version_2)
+  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
+                                                     DOC_STRIDE, 8, is_training=False))
+  assert {feature.example_index for feature in features} == {0}  # No window without a context.
+  predictions, nbest, null_odds = squad.compute_predictions(
+      examples, features, _hand_logits(features), n_best_size=3, max_answer_length=30,
+      do_lower_case=True, version_2_with_negative=version_2)
+  assert list(predictions) == ["q", "no_context"]
+  assert predictions["no_context"] == expected
+  assert [entry["text"] for entry in nbest["no_context"]] == [expected]
+  if version_2:
+    assert null_odds["no_context"] == -float(np.finfo(np.float32).min)

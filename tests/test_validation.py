@@ -260,6 +260,10 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
       (["create_pretraining_data.py", "--input_file=x", "--output_file=%s/y" % output_dir,
         "--vocab_file=" + vocab, "--short_seq_prob=1.5"], {},
        "create_pretraining_data.py: error: --short_seq_prob=1.5: must be a number in [0, 1]"),
+      (["run_classifier.py", "--task_name=generic", "--do_train", "--max_request_tokens=100",
+        "--export_dir=%s/export" % output_dir, "--output_dir=%s" % output_dir], {},
+       "run_classifier.py: error: --max_request_tokens=100 must be at least --max_seq_length=128 "
+       "(one row of the longest length) for --export_dir"),
   ]
   for args, env, expected in cases:
     run = _run_script(args, env)
