@@ -14,7 +14,7 @@ script calling two groups that share a flag, defines each flag once.
 """
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from absl import flags
 
@@ -444,7 +444,8 @@ def _check_input_paths() -> None:
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
 
 
-def run_script(main: Callable[[list], Any]) -> None:
+def run_script(main: Callable[[list], Any], outputs: Optional[dict] = None) -> None:
   """`errors.run_script` for a script that uses these flags: the validation pass also reads
-  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs."""
-  errors.run_script(main, check_input_paths=_check_input_paths)
+  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs;
+  `outputs` are the script's output flags of another kind than `errors.OUTPUT_FLAGS` says."""
+  errors.run_script(main, check_input_paths=_check_input_paths, outputs=outputs)

@@ -1445,4 +1445,4 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("output_dir")
-  cli.run_script(main)
+  cli.run_script(main, outputs={"output_dir": errors.OUTPUT_DIRECTORY})
