@@ -350,9 +350,11 @@ def setup_strategy():
 
 
 def bert_config() -> modeling.BertConfig:
-  """`--bert_config_file`, checked against `--max_seq_length`."""
+  """`--bert_config_file`, checked against `--max_seq_length` where the script has it."""
   require("bert_config_file")
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  if errors.flag_value("max_seq_length") is None:
+    return config
   try:
     config.check_max_seq_length(FLAGS.max_seq_length)
   except ValueError as error:
