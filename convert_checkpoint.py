@@ -66,8 +66,13 @@ Nothing a file says about itself is taken on trust: each safetensors header is c
 file's size before a tensor is read (`read_safetensors_header`), a sharded index must name shards
 inside its directory that hold exactly the tensors it places there, a Keras weights file may hold
 no links or data stored elsewhere, and every tensor must fit the config. Bad input is a
-`ConversionError` naming the file, printed as one line by `cli.run_script`; every output file is
-written under a temporary name and renamed when complete.
+`ConversionError` naming the file, printed as one line by `cli.run_script`.
+
+`--output_dir` is one unit: the converted model is written into a staging directory beside it,
+which then takes its name in one step (`atomic_files`), so a reader, even after a kill, finds the
+old model or the new one, never some files of each. It holds `CONVERTED_MARK_NAME`; a directory
+without it that is not empty (another model) is replaced only with `--overwrite_output_dir`, and a
+training run's output_dir never (its checkpoints would meet another model's label list).
 """
 
 import collections
