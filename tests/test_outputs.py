@@ -251,15 +251,19 @@ def test_convert_to_hugging_face_applies_the_umask(files, tmp_path):
 
 
 def _snapshot(directory) -> tuple:
-  """(names, label list) of `directory`, or None when it changed while being read."""
+  """(names, config, checkpoint index, label list) of `directory`, or None when it changed while
+  being read."""
   try:
     before = os.stat(directory).st_ino
     names = tuple(sorted(n for n in os.listdir(directory) if not n.startswith(".")))
-    labels = open(os.path.join(directory, "label_list.txt")).read()
+    contents = []
+    for name in ("bert_config.json", "bert_model.ckpt.index", "label_list.txt"):
+      with open(os.path.join(directory, name), "rb") as f:
+        contents.append(hashlib.sha256(f.read()).hexdigest())
     after = os.stat(directory).st_ino
   except FileNotFoundError:
     return ("missing",)
-  return (names, labels) if before == after else None
+  return (names, *contents) if before == after else None
 
 
 def test_a_reader_sees_the_old_or_the_new_model_never_a_mix(files, tmp_path):
@@ -273,7 +277,8 @@ def test_a_reader_sees_the_old_or_the_new_model_never_a_mix(files, tmp_path):
     seen.add(_snapshot(target))
   assert process.returncode == 0, process.stderr.read()[-2000:]
   new = _snapshot(target)
-  assert old[1] == "neg\npos\n" and new[1] == "x\ny\nz\n" and old[0] == new[0]
+  assert old[0] == new[0] and all(old[i] != new[i] for i in (1, 2, 3))
+  assert (target / "label_list.txt").read_text() == "x\ny\nz\n"
   assert seen - {None} <= {old, new}
 
 
