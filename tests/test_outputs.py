@@ -409,3 +409,64 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
       line = stderr.strip().splitlines()[-1]
       assert "error: --" in line and ("output_" in line or "export_dir" in line), (name, line)
   assert [_tree(path) for path in watched] == before
+
+
+# ------------------------------------------------------------------------------------------------
+# atomic_files, the one output path, below the scripts' checks.
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_output_path_never_renames_across_kinds(tmp_path):
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  import errors  # pylint: disable=g-import-not-at-top
+  directory, a_file = tmp_path / "directory", tmp_path / "a_file"
+  directory.mkdir()
+  (directory / "keep.txt").write_text("kept\n")
+  a_file.write_text("kept too\n")
+  with pytest.raises(errors.InputError, match="is a directory: refusing to replace it with a file"):
+    atomic_files.write_text(str(directory), "new\n")
+  with pytest.raises(errors.InputError, match="is a file: refusing to replace it with a directory"):
+    with atomic_files.atomic_output(str(a_file)) as temporary:
+      os.makedirs(os.path.join(temporary, "inside"))
+  assert _tree(tmp_path) == {"directory/keep.txt": _tree(directory / "keep.txt")["."],
+                             "a_file": _tree(a_file)["."]}
+
+
+def _dead_pid() -> int:
+  process = subprocess.Popen([sys.executable, "-c", "pass"])
+  process.wait()
+  return process.pid
+
+
+def test_a_directory_moved_aside_by_a_killed_writer_is_moved_back(tmp_path):
+  """Where two names cannot be swapped, the old directory is moved aside before the new one takes
+  its name; a writer killed in between leaves no directory under the name, and the next writer
+  of it restores the old one before anything else."""
+  import socket  # pylint: disable=g-import-not-at-top
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  target = tmp_path / "model"
+  aside = tmp_path / (".model.tmp-%s-%d.old" % (socket.gethostname(), _dead_pid()))
+  aside.mkdir()
+  (aside / "weights").write_text("old model\n")
+  with pytest.raises(RuntimeError):
+    with atomic_files.atomic_output(str(target)) as temporary:
+      assert (target / "weights").read_text() == "old model\n"
+      os.makedirs(temporary)
+      raise RuntimeError("stands for a failure while writing the new model")
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+  assert (target / "weights").read_text() == "old model\n"
+
+
+def test_without_a_swap_a_directory_is_replaced_by_moving_the_old_one_aside(tmp_path,
+                                                                            monkeypatch):
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  target = tmp_path / "model"
+  target.mkdir()
+  (target / "weights").write_text("old\n")
+  monkeypatch.setattr(atomic_files, "_exchange", lambda first, second: False)
+  with atomic_files.atomic_output(str(target)) as temporary:
+    os.makedirs(temporary)
+    with open(os.path.join(temporary, "weights"), "w") as f:
+      f.write("new\n")
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+  assert (target / "weights").read_text() == "new\n"
