@@ -359,7 +359,7 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
     for input_what, input_path, input_identity in read:
       if _same(identity, input_identity) or (
           kind == errors.OUTPUT_DIRECTORY and _inside(input_identity, identity)):
-        raise errors.FlagError("%s=%s would overwrite %s=%s, an input of this run" %
+        raise errors.FlagError("%s=%s would overwrite input %s=%s" %
                                (what, path, input_what, input_path))
   for index, (what, kind, path, identity) in enumerate(written):
     for other_what, other_kind, other_path, other_identity in written[index + 1:]:

@@ -162,7 +162,7 @@ def test_an_output_never_replaces_an_input(files, tmp_path, alias):
     input_flag = str(tmp_path / "c*.txt") + ",%s" % files["corpus"]
   before = _tree(tmp_path)
   _refused(_run("create_vocab.py", "--input_file=" + input_flag, "--output_file=" + output,
-                "--vocab_size=40"), "--output_file", "--input_file", "an input")
+                "--vocab_size=40"), "--output_file", "overwrite input --input_file")
   assert _tree(tmp_path) == before
 
 
