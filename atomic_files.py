@@ -10,6 +10,10 @@ One mechanism serves single files, directories (a SavedModel, a directory of .np
 checkpoint prefixes (`<prefix>.index` + `<prefix>.data-*`): when the block succeeds, the temporary
 itself and every `<temporary>.<suffix>` are renamed to the final name (+ suffix), `.index` last.
 
+`check_run_paths` refuses, before a run starts, outputs that would replace an input, another
+output or a path of the other kind; the rename refuses a change of kind again, and gives what it
+publishes the user's umask. A directory replacing a directory is swapped in one step.
+
 `OutputDirLock` makes one job at a time write to an output directory (training's --output_dir).
 
 Pure Python (TensorFlow is imported only for `gs://`-style paths, and by `OutputDirLock` and
@@ -342,8 +346,8 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   """Raises FlagError unless a run's outputs can be written without destroying anything else.
 
   `inputs` maps what names them (e.g. "--input_file") to the paths read; `outputs` maps what
-  names them to (kind, paths), kind one of errors.OUTPUT_KINDS. Refused: an output of the other
-  kind than an existing path (a file over a directory, a directory over a file, a FIFO or
+  names them to (kind, paths), the kind errors.OUTPUT_FILE, OUTPUT_DIRECTORY or OUTPUT_CONTAINER.
+  Refused: an output of the other kind than an existing path (a file over a directory, a directory over a file, a FIFO or
   device); a file or directory output that is an input (by resolved path or by inode, so
   symlinks and hard links count) or, for a directory replaced whole, holds one; two outputs
   that are the same path, or one inside a directory another replaces whole. Directories that

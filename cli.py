@@ -446,7 +446,8 @@ def _check_input_paths() -> None:
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
 
 
-def run_script(main: Callable[[list], Any], outputs: Optional[dict] = None) -> None:
+def run_script(main: Callable[[list], Any],
+               outputs: Optional[dict[str, errors.OutputFlag]] = None) -> None:
   """`errors.run_script` for a script that uses these flags: the validation pass also reads
   `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs;
   `outputs` are the script's output flags of another kind than `errors.OUTPUT_FLAGS` says."""

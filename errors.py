@@ -21,6 +21,7 @@ need TensorFlow (config, checkpoint, TF_CONFIG).
 """
 
 import dataclasses
+import glob
 import math
 import os
 import re
@@ -183,7 +184,6 @@ def check_flags(check_input_paths: Optional[Callable[[], None]] = None) -> None:
 # What an output flag names (atomic_files.check_run_paths): a file or a directory written whole
 # (replacing what was there), or a directory that outputs are written into.
 OUTPUT_FILE, OUTPUT_DIRECTORY, OUTPUT_CONTAINER = "file", "directory", "container"
-OUTPUT_KINDS = (OUTPUT_FILE, OUTPUT_DIRECTORY, OUTPUT_CONTAINER)
 
 # The flags that name what a run reads, in every script (a flag a script lacks is skipped).
 INPUT_FLAGS = ("input_file", "phase2_input_file", "vocab_file", "spm_model_file",
@@ -202,7 +202,6 @@ OutputFlag = Union[str, Callable[[], tuple]]
 def _input_paths(name: str, value: str) -> list:
   """The paths an input flag names: its comma-separated parts, glob patterns expanded; a
   checkpoint prefix's files."""
-  import glob  # pylint: disable=g-import-not-at-top
   if name == "init_checkpoint":
     return [value] + glob.glob(glob.escape(value) + ".*")
   paths = []
@@ -221,7 +220,7 @@ def _output_paths(value: str, declared: OutputFlag) -> tuple:
   return declared, [value]
 
 
-def check_run_paths(outputs: Optional[dict] = None) -> None:
+def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> None:
   """Checks the running script's outputs against its inputs and each other
   (`atomic_files.check_run_paths`): `outputs` overrides OUTPUT_FLAGS by flag name."""
   import atomic_files  # pylint: disable=g-import-not-at-top  # It imports this module.
@@ -255,7 +254,7 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 def run_script(main: Callable[[list], Any],
                check_input_paths: Optional[Callable[[], None]] = None,
-               outputs: Optional[dict] = None) -> None:
+               outputs: Optional[dict[str, OutputFlag]] = None) -> None:
   """`app.run(main)` after the validation pass (`check_flags(check_input_paths)`). An
   `InputError` from anywhere, or an `OSError` on a named file (a full disk, a permission), ends
   the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
