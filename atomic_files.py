@@ -10,6 +10,10 @@ One mechanism serves single files, directories (a SavedModel, a directory of .np
 checkpoint prefixes (`<prefix>.index` + `<prefix>.data-*`): when the block succeeds, the temporary
 itself and every `<temporary>.<suffix>` are renamed to the final name (+ suffix), `.index` last.
 
+`check_run_paths` refuses, before a run starts, outputs that would replace an input, another
+output or a path of the other kind; the rename refuses a change of kind again, and gives what it
+publishes the user's umask. A directory replacing a directory is swapped in one step.
+
 `OutputDirLock` makes one job at a time write to an output directory (training's --output_dir).
 
 Pure Python (TensorFlow is imported only for `gs://`-style paths, and by `OutputDirLock` and
@@ -24,8 +28,9 @@ import os
 import re
 import shutil
 import socket
+import stat
 import time
-from typing import Iterator
+from typing import Iterator, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -36,6 +41,7 @@ _TEMPORARY_MARK = ".tmp-"
 # What follows the mark: host, pid, and for a checkpoint prefix's files a suffix (".index", ...).
 _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+_ASIDE_SUFFIX = ".old"  # An old directory moved aside while a new one takes its name.
 
 
 def _tensorflow():
@@ -81,23 +87,95 @@ def remove_quietly(path: str) -> None:
     pass
 
 
+def _is_directory(path: str) -> bool:
+  if file_patterns.is_remote(path):
+    return _gfile().isdir(path)
+  return os.path.isdir(path) and not os.path.islink(path)
+
+
+def _check_same_kind(source: str, target: str) -> None:
+  """Raises InputError when `source` would replace `target` of the other kind (a file over a
+  directory or a directory over a file): that is never what the run was asked to write."""
+  if not _exists(target):
+    return
+  new_is_directory, old_is_directory = _is_directory(source), _is_directory(target)
+  if new_is_directory != old_is_directory:
+    raise errors.InputError("%s is a %s: refusing to replace it with a %s" % (
+        target, "directory" if old_is_directory else "file",
+        "directory" if new_is_directory else "file"))
+
+
+_RENAME_EXCHANGE = 2  # renameat2's flag (linux/fs.h): swap two existing names atomically.
+_AT_FDCWD = -100
+
+
+def _exchange(first: str, second: str) -> bool:
+  """Swaps two existing local paths in one step (Linux renameat2); False where unsupported."""
+  try:
+    import ctypes  # pylint: disable=g-import-not-at-top
+    libc = ctypes.CDLL(None, use_errno=True)
+    renameat2 = libc.renameat2
+  except (OSError, AttributeError):
+    return False
+  if renameat2(_AT_FDCWD, os.fsencode(first), _AT_FDCWD, os.fsencode(second),
+               _RENAME_EXCHANGE) == 0:
+    return True
+  error = ctypes.get_errno()
+  if error in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):
+    return False
+  raise OSError(error, os.strerror(error), second)
+
+
 def _rename(source: str, target: str) -> None:
-  """Renames a file or directory over `target` (a directory target is replaced whole)."""
+  """Renames a file or directory over `target` of the same kind (a directory is replaced whole,
+  in one step where the system can swap two names)."""
   if file_patterns.is_remote(source):
     gfile = _gfile()
     if gfile.isdir(target):
       gfile.rmtree(target)
     gfile.rename(source, target, overwrite=True)
     return
-  if os.path.isdir(target) and not os.path.islink(target):
-    # os.replace cannot replace a non-empty directory: move the old one aside under a temporary
-    # name first (a kill in between leaves no final name, and the next run deletes the old one).
-    old = temporary_path(target) + ".old"
-    os.replace(target, old)
+  if not _is_directory(target):
     os.replace(source, target)
-    _remove(old)
-  else:
-    os.replace(source, target)
+    return
+  if _exchange(source, target):  # The old directory is now at `source`.
+    _remove(source)
+    return
+  # os.replace cannot replace a non-empty directory: move the old one aside under a temporary
+  # name first; a kill in between leaves it there, and the next writer of `target` moves it back.
+  old = temporary_path(target) + _ASIDE_SUFFIX
+  os.replace(target, old)
+  os.replace(source, target)
+  _remove(old)
+
+
+def _current_umask() -> int:
+  """The process's umask (read without changing it where /proc tells it)."""
+  try:
+    with open("/proc/self/status", encoding="ascii") as status:
+      for line in status:
+        if line.startswith("Umask:"):
+          return int(line.split()[1], 8)
+  except OSError:
+    pass
+  mask = os.umask(0o022)
+  os.umask(mask)
+  return mask
+
+
+def _apply_umask(path: str) -> None:
+  """Gives the files written under `path` the mode a plain `open` gives (0666 less the umask):
+  some writers (safetensors) create theirs 0600."""
+  if file_patterns.is_remote(path) or os.path.islink(path):
+    return
+  mode = 0o666 & ~_current_umask()
+  if os.path.isfile(path):
+    os.chmod(path, mode)
+  for directory, _, names in os.walk(path):
+    for name in names:
+      child = os.path.join(directory, name)
+      if os.path.isfile(child) and not os.path.islink(child):
+        os.chmod(child, mode)
 
 
 def temporary_path(path: str) -> str:
@@ -121,6 +199,7 @@ def remove_stale_temporaries(path: str) -> list:
   """Deletes the temporaries of `path` left by dead processes of this host; returns their paths.
 
   Temporaries of live processes (another job writing the same output) and of other hosts are kept.
+  An old directory its dead writer had moved aside, with nothing yet at `path`, is moved back.
   """
   directory, name = os.path.split(path.rstrip("/"))
   start = ".%s%s" % (name, _TEMPORARY_MARK)
@@ -137,6 +216,13 @@ def remove_stale_temporaries(path: str) -> list:
     if pid != os.getpid() and _process_is_alive(pid):
       continue
     stale = os.path.join(directory, entry)
+    if match["suffix"] == _ASIDE_SUFFIX and not _exists(path):
+      # Killed between moving the old directory aside and moving the new one in: the old one is
+      # still the complete output.
+      os.replace(stale, path)
+      logging.warning("Restored %s from %s (its writer was killed while replacing it)", path,
+                      stale)
+      continue
     _remove(stale)
     removed.append(stale)
   if removed:
@@ -174,7 +260,16 @@ def atomic_output(path: str) -> Iterator[str]:
     if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
       raise OSError(error.errno, "%s while writing %s" % (error.strerror, path)) from error
     raise
-  for suffix in _written_parts(temporary):
+  parts = _written_parts(temporary)
+  try:
+    for suffix in parts:
+      _check_same_kind(temporary + suffix, path.rstrip("/") + suffix)
+      _apply_umask(temporary + suffix)
+  except BaseException:
+    for suffix in parts:
+      _remove(temporary + suffix)
+    raise
+  for suffix in parts:
     _rename(temporary + suffix, path.rstrip("/") + suffix)
 
 
@@ -210,6 +305,75 @@ def check_writable_directory(directory: str, flag_name: str) -> None:
     reason = getattr(error, "message", None) or getattr(error, "strerror", None) or str(error)
     raise errors.FlagError("--%s: cannot write in %s (%s)" %
                            (flag_name, directory, reason)) from error
+
+
+def _identity(path: str) -> Tuple[str, Optional[Tuple[int, int]]]:
+  """(resolved path, (st_dev, st_ino) or None): two paths with either equal name the same file
+  (a symlink resolves to its target, a hard link shares the inode). Remote paths: the string."""
+  if file_patterns.is_remote(path):
+    return path.rstrip("/"), None
+  try:
+    status = os.stat(path)
+  except OSError:
+    return os.path.realpath(path), None
+  return os.path.realpath(path), (status.st_dev, status.st_ino)
+
+
+def _same(first: tuple, second: tuple) -> bool:
+  return first[0] == second[0] or (first[1] is not None and first[1] == second[1])
+
+
+def _inside(inner: tuple, outer: tuple) -> bool:
+  return inner[0].startswith(outer[0].rstrip("/") + "/")
+
+
+def _check_output_kind(what: str, kind: str, path: str) -> None:
+  """An existing local `path` is of the kind the output is (a regular file for a file)."""
+  if file_patterns.is_remote(path) or not os.path.exists(path):
+    return
+  if kind == errors.OUTPUT_FILE:
+    if os.path.isdir(path):
+      raise errors.FlagError("%s=%s is a directory: it must name a file" % (what, path))
+    if not stat.S_ISREG(os.stat(path).st_mode):
+      raise errors.FlagError("%s=%s is not a regular file (a FIFO, socket or device)" %
+                             (what, path))
+  elif not os.path.isdir(path):
+    raise errors.FlagError("%s=%s is a file: it must name a directory" % (what, path))
+
+
+def check_run_paths(inputs: Mapping[str, Sequence[str]],
+                    outputs: Mapping[str, Tuple[str, Sequence[str]]]) -> None:
+  """Raises FlagError unless a run's outputs can be written without destroying anything else.
+
+  `inputs` maps what names them (e.g. "--input_file") to the paths read; `outputs` maps what
+  names them to (kind, paths), the kind errors.OUTPUT_FILE, OUTPUT_DIRECTORY or OUTPUT_CONTAINER.
+  Refused: an output of the other kind than an existing path (a file over a directory, a directory over a file, a FIFO or
+  device); a file or directory output that is an input (by resolved path or by inode, so
+  symlinks and hard links count) or, for a directory replaced whole, holds one; two outputs
+  that are the same path, or one inside a directory another replaces whole. Directories that
+  outputs are written into (errors.OUTPUT_CONTAINER) may be shared and may hold inputs.
+  """
+  read = [(what, path, _identity(path)) for what, paths in inputs.items() for path in paths]
+  written = [(what, kind, path, _identity(path))
+             for what, (kind, paths) in outputs.items() for path in paths]
+  for what, kind, path, identity in written:
+    _check_output_kind(what, kind, path)
+    if kind == errors.OUTPUT_CONTAINER:
+      continue
+    for input_what, input_path, input_identity in read:
+      if _same(identity, input_identity) or (
+          kind == errors.OUTPUT_DIRECTORY and _inside(input_identity, identity)):
+        raise errors.FlagError("%s=%s would overwrite input %s=%s" %
+                               (what, path, input_what, input_path))
+  for index, (what, kind, path, identity) in enumerate(written):
+    for other_what, other_kind, other_path, other_identity in written[index + 1:]:
+      if kind == other_kind == errors.OUTPUT_CONTAINER:
+        continue
+      if _same(identity, other_identity) or (
+          kind == errors.OUTPUT_DIRECTORY and _inside(other_identity, identity)) or (
+          other_kind == errors.OUTPUT_DIRECTORY and _inside(identity, other_identity)):
+        raise errors.FlagError("%s=%s and %s=%s are the same output or one holds the other" %
+                               (what, path, other_what, other_path))
 
 
 LOCK_FILE_NAME = ".lock"

@@ -14,7 +14,7 @@ script calling two groups that share a flag, defines each flag once.
 """
 
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from absl import flags
 
@@ -372,9 +372,11 @@ def setup_strategy():
 
 
 def bert_config() -> modeling.BertConfig:
-  """`--bert_config_file`, checked against `--max_seq_length`."""
+  """`--bert_config_file`, checked against `--max_seq_length` where the script has it."""
   require("bert_config_file")
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  if errors.flag_value("max_seq_length") is None:
+    return config
   try:
     config.check_max_seq_length(FLAGS.max_seq_length)
   except ValueError as error:
@@ -467,7 +469,9 @@ def _check_input_paths() -> None:
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
 
 
-def run_script(main: Callable[[list], Any]) -> None:
+def run_script(main: Callable[[list], Any],
+               outputs: Optional[dict[str, errors.OutputFlag]] = None) -> None:
   """`errors.run_script` for a script that uses these flags: the validation pass also reads
-  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs."""
-  errors.run_script(main, check_input_paths=_check_input_paths)
+  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs;
+  `outputs` are the script's output flags of another kind than `errors.OUTPUT_FLAGS` says."""
+  errors.run_script(main, check_input_paths=_check_input_paths, outputs=outputs)

@@ -66,8 +66,13 @@ Nothing a file says about itself is taken on trust: each safetensors header is c
 file's size before a tensor is read (`read_safetensors_header`), a sharded index must name shards
 inside its directory that hold exactly the tensors it places there, a Keras weights file may hold
 no links or data stored elsewhere, and every tensor must fit the config. Bad input is a
-`ConversionError` naming the file, printed as one line by `cli.run_script`; every output file is
-written under a temporary name and renamed when complete.
+`ConversionError` naming the file, printed as one line by `cli.run_script`.
+
+`--output_dir` is one unit: the converted model is written into a staging directory beside it,
+which then takes its name in one step (`atomic_files`), so a reader, even after a kill, finds the
+old model or the new one, never some files of each. It holds `CONVERTED_MARK_NAME`; a directory
+without it that is not empty (another model) is replaced only with `--overwrite_output_dir`, and a
+training run's output_dir never (its checkpoints would meet another model's label list).
 """
 
 import collections
@@ -141,7 +146,12 @@ def define_flags() -> None:
   flags.DEFINE_bool("multi_label", False,
                     "With a run_classifier checkpoint trained with --multi_label (a sigmoid per "
                     "label).")
-  flags.DEFINE_string("output_dir", None, "Directory to write the converted model to.")
+  flags.DEFINE_string("output_dir", None,
+                      "Directory to write the converted model to, replaced whole. It must be new, "
+                      "empty or an earlier output of this script; never a training output_dir.")
+  flags.DEFINE_bool("overwrite_output_dir", False,
+                    "Replace a non-empty --output_dir that is not an earlier output of this script "
+                    "(e.g. another model) with the converted model.")
 
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
 GOOGLE_CONFIG_NAME = "bert_config.json"
@@ -157,6 +167,10 @@ KERAS_HUB_TASK_NAME = "task.json"
 KERAS_HUB_TASK_WEIGHTS_NAME = "task.weights.h5"
 KERAS_HUB_TOKENIZER_NAME = "tokenizer.json"
 KERAS_HUB_PREPROCESSOR_NAME = "preprocessor.json"
+# Written into every converted model's directory: marks it as one this script may replace.
+CONVERTED_MARK_NAME = ".convert_checkpoint.json"
+# Names that only a training run's output_dir holds: no conversion ever replaces such a directory.
+TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", atomic_files.LOCK_FILE_NAME)
 # Where a KerasHub tokenizer keeps its vocab: assets/<its config file's stem>/vocabulary.txt.
 KERAS_HUB_VOCAB_PATH = ("assets", "tokenizer", "vocabulary.txt")
 
@@ -1266,7 +1280,6 @@ def write_google_model(model: ConvertedModel, output_dir: str) -> str:
       atomic_files.write_text(os.path.join(output_dir, VOCAB_NAME), model.vocab)
     if model.labels:
       _write_labels(model.architecture, model.labels, output_dir)
-  logging.info("Use it with %s", _google_usage(model, output_dir))
   return prefix
 
 
@@ -1363,10 +1376,24 @@ def write_keras_hub_preset(model: ConvertedModel, output_dir: str) -> str:
 def _convert(read: Callable[[], ConvertedModel], write: Callable[[ConvertedModel, str], str],
              output_dir: str) -> str:
   """Reads a model, writes it to output_dir and logs what was converted; returns what `write`
-  returns."""
+  returns (under output_dir).
+
+  The directory is written whole: `write` fills a staging directory beside it (with the mark
+  CONVERTED_MARK_NAME) that then takes output_dir's name in one step (`atomic_files`), so a reader
+  sees the old model's files or the new one's, never a mix, even after a kill.
+  """
   start = time.time()
   model = read()
-  target = write(model, output_dir)
+  with _writing(output_dir):
+    tf.io.gfile.makedirs(os.path.dirname(output_dir.rstrip("/")) or ".")
+  with _writing(output_dir), atomic_files.atomic_output(output_dir) as staging:
+    tf.io.gfile.makedirs(staging)
+    target = write(model, staging)
+    _write_json(os.path.join(staging, CONVERTED_MARK_NAME), {
+        "source": model.source, "architecture": model.architecture.name})
+  target = os.path.join(output_dir, os.path.relpath(target, staging))
+  if write is write_google_model:
+    logging.info("Use it with %s", _google_usage(model, output_dir))
   parameters = sum(int(np.prod(value.shape)) for value in model.tensors.values())
   logging.info("Converted %d tensors (%s parameters) of a %s from %s to %s in %.1f s",
                len(model.tensors), "{:,}".format(parameters), model.architecture.name,
@@ -1412,6 +1439,25 @@ def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
                   write_keras_hub_preset, output_dir)
 
 
+def check_output_dir(output_dir: str, overwrite: bool) -> None:
+  """Raises FlagError unless output_dir may be replaced by a converted model: it is missing,
+  empty or an earlier converted model (it holds CONVERTED_MARK_NAME), or `overwrite` is set. A
+  training run's output_dir is never replaced: its checkpoints and label list belong together."""
+  if not tf.io.gfile.isdir(output_dir):
+    return
+  names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_dir)}
+  training = sorted(name for name in names if name in TRAINING_RUN_NAMES or
+                    name.startswith(checkpoints.CHECKPOINT_BASENAME + "-"))
+  if training:
+    raise errors.FlagError("--output_dir=%s holds a training run (%s): write the converted "
+                           "model to another directory" % (output_dir, training[0]))
+  if names and CONVERTED_MARK_NAME not in names and not overwrite:
+    raise errors.FlagError("--output_dir=%s is not empty and is not an earlier output of "
+                           "convert_checkpoint.py (it holds %s): pass --overwrite_output_dir to "
+                           "replace it, or choose another directory" %
+                           (output_dir, ", ".join(sorted(names)[:3])))
+
+
 # Flags that only a conversion from --init_checkpoint reads.
 _GOOGLE_SOURCE_FLAGS = ("output_format", "bert_config_file", "vocab_file", "do_lower_case",
                         "task_name", "multi_label")
@@ -1430,6 +1476,7 @@ def main(argv):
     if given:
       raise errors.FlagError("--%s: only for --init_checkpoint (the model of --%s says what it "
                              "is)" % (given[0], sources[0]))
+  check_output_dir(FLAGS.output_dir, FLAGS.overwrite_output_dir)
   if FLAGS.hf_model_path:
     convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
   elif FLAGS.keras_hub_preset:
@@ -1445,4 +1492,4 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("output_dir")
-  cli.run_script(main)
+  cli.run_script(main, outputs={"output_dir": errors.OUTPUT_DIRECTORY})

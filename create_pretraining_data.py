@@ -74,6 +74,12 @@ def _run_beam(config: pretraining_data.RunConfig) -> dict:
   return pretraining_data_beam.run(config, FLAGS.beam_pipeline_options)
 
 
+def _output_files() -> tuple:
+  """--output_file's files as this run names them (a shard's suffix added)."""
+  return errors.OUTPUT_FILE, pretraining_data.shard_output_files(
+      FLAGS.output_file, FLAGS.shard_index, FLAGS.num_shards)
+
+
 def main(_):
   logging.set_verbosity(logging.INFO)
   num_workers = FLAGS.num_workers
@@ -111,4 +117,4 @@ if __name__ == "__main__":
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   flags.mark_flag_as_required("vocab_file")
-  errors.run_script(main)
+  errors.run_script(main, outputs={"output_file": _output_files})

@@ -33,6 +33,8 @@ from typing import Iterator, Optional
 from absl import app
 from absl import flags
 
+import errors
+
 FLAGS = flags.FLAGS
 
 
@@ -431,4 +433,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  app.run(main)
+  errors.run_script(main)

@@ -21,12 +21,13 @@ need TensorFlow (config, checkpoint, TF_CONFIG).
 """
 
 import dataclasses
+import glob
 import math
 import os
 import re
 import stat
 import sys
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 from absl import app
 from absl import flags
@@ -190,6 +191,57 @@ def check_flags(check_input_paths: Optional[Callable[[], None]] = None) -> None:
     check_input_paths()
 
 
+# What an output flag names (atomic_files.check_run_paths): a file or a directory written whole
+# (replacing what was there), or a directory that outputs are written into.
+OUTPUT_FILE, OUTPUT_DIRECTORY, OUTPUT_CONTAINER = "file", "directory", "container"
+
+# The flags that name what a run reads, in every script (a flag a script lacks is skipped).
+INPUT_FLAGS = ("input_file", "phase2_input_file", "vocab_file", "spm_model_file",
+               "bert_config_file", "init_checkpoint", "hf_model_path", "keras_hub_preset",
+               "data_dir", "stdlib_dir")
+# The flags that name what a run writes, and their kind; a script whose flag means another kind
+# says so to `run_script`.
+OUTPUT_FLAGS = {"output_file": OUTPUT_FILE, "output_dir": OUTPUT_CONTAINER,
+                "export_dir": OUTPUT_CONTAINER}
+
+# An output flag's kind, or a function of the flags giving (kind, paths) where the paths are not
+# the flag's value as it stands (shard suffixes).
+OutputFlag = Union[str, Callable[[], tuple]]
+
+
+def _input_paths(name: str, value: str) -> list:
+  """The paths an input flag names: its comma-separated parts, glob patterns expanded; a
+  checkpoint prefix's files."""
+  if name == "init_checkpoint":
+    return [value] + glob.glob(glob.escape(value) + ".*")
+  paths = []
+  for part in (part.strip() for part in value.split(",")):
+    if part:
+      paths.extend(([] if "://" in part else glob.glob(part)) or [part])
+  return paths
+
+
+def _output_paths(value: str, declared: OutputFlag) -> tuple:
+  """(kind, paths) of an output flag's value."""
+  if callable(declared):
+    return declared()
+  if declared == OUTPUT_FILE:
+    return declared, [part.strip() for part in value.split(",") if part.strip()]
+  return declared, [value]
+
+
+def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> None:
+  """Checks the running script's outputs against its inputs and each other
+  (`atomic_files.check_run_paths`): `outputs` overrides OUTPUT_FLAGS by flag name."""
+  import atomic_files  # pylint: disable=g-import-not-at-top  # It imports this module.
+  inputs = {"--" + name: _input_paths(name, flag_value(name))
+            for name in INPUT_FLAGS if flag_value(name)}
+  declared = dict(OUTPUT_FLAGS, **(outputs or {}))
+  written = {"--" + name: _output_paths(flag_value(name), kind)
+             for name, kind in declared.items() if flag_value(name)}
+  atomic_files.check_run_paths(inputs, written)
+
+
 # ------------------------------------------------------------------------------------------------
 # Running a script.
 # ------------------------------------------------------------------------------------------------
@@ -211,15 +263,19 @@ def _parse_flags(argv: list[str]) -> list[str]:
 
 
 def run_script(main: Callable[[list], Any],
-               check_input_paths: Optional[Callable[[], None]] = None) -> None:
+               check_input_paths: Optional[Callable[[], None]] = None,
+               outputs: Optional[dict[str, OutputFlag]] = None) -> None:
   """`app.run(main)` after the validation pass (`check_flags(check_input_paths)`). An
   `InputError` from anywhere, or an `OSError` on a named file (a full disk, a permission), ends
   the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
-  traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback."""
+  traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback. The pass
+  ends with `check_run_paths(outputs)`: no output may replace an input, another output or a path
+  of the other kind."""
 
   def main_with_clear_errors(argv):
     try:
       check_flags(check_input_paths)
+      check_run_paths(outputs)
       return main(argv)
     except (InputError, OSError) as error:
       if (isinstance(error, OSError) and not error.filename or

@@ -554,6 +554,12 @@ def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: O
   return done, progress.elapsed()
 
 
+def _output_file() -> tuple:
+  """--output_file is a file, or with --output_format=npz a directory written whole."""
+  kind = errors.OUTPUT_DIRECTORY if FLAGS.output_format == "npz" else errors.OUTPUT_FILE
+  return kind, [FLAGS.output_file]
+
+
 def main(_):
   cli.require("input_file", "init_checkpoint", "output_file")
   bert_config = cli.bert_config()
@@ -585,4 +591,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main)
+  cli.run_script(main, outputs={"output_file": _output_file})

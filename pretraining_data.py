@@ -815,11 +815,16 @@ def prepare(config: RunConfig) -> tuple:
   return input_files, ChunkProcessor(worker_config)  # Fails here on a bad vocab.
 
 
-def check_not_overwriting(input_files: Sequence[str], output_files: Sequence[str]) -> None:
-  """A ValueError if an output path is one of the input files."""
-  overwritten = set(map(os.path.realpath, input_files)) & set(map(os.path.realpath, output_files))
-  if overwritten:
-    raise errors.InputError("output file would overwrite input file %s" % sorted(overwritten)[0])
+def check_not_overwriting(config: RunConfig, input_files: Sequence[str],
+                          output_files: Sequence[str]) -> None:
+  """A FlagError if an output file is an input file, the vocab or another output, or is not a
+  file (`atomic_files.check_run_paths`)."""
+  inputs = {"--input_file": input_files}
+  for flag, path in (("--vocab_file", config.vocab_file),
+                     ("--spm_model_file", config.spm_model_file)):
+    if path:
+      inputs[flag] = [path]
+  atomic_files.check_run_paths(inputs, {"--output_file": (errors.OUTPUT_FILE, output_files)})
 
 
 def run(config: RunConfig) -> dict:
@@ -830,7 +835,7 @@ def run(config: RunConfig) -> dict:
   """
   input_files, processor = prepare(config)
   output_files = shard_output_files(config.output_file, config.shard_index, config.num_shards)
-  check_not_overwriting(input_files, output_files)
+  check_not_overwriting(config, input_files, output_files)
   total_bytes = sum(map(file_size, input_files))
   logging.info("*** Reading from %d input files (%.1f MB) ***", len(input_files), total_bytes / 1e6)
   logging.info("*** Writing to output files ***")

@@ -148,7 +148,7 @@ def run(config: pretraining_data.RunConfig, pipeline_args: str = "") -> dict:
   input_files, processor = pretraining_data.prepare(config)
   output_files = [shard_path(config.output_file, shard, config.num_shards)
                   for shard in range(config.num_shards)]
-  pretraining_data.check_not_overwriting(input_files, output_files)
+  pretraining_data.check_not_overwriting(config, input_files, output_files)
   total_bytes = sum(map(pretraining_data.file_size, input_files))
   start = time.monotonic()
   options = PipelineOptions(shlex.split(pipeline_args))

@@ -22,6 +22,7 @@ from absl import logging
 
 import atomic_files
 import errors
+import file_patterns
 
 
 class BadInputError(errors.InputError):
@@ -241,7 +242,27 @@ def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int
     yield line_number, Row(cells, problem=missing and "no key %s" % ", ".join(map(repr, missing)))
 
 
+def _describe_list(labels: Sequence[str], limit: int = 5) -> str:
+  shown = ", ".join(labels[:limit])
+  return shown + (", ... (%d in all)" % len(labels) if len(labels) > limit else "")
+
+
 def write_label_list(path: str, labels: Sequence[str]) -> None:
   """Writes a list of output names, one a line (id = line number), atomically: the classifier's
-  label_list.txt and the tagger's tag_list.txt."""
-  atomic_files.write_text(path, "".join(label + "\n" for label in labels))
+  label_list.txt and the tagger's tag_list.txt.
+
+  A list already at `path` names the outputs of the checkpoints beside it: one that differs is
+  never replaced (BadInputError), since those checkpoints would then read every id as another
+  label; an equal one is left as it is.
+  """
+  text = "".join(label + "\n" for label in labels)
+  if not file_patterns.is_remote(path) and os.path.exists(path):
+    with open(path, encoding="utf-8") as reader:
+      old = reader.read()
+    if old == text:
+      return
+    raise BadInputError(
+        "%s holds other labels (%s) than this run's (%s): the model in its directory was "
+        "trained with them. Use a new --output_dir, or delete the file to start over" %
+        (path, _describe_list(old.splitlines()), _describe_list(list(labels))))
+  atomic_files.write_text(path, text)

@@ -388,11 +388,13 @@ def test_keras_hub_preset_is_written_whole_or_not_at_all(tmp_path, release, monk
   with pytest.raises(_Interrupted):
     convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
                                                    vocab_file=release[1])
-  assert sorted(os.listdir(preset)) == ["assets"]  # No weights file, no config.json.
+  assert not os.path.exists(preset)  # Not a single file of the preset,
+  assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # nor its staging.
   monkeypatch.undo()
   convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
                                                  vocab_file=release[1])
-  assert sorted(name for name in os.listdir(preset) if name.startswith(".")) == []
+  assert [name for name in os.listdir(preset) if name.startswith(".")] == [
+      convert_checkpoint.CONVERTED_MARK_NAME]
 
 
 class _Interrupted(Exception):

@@ -221,12 +221,12 @@ def test_converted_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
   monkeypatch.setattr(convert_checkpoint.safetensors.numpy, "save_file", save_half_then_fail)
   with pytest.raises(_Interrupted):
     convert_checkpoint.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
-  assert os.listdir(tmp_path / "hf") == []
+  assert os.listdir(tmp_path) == ["google"]  # Neither the directory nor its staging copy.
   monkeypatch.setattr(convert_checkpoint.safetensors.numpy, "save_file", real_save)
   convert_checkpoint.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
   prefix = convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
   assert sorted(os.listdir(tmp_path / "back")) == [
-      "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
+      ".convert_checkpoint.json", "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
       "vocab.txt"]
   word_embeddings = tf.train.load_checkpoint(prefix).get_tensor("bert/embeddings/word_embeddings")
   np.testing.assert_array_equal(word_embeddings, bert.get_embedding_table().numpy())

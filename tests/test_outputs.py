@@ -1,0 +1,472 @@
+"""No tool replaces what it was not asked to write: each script runs in a fresh process, as a user
+runs it, on tiny inputs, and every refused run must leave every file as it was."""
+import hashlib
+import json
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import safetensors.numpy
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HIDDEN, LAYERS, INTERMEDIATE, POSITIONS = 16, 2, 24, 64
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [
+    "the", "a", "cat", "dog", "sat", "on", "mat", "alice", "bob", "paris", "london", "saw", "in",
+    "and", ".", ",", "is", "was", "big", "small", "red", "blue", "ran", "to", "home", "park", "of",
+    "it", "he", "she", "we", "they", "day", "night"]
+CORPUS = ["the cat sat on the mat . the dog ran to the park .",
+          "alice saw bob in paris . he was big and she was small .", "",
+          "we ran home at night . they sat in london on a red day ."] * 20
+
+
+def _run(script: str, *args: str, umask: int = 0o022, cwd=None) -> subprocess.CompletedProcess:
+  """Runs `python <script> <args>` in a fresh process with `umask`."""
+  return subprocess.run([sys.executable, os.path.join(REPO, script), *args], cwd=cwd,
+                        capture_output=True, text=True, timeout=300,
+                        preexec_fn=lambda: os.umask(umask))
+
+
+def _start(script: str, *args: str) -> subprocess.Popen:
+  return subprocess.Popen([sys.executable, os.path.join(REPO, script), *args],
+                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _tree(path) -> dict:
+  """Every file under `path` (or `path` itself) by relative name: its content's sha256."""
+  path = str(path)
+  if os.path.isfile(path):
+    with open(path, "rb") as f:
+      return {".": hashlib.sha256(f.read()).hexdigest()}
+  tree = {}
+  for directory, _, names in os.walk(path):
+    for name in names:
+      full = os.path.join(directory, name)
+      with open(full, "rb") as f:
+        tree[os.path.relpath(full, path)] = hashlib.sha256(f.read()).hexdigest()
+  return tree
+
+
+def _refused(result, *words: str) -> str:
+  """The one error line of a refused run, which must name `words`."""
+  assert result.returncode == 1, result.stderr[-2000:]
+  line = result.stderr.strip().splitlines()[-1]
+  assert "error:" in line and all(word in line for word in words), line
+  return line
+
+
+def _hf_classifier(directory, labels, seed: int, intermediate: int = INTERMEDIATE) -> str:
+  """A tiny Hugging Face BertForSequenceClassification as transformers saves it (a wide
+  `intermediate` size makes its files take longer to write)."""
+  rng = np.random.default_rng(seed)
+  tensors = {}
+
+  def add(name, *shape):
+    tensors[name] = (0.2 * rng.normal(size=shape)).astype(np.float32)
+
+  add("bert.embeddings.word_embeddings.weight", len(VOCAB), HIDDEN)
+  add("bert.embeddings.position_embeddings.weight", POSITIONS, HIDDEN)
+  add("bert.embeddings.token_type_embeddings.weight", 2, HIDDEN)
+  norms = ["bert.embeddings.LayerNorm"]
+  for i in range(LAYERS):
+    layer = "bert.encoder.layer.%d." % i
+    for part, out_size, in_size in (("attention.self.query", HIDDEN, HIDDEN),
+                                    ("attention.self.key", HIDDEN, HIDDEN),
+                                    ("attention.self.value", HIDDEN, HIDDEN),
+                                    ("attention.output.dense", HIDDEN, HIDDEN),
+                                    ("intermediate.dense", intermediate, HIDDEN),
+                                    ("output.dense", HIDDEN, intermediate)):
+      add(layer + part + ".weight", out_size, in_size)
+      add(layer + part + ".bias", out_size)
+    norms += [layer + "attention.output.LayerNorm", layer + "output.LayerNorm"]
+  for norm in norms:
+    tensors[norm + ".weight"] = np.ones(HIDDEN, np.float32)
+    add(norm + ".bias", HIDDEN)
+  add("bert.pooler.dense.weight", HIDDEN, HIDDEN)
+  add("bert.pooler.dense.bias", HIDDEN)
+  add("classifier.weight", len(labels), HIDDEN)
+  add("classifier.bias", len(labels))
+  os.makedirs(directory)
+  safetensors.numpy.save_file(tensors, os.path.join(directory, "model.safetensors"),
+                              metadata={"format": "pt"})
+  config = {
+      "architectures": ["BertForSequenceClassification"], "model_type": "bert",
+      "vocab_size": len(VOCAB), "hidden_size": HIDDEN, "num_hidden_layers": LAYERS,
+      "num_attention_heads": 4, "intermediate_size": intermediate, "hidden_act": "gelu",
+      "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1,
+      "max_position_embeddings": POSITIONS, "type_vocab_size": 2, "initializer_range": 0.02,
+      "layer_norm_eps": 1e-12, "id2label": {str(i): label for i, label in enumerate(labels)},
+      "label2id": {label: i for i, label in enumerate(labels)}}
+  with open(os.path.join(directory, "config.json"), "w") as f:
+    json.dump(config, f)
+  with open(os.path.join(directory, "vocab.txt"), "w") as f:
+    f.write("".join(token + "\n" for token in VOCAB))
+  return str(directory)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+  """A corpus, a vocab, two Hugging Face classifiers (labels neg/pos and x/y/z, the second wide
+  enough to take a while to write) and the first converted to Google's format."""
+  root = tmp_path_factory.mktemp("outputs")
+  corpus, vocab = root / "corpus.txt", root / "vocab.txt"
+  corpus.write_text("\n".join(CORPUS) + "\n")
+  vocab.write_text("".join(token + "\n" for token in VOCAB))
+  first = _hf_classifier(root / "hf_first", ["neg", "pos"], seed=1)
+  second = _hf_classifier(root / "hf_second", ["x", "y", "z"], seed=2, intermediate=50000)
+  google = root / "google"
+  result = _run("convert_checkpoint.py", "--hf_model_path=" + first, "--output_dir=%s" % google)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return dict(root=root, corpus=str(corpus), vocab=str(vocab), first=first, second=second,
+              google=str(google), checkpoint=str(google / "bert_model.ckpt"),
+              config=str(google / "bert_config.json"))
+
+
+# ------------------------------------------------------------------------------------------------
+# The data tools (pure Python, fast).
+# ------------------------------------------------------------------------------------------------
+
+
+def test_a_file_output_never_replaces_a_directory(files, tmp_path):
+  directory = tmp_path / "existing"
+  directory.mkdir()
+  (directory / "keep.txt").write_text("precious\n")
+  before = _tree(directory)
+  _refused(_run("create_vocab.py", "--input_file=" + files["corpus"],
+                "--output_file=%s" % directory, "--vocab_size=40"), "--output_file", "directory")
+  _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
+                "--output_file=%s" % directory, "--vocab_file=" + files["vocab"]),
+           "--output_file", "directory")
+  assert _tree(directory) == before
+
+
+@pytest.mark.parametrize("alias", ["same", "relative", "symlink", "hard_link", "glob"])
+def test_an_output_never_replaces_an_input(files, tmp_path, alias):
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text(open(files["corpus"]).read())
+  input_flag, output = str(corpus), str(corpus)
+  if alias == "relative":
+    output = os.path.relpath(corpus)
+  elif alias == "symlink":
+    output = str(tmp_path / "link.txt")
+    os.symlink(corpus, output)
+  elif alias == "hard_link":
+    output = str(tmp_path / "hard.txt")
+    os.link(corpus, output)
+  elif alias == "glob":
+    input_flag = str(tmp_path / "c*.txt") + ",%s" % files["corpus"]
+  before = _tree(tmp_path)
+  _refused(_run("create_vocab.py", "--input_file=" + input_flag, "--output_file=" + output,
+                "--vocab_size=40"), "--output_file", "overwrite input --input_file")
+  assert _tree(tmp_path) == before
+
+
+def test_records_never_replace_their_vocab_and_two_outputs_differ(files, tmp_path):
+  vocab = tmp_path / "vocab.txt"
+  vocab.write_text(open(files["vocab"]).read())
+  before = _tree(tmp_path)
+  _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
+                "--output_file=%s" % vocab, "--vocab_file=%s" % vocab),
+           "--output_file", "--vocab_file")
+  _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
+                "--output_file=%s,%s" % (tmp_path / "a.tfrecord", tmp_path / "." / "a.tfrecord"),
+                "--vocab_file=%s" % vocab), "same output")
+  assert _tree(tmp_path) == before
+
+
+def test_a_fifo_is_not_an_output(files, tmp_path):
+  fifo = tmp_path / "fifo"
+  os.mkfifo(fifo)
+  _refused(_run("create_vocab.py", "--input_file=" + files["corpus"], "--output_file=%s" % fifo,
+                "--vocab_size=40"), "--output_file", "not a regular file")
+  assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+@pytest.mark.parametrize("umask, mode", [(0o022, 0o644), (0o077, 0o600), (0o002, 0o664)])
+def test_outputs_get_the_users_umask(files, tmp_path, umask, mode):
+  output = tmp_path / "vocab.txt"
+  result = _run("create_vocab.py", "--input_file=" + files["corpus"], "--output_file=%s" % output,
+                "--vocab_size=40", umask=umask)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert stat.S_IMODE(os.stat(output).st_mode) == mode
+
+
+# ------------------------------------------------------------------------------------------------
+# convert_checkpoint.py: a converted model is one unit.
+# ------------------------------------------------------------------------------------------------
+
+
+def _fake_training_dir(directory) -> dict:
+  """An output_dir of run_classifier trained on labels neg/pos, as far as names go."""
+  os.makedirs(directory)
+  for name, text in (("label_list.txt", "neg\npos\n"), ("checkpoint", 'model_checkpoint_path: '
+                     '"model.ckpt-10"\n'), ("model.ckpt-10.index", "index"),
+                     ("model.ckpt-10.data-00000-of-00001", "data"), ("bert_config.json", "{}")):
+    with open(os.path.join(directory, name), "w") as f:
+      f.write(text)
+  return _tree(directory)
+
+
+def test_convert_never_writes_into_a_training_output_dir(files, tmp_path):
+  training = tmp_path / "classifier_run"
+  before = _fake_training_dir(training)
+  _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+                "--output_dir=%s" % training, "--overwrite_output_dir"),
+           "--output_dir", "training run")
+  assert _tree(training) == before
+
+
+def test_convert_replaces_another_model_only_when_asked(files, tmp_path):
+  other = tmp_path / "other_model"
+  other.mkdir()
+  (other / "weights.bin").write_text("another model\n")
+  before = _tree(other)
+  _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+                "--output_dir=%s" % other), "--output_dir", "--overwrite_output_dir")
+  assert _tree(other) == before
+  result = _run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+                "--output_dir=%s" % other, "--overwrite_output_dir", umask=0o022)
+  assert result.returncode == 0, result.stderr[-2000:]
+  names = sorted(os.listdir(other))
+  assert names == [".convert_checkpoint.json", "bert_config.json", "bert_model.ckpt.data-00000-of-"
+                   "00001", "bert_model.ckpt.index", "label_list.txt", "vocab.txt"]
+  assert (other / "label_list.txt").read_text() == "x\ny\nz\n"
+  assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]
+  for name in names:
+    assert stat.S_IMODE(os.stat(other / name).st_mode) == 0o644, name
+
+
+def test_convert_to_hugging_face_applies_the_umask(files, tmp_path):
+  output = tmp_path / "hf"
+  result = _run("convert_checkpoint.py", "--init_checkpoint=" + files["checkpoint"],
+                "--bert_config_file=" + files["config"], "--output_dir=%s" % output, umask=0o027)
+  assert result.returncode == 0, result.stderr[-2000:]
+  for name in ("model.safetensors", "config.json", "vocab.txt"):
+    assert stat.S_IMODE(os.stat(output / name).st_mode) == 0o640, name
+
+
+def _snapshot(directory) -> tuple:
+  """(names, config, checkpoint index, label list) of `directory`, or None when it changed while
+  being read."""
+  try:
+    before = os.stat(directory).st_ino
+    names = tuple(sorted(n for n in os.listdir(directory) if not n.startswith(".")))
+    contents = []
+    for name in ("bert_config.json", "bert_model.ckpt.index", "label_list.txt"):
+      with open(os.path.join(directory, name), "rb") as f:
+        contents.append(hashlib.sha256(f.read()).hexdigest())
+    after = os.stat(directory).st_ino
+  except FileNotFoundError:
+    return ("missing",)
+  return (names, *contents) if before == after else None
+
+
+def test_a_reader_sees_the_old_or_the_new_model_never_a_mix(files, tmp_path):
+  target = tmp_path / "model"
+  shutil.copytree(files["google"], target)  # An earlier conversion of the first model.
+  old = _snapshot(target)
+  process = _start("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+                   "--output_dir=%s" % target)
+  seen = set()
+  while process.poll() is None:
+    seen.add(_snapshot(target))
+  assert process.returncode == 0, process.stderr.read()[-2000:]
+  new = _snapshot(target)
+  assert old[0] == new[0] and all(old[i] != new[i] for i in (1, 2, 3))
+  assert (target / "label_list.txt").read_text() == "x\ny\nz\n"
+  assert seen - {None} <= {old, new}
+
+
+def _visible_files(directory) -> dict:
+  """Name: (inode, size, mtime) of the complete (not hidden) files in `directory`."""
+  try:
+    entries = list(os.scandir(directory))
+  except FileNotFoundError:
+    return {}
+  return {entry.name: (entry.inode(), entry.stat().st_size, entry.stat().st_mtime_ns)
+          for entry in entries if not entry.name.startswith(".")}
+
+
+def _has_written_file(directory) -> bool:
+  for _, _, names in os.walk(directory):
+    if any(not name.startswith(".") for name in names):
+      return True
+  return False
+
+
+def test_a_kill_after_the_first_file_leaves_the_old_or_the_new_model(files, tmp_path):
+  """Kills the converter as soon as one new file is complete (in the target, or in anything it
+  stages beside it): the target must then hold the old model or the new one, whole, never some
+  files of each. At least one kill must land while a file was written but not yet published; the
+  next run replaces the model and leaves nothing else behind."""
+  target = tmp_path / "model"
+  old = _tree(files["google"])  # An earlier conversion of the first model.
+  kills_mid_write = 0
+  for _ in range(4):
+    if os.path.exists(target) and _tree(target) != old:
+      shutil.rmtree(target)
+    if not os.path.exists(target):
+      shutil.copytree(files["google"], target)
+    old_files = _visible_files(target)
+    process = _start("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+                     "--output_dir=%s" % target)
+    while process.poll() is None:
+      staged = [tmp_path / name for name in os.listdir(tmp_path) if name.startswith(".")]
+      mid_write = any(map(_has_written_file, staged))
+      if mid_write or _visible_files(target) != old_files:
+        process.send_signal(signal.SIGKILL)
+        kills_mid_write += mid_write
+        break
+    process.wait()
+    after = _tree(target)
+    unchanged = {name for name in after if after[name] == old.get(name)}
+    assert set(after) == set(old) and (after == old or unchanged == {"vocab.txt"}), unchanged
+    if kills_mid_write:
+      break
+  assert kills_mid_write, "no kill landed while the converter was writing"
+  assert _run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+              "--output_dir=%s" % target).returncode == 0
+  assert (target / "label_list.txt").read_text() == "x\ny\nz\n"
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Every script.
+# ------------------------------------------------------------------------------------------------
+
+
+def test_run_ner_never_replaces_the_tag_list_of_its_output_dir(files, tmp_path):
+  data_dir, output_dir = tmp_path / "data", tmp_path / "ner_run"
+  data_dir.mkdir()
+  output_dir.mkdir()
+  (data_dir / "train.txt").write_text("alice B-PER\nsaw O\nparis B-LOC\n\nbob B-PER\nran O\n\n")
+  (output_dir / "tag_list.txt").write_text("O\nB-ORG\n")
+  before = _tree(output_dir)
+  _refused(_run("run_ner.py", "--do_train", "--data_dir=%s" % data_dir,
+                "--output_dir=%s" % output_dir, "--vocab_file=" + files["vocab"],
+                "--bert_config_file=" + files["config"], "--init_checkpoint=" + files["checkpoint"],
+                "--max_seq_length=16", "--num_train_epochs=1", "--train_batch_size=2"),
+           "tag_list.txt", "other labels", "--output_dir")
+  assert _tree(output_dir) == before
+
+
+def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files, tmp_path):
+  """Each script, started with an output flag that names what it must not replace, fails in its
+  validation pass and changes nothing."""
+  a_file = tmp_path / "a_file.txt"
+  a_file.write_text("keep me\n")
+  a_dir = tmp_path / "a_dir"
+  a_dir.mkdir()
+  (a_dir / "keep.txt").write_text("keep me too\n")
+  model = ["--bert_config_file=" + files["config"], "--init_checkpoint=" + files["checkpoint"],
+           "--vocab_file=" + files["vocab"], "--max_seq_length=16"]
+  task = model + ["--do_predict", "--data_dir=%s" % tmp_path]
+  runs = {
+      "extract_features.py jsonl over a directory": (
+          "extract_features.py", ["--input_file=" + files["corpus"], "--output_file=%s" % a_dir,
+                                  *model]),
+      "extract_features.py npz over a file": (
+          "extract_features.py", ["--input_file=" + files["corpus"], "--output_file=%s" % a_file,
+                                  "--output_format=npz", *model]),
+      "extract_features.py npz holding its vocab": (
+          "extract_features.py", ["--input_file=" + files["corpus"], "--output_format=npz",
+                                  "--output_file=" + os.path.dirname(files["vocab"]), *model]),
+      "convert_checkpoint.py over its source": (
+          "convert_checkpoint.py", ["--hf_model_path=" + files["first"],
+                                    "--output_dir=" + files["first"]]),
+      "convert_checkpoint.py over a file": (
+          "convert_checkpoint.py", ["--hf_model_path=" + files["first"],
+                                    "--output_dir=%s" % a_file]),
+      "run_classifier.py output_dir a file": (
+          "run_classifier.py", ["--task_name=mrpc", "--output_dir=%s" % a_file, *task]),
+      "run_ner.py export_dir a file": (
+          "run_ner.py", ["--output_dir=%s" % (tmp_path / "ner"), "--export_dir=%s" % a_file,
+                         *model]),
+      "run_squad.py output_dir a file": (
+          "run_squad.py", ["--do_predict", "--predict_file=" + files["corpus"],
+                           "--output_dir=%s" % a_file, *model]),
+      "run_multiple_choice.py output_dir a file": (
+          "run_multiple_choice.py", ["--output_dir=%s" % a_file, *task]),
+      "run_pretraining.py output_dir a file": (
+          "run_pretraining.py", ["--do_eval", "--input_file=" + files["corpus"],
+                                 "--max_predictions_per_seq=4", "--output_dir=%s" % a_file,
+                                 *model]),
+      "demo.py output_dir a file": ("demo.py", ["--output_dir=%s" % a_file, "--size=tiny"]),
+  }
+  watched = [tmp_path, files["root"]]
+  before = [_tree(path) for path in watched]
+  names = list(runs)
+  for start in range(0, len(names), 4):  # A few processes at a time.
+    processes = {name: _start(runs[name][0], *runs[name][1]) for name in names[start:start + 4]}
+    for name, process in processes.items():
+      _, stderr = process.communicate(timeout=300)
+      assert process.returncode == 1, (name, stderr[-2000:])
+      line = stderr.strip().splitlines()[-1]
+      assert "error: --" in line and ("output_" in line or "export_dir" in line), (name, line)
+  assert [_tree(path) for path in watched] == before
+
+
+# ------------------------------------------------------------------------------------------------
+# atomic_files, the one output path, below the scripts' checks.
+# ------------------------------------------------------------------------------------------------
+
+
+def test_the_output_path_never_renames_across_kinds(tmp_path):
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  import errors  # pylint: disable=g-import-not-at-top
+  directory, a_file = tmp_path / "directory", tmp_path / "a_file"
+  directory.mkdir()
+  (directory / "keep.txt").write_text("kept\n")
+  a_file.write_text("kept too\n")
+  with pytest.raises(errors.InputError, match="is a directory: refusing to replace it with a file"):
+    atomic_files.write_text(str(directory), "new\n")
+  with pytest.raises(errors.InputError, match="is a file: refusing to replace it with a directory"):
+    with atomic_files.atomic_output(str(a_file)) as temporary:
+      os.makedirs(os.path.join(temporary, "inside"))
+  assert _tree(tmp_path) == {"directory/keep.txt": _tree(directory / "keep.txt")["."],
+                             "a_file": _tree(a_file)["."]}
+
+
+def _dead_pid() -> int:
+  process = subprocess.Popen([sys.executable, "-c", "pass"])
+  process.wait()
+  return process.pid
+
+
+def test_a_directory_moved_aside_by_a_killed_writer_is_moved_back(tmp_path):
+  """Where two names cannot be swapped, the old directory is moved aside before the new one takes
+  its name; a writer killed in between leaves no directory under the name, and the next writer
+  of it restores the old one before anything else."""
+  import socket  # pylint: disable=g-import-not-at-top
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  target = tmp_path / "model"
+  aside = tmp_path / (".model.tmp-%s-%d.old" % (socket.gethostname(), _dead_pid()))
+  aside.mkdir()
+  (aside / "weights").write_text("old model\n")
+  with pytest.raises(RuntimeError):
+    with atomic_files.atomic_output(str(target)) as temporary:
+      assert (target / "weights").read_text() == "old model\n"
+      os.makedirs(temporary)
+      raise RuntimeError("stands for a failure while writing the new model")
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+  assert (target / "weights").read_text() == "old model\n"
+
+
+def test_without_a_swap_a_directory_is_replaced_by_moving_the_old_one_aside(tmp_path,
+                                                                            monkeypatch):
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  target = tmp_path / "model"
+  target.mkdir()
+  (target / "weights").write_text("old\n")
+  monkeypatch.setattr(atomic_files, "_exchange", lambda first, second: False)
+  with atomic_files.atomic_output(str(target)) as temporary:
+    os.makedirs(temporary)
+    with open(os.path.join(temporary, "weights"), "w") as f:
+      f.write("new\n")
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+  assert (target / "weights").read_text() == "new\n"
