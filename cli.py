@@ -427,13 +427,16 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
 
 
 def _check_input_paths() -> None:
-  """The files the flags of TensorFlow's scripts name: the config (read and checked against
-  --max_seq_length), the init checkpoint, the input file patterns, the data directory, and the
+  """The files the flags of TensorFlow's scripts name: the config (read, and checked against
+  --max_seq_length where the script has it), the init checkpoint, the input file patterns, the data directory, and the
   TF_CONFIG variable."""
   distribution.check_tf_config()
   if errors.flag_value("bert_config_file"):
     errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
-    bert_config()
+    if errors.flag_value("max_seq_length") is None:  # A script without it (convert_checkpoint).
+      modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+    else:
+      bert_config()
   if errors.flag_value("init_checkpoint"):
     checkpoints.resolve_checkpoint_path(errors.flag_value("init_checkpoint"))
   for name in ("input_file", "phase2_input_file"):
