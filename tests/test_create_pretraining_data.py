@@ -438,7 +438,9 @@ def test_cli_prints_summary_logs_examples_and_rejects_bad_flags(tmp_path):
   command = [sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
              "--input_file=" + corpus, "--vocab_file=" + vocab, "--dupe_factor=2",
              "--num_workers=2"]
-  done = subprocess.run(command + ["--output_file=%s,%s" % (tmp_path / "x", tmp_path / "y")],
+  # The directory of an output file is created (README: /data/records/ of a new machine).
+  done = subprocess.run(command + ["--output_file=%s,%s" % (tmp_path / "x",
+                                                            tmp_path / "new" / "y")],
                         capture_output=True, text=True, timeout=120, check=True)
   summary = json.loads(done.stdout)
   assert summary["instances"] == summary["is_next"] + summary["not_next"] > 0
