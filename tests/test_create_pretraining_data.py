@@ -8,6 +8,7 @@ against the corpus: segment structure, the IsNext/NotNext labels, the masked fra
 input.
 """
 import json
+import logging
 import os
 import random
 import subprocess
@@ -393,6 +394,21 @@ def test_oversized_lines_and_documents_are_cut(tmp_path):
   skipped = summary["skipped_or_adjusted"]
   assert skipped["lines_split"] == 2 and skipped["documents_split"] >= 2
   assert len(_raw_records(summary["output_files"][0])) == summary["instances"] > 0
+
+
+def test_a_line_far_longer_than_max_seq_length_is_named_in_a_warning(tmp_path, caplog):
+  """A corpus without sentence lines (here line 4, 3,000 bytes at max_seq_length 128, past 20
+  bytes a token) loses all but an instance's worth of each line: the warning names the line."""
+  vocab, _ = _tagged_corpus(tmp_path, num_documents=2)
+  corpus = _write(tmp_path / "long.txt", "d0s0 d0s0\nd0s1\n\n" + " ".join(["d1s0"] * 600) +
+                  "\n" + " ".join(["d1s1"] * 600) + "\n")
+  with caplog.at_level(logging.WARNING):
+    pretraining_data.run(_config(vocab, corpus, str(tmp_path / "out"), dupe_factor=1))
+  warnings = [r.getMessage() for r in caplog.records if "far more than" in r.getMessage()]
+  assert warnings == ["%s:4: a line longer than 2560 bytes, far more than max_seq_length=128 "
+                      "tokens hold: each line is one sentence, and what does not fit in an "
+                      "instance is dropped (put one sentence per line; only the first such line "
+                      "is named)" % corpus]
 
 
 def test_errors_before_any_work(tmp_path):
