@@ -2,9 +2,11 @@
 
 The commands are read from README.md (```sh, ```bash and ```shell blocks; `\\` continuations
 joined, comments dropped), so a documented command cannot crash unnoticed. Environment variables
-get tiny stand-ins written here in the original formats: $BERT_BASE_DIR a 4-layer (extract_features reads --layers=-1,-2,-3,-4), 32-wide BERT in
-Google's format (config, vocab, `bert_model.ckpt` with the pretraining heads), $GLUE_DIR/MRPC,
-$SQUAD_DIR, $CONLL_DIR, $SWAG_DIR and $MY_DATA a few rows each.
+get tiny stand-ins written here in the original formats: $BERT_BASE_DIR a 4-layer, 32-wide BERT
+in Google's format (config, vocab, `bert_model.ckpt` with the pretraining heads; 4 layers because
+extract_features reads --layers=-1,-2,-3,-4), $GLUE_DIR/MRPC, $SQUAD_DIR, $CONLL_DIR, $SWAG_DIR
+and $MY_DATA a few dozen rows each (enough for one step of the README's batch sizes), and
+$MACHINE_INDEX 0. The commands run two at a time; one that reads another's output waits for it.
 
 What the test changes in a command, and why (each only moves where files are, or makes the run
 small; the flags a command documents are kept):
