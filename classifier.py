@@ -1047,6 +1047,14 @@ class ClassifierTask(fine_tuning.Task):
     return {name: np.asarray(value) for name, value in
             self._outputs_of_logits(tf.constant(logits, tf.float32), label_ids).items()}
 
+  def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
+    """The dev and test files as evaluation and prediction read them (labels in the label set)."""
+    del do_train  # The label list is known before training (load_or_create_label_list).
+    if do_eval:
+      self.processor.get_dev_examples(self.data_dir)
+    if do_predict:
+      self.processor.get_test_examples(self.data_dir)
+
   def evaluate(self, strategy, model, batch_size: int) -> dict:
     """Loss and the task's metrics on the dev set, as eval_results.txt holds them."""
     outputs = self._predict_split(strategy, model, "eval",

@@ -452,9 +452,9 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
 
 
 def _check_input_paths() -> None:
-  """The files the flags of TensorFlow's scripts name: the config (read and checked against
-  --max_seq_length), the init checkpoint, the input file patterns, the data directory, and the
-  TF_CONFIG variable."""
+  """The files the flags of TensorFlow's scripts name: the config (read, and checked against
+  --max_seq_length where the script has it), the init checkpoint, the input file patterns, the
+  data directory, and the TF_CONFIG variable."""
   distribution.check_tf_config()
   if errors.flag_value("bert_config_file"):
     errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")

@@ -17,6 +17,7 @@ import os
 from absl import flags
 from absl import logging
 
+import atomic_files
 import errors
 import pretraining_data
 
@@ -108,6 +109,8 @@ def main(_):
   if FLAGS.runner == "beam":
     summary = _run_beam(config)
   else:
+    for output_file in FLAGS.output_file.split(","):  # Creates a missing directory.
+      atomic_files.check_writable_directory(os.path.dirname(output_file), "output_file")
     summary = pretraining_data.run(config)
   print(pretraining_data.summary_json(summary))
 

@@ -21,6 +21,7 @@ need TensorFlow (config, checkpoint, TF_CONFIG).
 """
 
 import dataclasses
+import errno
 import glob
 import math
 import os
@@ -262,11 +263,16 @@ def _parse_flags(argv: list[str]) -> list[str]:
     _exit_with_error(str(error).replace("flag --", "--", 1))
 
 
+def _is_disk_full(error: OSError) -> bool:
+  """A full disk or quota: the user's to fix (`atomic_files` names the output in the message)."""
+  return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
 def run_script(main: Callable[[list], Any],
                check_input_paths: Optional[Callable[[], None]] = None,
                outputs: Optional[dict[str, OutputFlag]] = None) -> None:
   """`app.run(main)` after the validation pass (`check_flags(check_input_paths)`). An
-  `InputError` from anywhere, or an `OSError` on a named file (a full disk, a permission), ends
+  `InputError` from anywhere, or an `OSError` on a named file or of a full disk, ends
   the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
   traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback. The pass
   ends with `check_run_paths(outputs)`: no output may replace an input, another output or a path
@@ -278,7 +284,7 @@ def run_script(main: Callable[[list], Any],
       check_run_paths(outputs)
       return main(argv)
     except (InputError, OSError) as error:
-      if (isinstance(error, OSError) and not error.filename or
+      if (isinstance(error, OSError) and not (error.filename or _is_disk_full(error)) or
           os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")):
         raise
       _exit_with_error(str(error))

@@ -37,12 +37,13 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
+import contextlib
 import dataclasses
 import errno
 import os
 import re
 import threading
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from absl import logging
 import keras
@@ -543,6 +544,35 @@ def claim_version(staged_dir: str, export_dir: str, version: Optional[int] = Non
 _EXPORT_LOCK = threading.Lock()
 
 
+@contextlib.contextmanager
+def _naming_full_disk(export_dir: str) -> Iterator[None]:
+  """TensorFlow's error for a full disk in the block, raised as the OSError (ENOSPC) that
+  `errors.run_script` prints in one line naming `export_dir`."""
+  try:
+    yield
+  except tf.errors.OpError as error:
+    if "No space left on device" not in str(error):
+      raise
+    raise OSError(errno.ENOSPC, "No space left on device while exporting to %s" %
+                  export_dir) from error
+
+
+def check_export_dir(export_dir: str) -> None:
+  """Raises FlagError unless versions can be written under the local `export_dir` (remote
+  `scheme://` paths are left to the export): it is a writable directory, or the nearest existing
+  directory above it is writable. Creates nothing, so a run that fails later leaves no trace."""
+  if "://" in export_dir:
+    return
+  path = os.path.abspath(export_dir)
+  while not os.path.exists(path):
+    path = os.path.dirname(path)
+  if not os.path.isdir(path):
+    raise errors.FlagError("--export_dir=%s: %s is a file, not a directory" % (export_dir, path))
+  if not os.access(path, os.W_OK | os.X_OK):
+    raise errors.FlagError("--export_dir=%s: cannot write in %s (permission denied)" %
+                           (export_dir, path))
+
+
 def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None,
                       limits: Optional[RequestLimits] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
@@ -569,7 +599,8 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
   # atomic_output gives the staging directory (`.export.tmp-<host>-<pid>`, deleted by the next
   # export if this process dies) and deletes it if anything fails; claim_version moves it away,
   # so there is nothing left for atomic_output to rename.
-  with _EXPORT_LOCK, encoder.token_limit(module.limits.max_tokens, "inputs"):
+  with (_EXPORT_LOCK, _naming_full_disk(export_dir),
+        encoder.token_limit(module.limits.max_tokens, "inputs")):
     concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
     with atomic_files.atomic_output(os.path.join(export_dir, "export")) as staged_dir:
       tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),

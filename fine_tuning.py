@@ -98,6 +98,13 @@ class Task(abc.ABC):
   def train_data(self) -> TrainData:
     """Reads the training set (and caches its features in the task's output directory)."""
 
+  def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
+    """Reads what evaluation (`do_eval`, also during training) and prediction will read, as they
+    will read it: the files exist, their rows parse, their labels or tags are in the label set
+    (`do_train`: the one training will learn). `run` calls it before training, so such a fault
+    stops the run in one line before any work, not after it. Tasks whose later phases read
+    nothing beyond their training data need not."""
+
   def evaluate(self, strategy: tf.distribute.Strategy, model: keras.Model,
                batch_size: int) -> dict:
     """Metrics on the dev set for eval_results.txt and for evaluation during training (tasks
@@ -148,6 +155,9 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   evaluated, predicted and exported. Returns the summary's parts (also logged as one line).
   """
   tf.io.gfile.makedirs(config.output_dir)
+  task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
+  if export_dir:
+    export.check_export_dir(export_dir)
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}

@@ -16,8 +16,9 @@ Data files (`read_examples`, by extension):
 
 An empty ending ("") is a missing one, in files as in the export's requests (whose rows of fewer
 endings are filled with ""): it is no choice, gets probability 0, and the other endings get what
-they would get without it. So SWAG's four ending columns serve fewer endings too. A row needs at
-least one non-empty ending, and a label must point at one. A test row is never skipped (see
+they would get without it. So SWAG's four ending columns serve fewer endings too. A labeled row
+needs a non-empty ending, its label pointing at one; an unlabeled (test) row without any gets
+probability 0 for each, as the export answers it. A test row is never skipped (see
 `task_files.BadRows`): test_results.tsv has one line per test row, in order.
 
 Features reuse the classifier's pair records and cache (`classifier.cached_features_file`): one
@@ -146,8 +147,10 @@ def _label_index(label, num_endings: int) -> int:
 
 
 def _check_choices(endings: Sequence[str], label: Optional[int]) -> None:
-  """BadInputError unless some ending is not empty and the label (if any) points at one."""
-  if not any(endings):
+  """BadInputError unless a labeled row has some non-empty ending and its label points at one. An
+  unlabeled row (a test row) may have no ending at all: its probabilities are all 0, as the
+  export answers it."""
+  if label is not None and not any(endings):
     raise task_files.BadInputError("every ending is empty: a row needs at least one (\"\" is a "
                                    "missing ending)")
   if label is not None and not endings[label]:
@@ -363,14 +366,26 @@ class MultipleChoiceTask(fine_tuning.Task):
     dataset, path = self._examples_dataset(record_name, examples)
     return self.predict_dataset(strategy, model, dataset, batch_size, [path])
 
-  def evaluate(self, strategy, model, batch_size: int) -> dict:
-    """eval_accuracy (right ending ranked first) and eval_loss over the dev file."""
+  def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
+    """The dev file (labeled) and the test file, read as evaluation and prediction read them."""
+    del do_train
+    if do_eval:
+      self._labeled_dev_examples()
+    if do_predict:
+      self.read_split("test")
+
+  def _labeled_dev_examples(self) -> list[MultipleChoiceExample]:
     examples = self.read_split("dev")
     unlabeled = [example.guid for example in examples if example.label is None]
     if unlabeled:
       raise task_files.BadInputError(
           "%s: %d examples have no label (first: %s); --do_eval needs labels" % (
               os.path.join(self.data_dir, self.files["dev"]), len(unlabeled), unlabeled[0]))
+    return examples
+
+  def evaluate(self, strategy, model, batch_size: int) -> dict:
+    """eval_accuracy (right ending ranked first) and eval_loss over the dev file."""
+    examples = self._labeled_dev_examples()
     outputs = self._predict_split(strategy, model, "eval", examples, batch_size)
     loss = float(np.mean(outputs["per_example_loss"]))
     accuracy = float(np.mean(outputs["probabilities"].argmax(axis=1) == outputs["label_ids"]))

@@ -467,14 +467,28 @@ def file_size(path: str) -> int:
   return os.path.getsize(path)
 
 
-def iter_chunks(input_files: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]:
+# A line longer than this many bytes per token of max_seq_length cannot be one sentence of an
+# instance: `iter_chunks` warns, naming it (the original also takes each line as a sentence).
+LONG_LINE_BYTES_PER_TOKEN = 20
+
+
+def _warn_long_line(path: str, line_number: int, max_seq_length: int) -> None:
+  logging.warning("%s:%d: a line longer than %d bytes, far more than max_seq_length=%d tokens "
+                  "hold: each line is one sentence, and what does not fit in an instance is "
+                  "dropped (put one sentence per line; only the first such line is named)",
+                  path, line_number, LONG_LINE_BYTES_PER_TOKEN * max_seq_length, max_seq_length)
+
+
+def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
+                max_seq_length: Optional[int] = None) -> Iterator[Chunk]:
   """Streams the files as chunks of whole documents of about `chunk_bytes` each.
 
   A chunk ends at the first document boundary (blank line or end of file) after `chunk_bytes`; a
   document still going at twice that is cut at a line boundary (counted: `documents_split`). A line
   longer than `chunk_bytes` is cut into lines of that length (counted: `lines_split`). Each chunk
   carries the counts of what happened while it was read (with `empty_files`), so that every shard
-  reports its own. Memory: one chunk.
+  reports its own. With `max_seq_length`, the first line of a file longer than
+  `LONG_LINE_BYTES_PER_TOKEN` bytes per token of it is named in a warning. Memory: one chunk.
   """
   lines, size, offset, index, counts = [], 0, 0, 0, collections.Counter()
 
@@ -486,6 +500,7 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]
 
   for path in input_files:
     has_text = False
+    line_number, line_bytes, warned = 0, 0, max_seq_length is None
     with open_file(path, "rb") as reader:
       line_was_cut = False
       while True:
@@ -493,6 +508,13 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int) -> Iterator[Chunk]
         if not line:
           break
         offset += len(line)
+        line_number += not line_bytes
+        line_bytes += len(line)
+        if not warned and line_bytes > LONG_LINE_BYTES_PER_TOKEN * max_seq_length:
+          _warn_long_line(path, line_number, max_seq_length)
+          warned = True
+        if line.endswith(b"\n"):
+          line_bytes = 0
         if line_was_cut and not line.strip():
           line_was_cut = False
           continue  # The end of a line that was cut: not a document boundary.
@@ -870,7 +892,7 @@ def _write_shard(config: RunConfig, processor: ChunkProcessor, input_files: Sequ
                  progress: progress_log.Progress) -> None:
   """Streams this shard's chunks through the workers, the shuffle buffer and the writer."""
   def shard_chunks():
-    for chunk in iter_chunks(input_files, config.chunk_bytes):
+    for chunk in iter_chunks(input_files, config.chunk_bytes, config.options.max_seq_length):
       if chunk.index % config.num_shards == config.shard_index:
         counts.update(chunk.counts)
         yield chunk

@@ -1253,6 +1253,12 @@ class SquadTask(fine_tuning.Task):
 
   default_eval_metric = "f1"
 
+  def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
+    """The predict file read and tokenized as prediction (and evaluation) will (kept for them)."""
+    del do_train
+    if (do_eval or do_predict) and self.predict_file:
+      self._predict_inputs()
+
   def evaluate(self, strategy, model, batch_size: int) -> dict:
     """The official metrics of the predictions of the predict file (the dev set, with answers):
     evaluation during training. Writes no prediction files."""

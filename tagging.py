@@ -737,6 +737,18 @@ class TaggingTask(fine_tuning.Task):
                                         self.group_by_length),
         len(features), [record_path], unit="sentence windows")
 
+  def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
+    """The dev and test files read and converted to features as evaluation and prediction will
+    (kept for them): a missing file, a bad line or a tag outside the tag list (`do_train`: the
+    training file's) is an error before training."""
+    if not (do_eval or do_predict):
+      return
+    if do_train:
+      self.tag_list = tag_list_from_sentences(self._read("train"))
+    for split, wanted in (("eval", do_eval), ("test", do_predict)):
+      if wanted:
+        self._split_inputs(split)
+
   def _tag_file(self, strategy, model, split: str, batch_size: int) -> tuple:
     """Predicts one CoNLL file; writes `<split>_predictions.txt` and `<split>_conlleval.txt`.
     Returns (the conlleval evaluation, the mean loss over first sub-tokens)."""

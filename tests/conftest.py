@@ -22,6 +22,12 @@ if REPO_ROOT not in sys.path:
 import tf_defaults  # pylint: disable=unused-import,wrong-import-position  (the scripts' TF settings)
 
 
+def pytest_configure(config) -> None:
+  """Registers the markers the tests use."""
+  config.addinivalue_line("markers", "readme: runs the README's shell commands "
+                          "(tests/test_readme_commands.py)")
+
+
 def shared_path(*parts: str) -> str:
   """Returns the path of a file under ../shared, or skips the calling test if it is absent."""
   path = os.path.join(SHARED_DIR, *parts)

@@ -8,6 +8,7 @@ against the corpus: segment structure, the IsNext/NotNext labels, the masked fra
 input.
 """
 import json
+import logging
 import os
 import random
 import subprocess
@@ -395,6 +396,21 @@ def test_oversized_lines_and_documents_are_cut(tmp_path):
   assert len(_raw_records(summary["output_files"][0])) == summary["instances"] > 0
 
 
+def test_a_line_far_longer_than_max_seq_length_is_named_in_a_warning(tmp_path, caplog):
+  """A corpus without sentence lines (here line 4, 3,000 bytes at max_seq_length 128, past 20
+  bytes a token) loses all but an instance's worth of each line: the warning names the line."""
+  vocab, _ = _tagged_corpus(tmp_path, num_documents=2)
+  corpus = _write(tmp_path / "long.txt", "d0s0 d0s0\nd0s1\n\n" + " ".join(["d1s0"] * 600) +
+                  "\n" + " ".join(["d1s1"] * 600) + "\n")
+  with caplog.at_level(logging.WARNING):
+    pretraining_data.run(_config(vocab, corpus, str(tmp_path / "out"), dupe_factor=1))
+  warnings = [r.getMessage() for r in caplog.records if "far more than" in r.getMessage()]
+  assert warnings == ["%s:4: a line longer than 2560 bytes, far more than max_seq_length=128 "
+                      "tokens hold: each line is one sentence, and what does not fit in an "
+                      "instance is dropped (put one sentence per line; only the first such line "
+                      "is named)" % corpus]
+
+
 def test_errors_before_any_work(tmp_path):
   vocab, corpus = _tagged_corpus(tmp_path, num_documents=2)
   output = str(tmp_path / "out.tfrecord")
@@ -438,7 +454,9 @@ def test_cli_prints_summary_logs_examples_and_rejects_bad_flags(tmp_path):
   command = [sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
              "--input_file=" + corpus, "--vocab_file=" + vocab, "--dupe_factor=2",
              "--num_workers=2"]
-  done = subprocess.run(command + ["--output_file=%s,%s" % (tmp_path / "x", tmp_path / "y")],
+  # The directory of an output file is created (README: /data/records/ of a new machine).
+  done = subprocess.run(command + ["--output_file=%s,%s" % (tmp_path / "x",
+                                                            tmp_path / "new" / "y")],
                         capture_output=True, text=True, timeout=120, check=True)
   summary = json.loads(done.stdout)
   assert summary["instances"] == summary["is_next"] + summary["not_next"] > 0

@@ -457,3 +457,38 @@ def test_run_scripts_report_bad_input_files_in_one_line(tmp_path):
   last_line = done.stderr.strip().splitlines()[-1]
   assert last_line == "run_ner.py: error: %s: no sentences (the file is empty)" % (
       tmp_path / "data" / "train.txt")
+
+
+def test_full_disk_in_create_pretraining_data_is_one_line_naming_the_output(small_disk, tmp_path):
+  """Through the command line: exit 1 with the line naming the output, nothing left on the disk
+  (the OSError of a full disk names no file, and the script used to print its traceback)."""
+  vocab_file = write_model_files(str(tmp_path), _TINY_BERT, _VOCAB)[1]
+  rng = np.random.default_rng(0)
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(_VOCAB[5:], 12)) for _ in range(8))
+                                for _ in range(200)) + "\n")
+  output = str(small_disk / "out.tfrecord")
+  run = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
+                        "--input_file=%s" % corpus, "--output_file=" + output,
+                        "--vocab_file=" + vocab_file, "--max_seq_length=64", "--num_workers=1"],
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+  assert run.stderr.strip().splitlines()[-1] == (
+      "create_pretraining_data.py: error: [Errno 28] No space left on device while writing "
+      + output)
+  assert os.listdir(small_disk) == []
+
+
+def test_full_disk_during_export_names_the_export_dir_and_leaves_no_version(tmp_path):
+  """A SavedModel that does not fit: the OSError a script prints in one line, no version and no
+  staging directory left."""
+  with small_tmpfs(tmp_path / "small_export", "200k") as mount_point:
+    tokenizer = tokenization.FullTokenizer(write_model_files(str(tmp_path), _TINY_BERT,
+                                                             _VOCAB)[1])
+    task = classifier.ClassifierTask(_TINY_BERT, classifier.get_processor("mrpc"), tokenizer,
+                                     None, str(tmp_path / "out"), 16)
+    export_dir = str(mount_point / "models")
+    with pytest.raises(OSError, match="^\\[Errno 28\\] No space left on device while exporting "
+                       "to %s$" % export_dir):
+      task.export(task.build_model(), export_dir)
+    assert os.listdir(export_dir) == []

@@ -134,7 +134,7 @@ def test_jsonl_any_number_of_endings_question_and_label_optional(tmp_path):
     ('{"context": "c", "endings": ["a", "b"], "label": 2}', r"label 2 is not an index of the 2"),
     ('{"context": "c", "endings": ["a", "b"], "label": true}', r"label True is not an ending"),
     ('{"context": "c", "endings": ["a", ""], "label": 1}', r"label 1 is an empty ending"),
-    ('{"context": "c", "endings": ["", ""]}', r"every ending is empty"),
+    ('{"context": "c", "endings": ["", ""], "label": 0}', r"every ending is empty"),
 ])
 def test_bad_jsonl_lines_name_file_and_line(tmp_path, line, message):
   path = write(tmp_path / "train.jsonl", '{"context": "c", "endings": ["a"], "label": 0}\n\n' +
@@ -411,14 +411,14 @@ def test_export_through_the_cpp_loader_equals_do_predict(tmp_path):
 
 def test_export_gives_do_predict_probabilities_with_empty_endings(tmp_path):
   """"" is a missing ending in a test file as in an export request (tf.saved_model.load): it gets
-  probability 0 and the other endings what they get without it; a request row without any ending
-  gets no label (-1)."""
+  probability 0 and the other endings what they get without it; a row without any ending gets
+  probability 0 for each (do_predict) and no label (-1, the export)."""
   tf.keras.utils.set_random_seed(8)
   config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
   data_dir = tmp_path / "data"
   os.makedirs(data_dir)
   endings = [["good day", "", "bad night"], ["the cat", "a dog sat"], ["", "red", "blue"],
-             ["good day", "bad night"]]
+             ["good day", "bad night"], ["", ""]]
   write_jsonl(data_dir / "test.jsonl", [{"context": "the sad day", "endings": e} for e in endings])
   task = multiple_choice.MultipleChoiceTask(
       modeling.BertConfig.from_json_file(config_file),
@@ -429,16 +429,15 @@ def test_export_gives_do_predict_probabilities_with_empty_endings(tmp_path):
   task.predict(distribution.make_strategy("one_device"), model, 2)
   with open(os.path.join(task.output_dir, "test_results.tsv")) as f:
     rows = [[float(p) for p in line.rstrip("\n").split("\t")] for line in f]
-  assert [len(row) for row in rows] == [3, 2, 3, 2]  # One line per test row, a value per ending.
-  assert rows[0][1] == 0.0 and rows[2][0] == 0.0
+  assert [len(row) for row in rows] == [3, 2, 3, 2, 2]  # A line per test row, a value per ending.
+  assert rows[0][1] == 0.0 and rows[2][0] == 0.0 and rows[4] == [0.0, 0.0]
   # Row 0 without its empty ending is row 3.
   np.testing.assert_allclose([rows[0][0], rows[0][2]], rows[3], atol=1e-5)
   serve = tf.saved_model.load(task.export(model, str(tmp_path / "export"))).signatures[
       "serving_default"]
-  padded = [row + [""] * (3 - len(row)) for row in endings] + [["", "", ""]]
+  padded = [row + [""] * (3 - len(row)) for row in endings]
   outputs = serve(context=tf.constant(["the sad day"] * 5), endings=tf.constant(padded))
   probabilities = outputs["probabilities"].numpy()
-  np.testing.assert_allclose(probabilities[:4], [row + [0.0] * (3 - len(row)) for row in rows],
+  np.testing.assert_allclose(probabilities, [row + [0.0] * (3 - len(row)) for row in rows],
                              atol=1e-5)
-  assert outputs["label"].numpy().tolist() == [int(np.argmax(row)) for row in rows] + [-1]
-  assert not probabilities[4].any()
+  assert outputs["label"].numpy().tolist() == [int(np.argmax(row)) for row in rows[:4]] + [-1]

@@ -135,15 +135,19 @@ def test_export_agrees_with_predict(trained):
 
 
 def test_eval_only_restores_the_trained_model_and_missing_file_is_named(trained):
-  os.remove(os.path.join(trained["output_dir"], "eval_results.txt"))
+  results_file = os.path.join(trained["output_dir"], "eval_results.txt")
+  os.remove(results_file)
   result = subprocess.run(
       [sys.executable, "run_ner.py", "--do_eval", "--do_predict", "--test_file=missing.txt"] +
       trained["common"], cwd=REPO_ROOT, capture_output=True, text=True)
-  # Evaluation restores the latest checkpoint and the saved tag list; prediction then fails.
-  results = _read_results(os.path.join(trained["output_dir"], "eval_results.txt"))
-  assert float(results["eval_f1"]) > 0.95
-  assert result.returncode != 0
-  assert "missing.txt not found" in result.stderr
+  # The missing test file is found before anything runs.
+  assert result.returncode == 1 and "Traceback" not in result.stderr
+  assert "missing.txt not found" in result.stderr.strip().splitlines()[-1]
+  assert not os.path.exists(results_file)
+  # Evaluation restores the latest checkpoint and the saved tag list.
+  subprocess.run([sys.executable, "run_ner.py", "--do_eval"] + trained["common"], cwd=REPO_ROOT,
+                 capture_output=True, text=True, check=True)
+  assert float(_read_results(results_file)["eval_f1"]) > 0.95
 
 
 def test_loss_ignores_non_first_sub_tokens():

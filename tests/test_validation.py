@@ -257,6 +257,12 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
       (["run_ner.py", "--do_train", "--output_dir=%s" % output_dir, "--vocab_file=" + vocab],
        {"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}'},
        "run_ner.py: error: TF_CONFIG: task index 1 is not in [0, 1) for type 'worker'"),
+      # A valid config, read by a script without --max_seq_length.
+      (["convert_checkpoint.py", "--init_checkpoint=%s/x" % output_dir,
+        "--bert_config_file=" + _write(tmp_path / "valid_config.json", json.dumps(TINY_CONFIG)),
+        "--output_dir=%s" % output_dir], {},
+       "convert_checkpoint.py: error: no checkpoint at {0}/x ({0}/x.index does not exist)".format(
+           output_dir)),
       (["create_pretraining_data.py", "--input_file=x", "--output_file=%s/y" % output_dir,
         "--vocab_file=" + vocab, "--short_seq_prob=1.5"], {},
        "create_pretraining_data.py: error: --short_seq_prob=1.5: must be a number in [0, 1]"),

@@ -1,0 +1,127 @@
+"""Everything a fine-tuning run will read or write after training is checked before training.
+
+Each case runs a script in its own process (the scripts define clashing flags) with --do_train and
+a later phase whose input is at fault: the run must end with one line naming the file and what is
+wrong, without a traceback, before the first checkpoint (no `checkpoint` file in output_dir), and
+without creating the export directory.
+"""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO_ROOT, write_model_files
+import export
+import errors
+import modeling
+
+WORDS = ["good", "bad", "film", "day", "alice", "paris", "visited", "the", "a", "sat"]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+CONFIG = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=2, intermediate_size=32,
+                             max_position_embeddings=32)
+
+
+def _write(path, text: str) -> str:
+  os.makedirs(os.path.dirname(path), exist_ok=True)
+  with open(path, "w", encoding="utf-8") as f:
+    f.write(text)
+  return str(path)
+
+
+def _run(tmp_path, script: str, *arguments: str) -> tuple:
+  """(exit status, last stderr line, whether stderr has a traceback, output_dir)."""
+  config_file, vocab_file = write_model_files(str(tmp_path), CONFIG, VOCAB)
+  output_dir = str(tmp_path / "out")
+  run = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, script), "--vocab_file=" + vocab_file,
+       "--bert_config_file=" + config_file, "--output_dir=" + output_dir, "--do_train=true",
+       "--max_seq_length=16", "--train_batch_size=2", "--num_train_epochs=1",
+       "--data_dir=%s" % (tmp_path / "data")] + list(arguments),
+      capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert not os.path.exists(os.path.join(output_dir, "checkpoint")), "it trained first"
+  return run.returncode, run.stderr.strip().splitlines()[-1], "Traceback" in run.stderr
+
+
+def _classifier_data(tmp_path, dev_label: str = "bad", test: bool = True) -> str:
+  data = tmp_path / "data"
+  rows = "text_a\tlabel\n" + "good film\tgood\nbad day\tbad\n" * 2
+  _write(data / "train.tsv", rows)
+  _write(data / "dev.tsv", "text_a\tlabel\ngood film\tgood\nbad day\t%s\n" % dev_label)
+  if test:
+    _write(data / "test.tsv", "text_a\ngood film\n")
+  return str(data)
+
+
+def test_a_dev_label_outside_the_training_labels(tmp_path):
+  data = _classifier_data(tmp_path, dev_label="neutral")
+  status, line, traceback = _run(tmp_path, "run_classifier.py", "--task_name=generic",
+                                 "--do_eval=true")
+  assert (status, traceback) == (1, False)
+  assert line.startswith("run_classifier.py: error: %s/dev.tsv:3: unknown label 'neutral'" % data)
+
+
+def test_a_missing_test_file(tmp_path):
+  data = _classifier_data(tmp_path, test=False)
+  status, line, traceback = _run(tmp_path, "run_classifier.py", "--task_name=generic",
+                                 "--do_predict=true")
+  assert (status, traceback) == (1, False)
+  assert line == ("run_classifier.py: error: %s: expected exactly one of test.tsv, test.csv, "
+                  "test.jsonl, found none" % data)
+
+
+def _conll(sentences) -> str:
+  return "-DOCSTART- -X- -X- O\n\n" + "\n\n".join(
+      "\n".join("%s NN O %s" % pair for pair in sentence) for sentence in sentences) + "\n"
+
+
+def test_a_tag_only_in_the_ner_test_file(tmp_path):
+  data = tmp_path / "data"
+  sentence = [("alice", "B-PER"), ("visited", "O"), ("paris", "B-LOC")]
+  _write(data / "train.txt", _conll([sentence] * 4))
+  _write(data / "dev.txt", _conll([sentence]))
+  _write(data / "test.txt", _conll([[("alice", "B-PER"), ("visited", "O"), ("paris", "B-GPE")]]))
+  status, line, traceback = _run(tmp_path, "run_ner.py", "--do_eval=true", "--do_predict=true")
+  assert (status, traceback) == (1, False)
+  assert line.startswith("run_ner.py: error: ")
+  assert "'B-GPE', which is not in the training tag list" in line
+
+
+def test_a_multiple_choice_test_file_that_is_missing(tmp_path):
+  data = tmp_path / "data"
+  header = ",video-id,fold-ind,startphrase,sent1,sent2,gold-source,ending0,ending1,ending2,ending3"
+  rows = "".join("%d,v,1,s,the film,a,g,good day,bad day,,,0\n" % i for i in range(4))
+  _write(data / "train.csv", header + ",label\n" + rows)
+  status, line, traceback = _run(tmp_path, "run_multiple_choice.py", "--do_predict=true")
+  assert (status, traceback) == (1, False)
+  assert line == "run_multiple_choice.py: error: %s/test.csv: no such file (the test file)" % data
+
+
+def test_an_export_dir_that_is_a_file(tmp_path):
+  _classifier_data(tmp_path)
+  export_dir = _write(tmp_path / "export", "")
+  status, line, traceback = _run(tmp_path, "run_classifier.py", "--task_name=generic",
+                                 "--export_dir=" + os.path.join(export_dir, "model"))
+  assert (status, traceback) == (1, False)
+  assert line == ("run_classifier.py: error: --export_dir=%s/model: %s is a file, not a "
+                  "directory" % (export_dir, export_dir))
+
+
+def test_export_dir_check_creates_nothing(tmp_path):
+  export.check_export_dir(str(tmp_path / "new" / "models"))
+  assert os.listdir(tmp_path) == []
+  with pytest.raises(errors.FlagError, match="is a file, not a directory"):
+    export.check_export_dir(_write(tmp_path / "file", ""))
+
+
+def test_export_dir_under_a_read_only_directory(tmp_path):
+  if os.geteuid() == 0:
+    pytest.skip("root writes in read-only directories: no permission error to find")
+  os.chmod(tmp_path, 0o555)
+  try:
+    with pytest.raises(errors.FlagError, match="cannot write in %s" % tmp_path):
+      export.check_export_dir(str(tmp_path / "models"))
+  finally:
+    os.chmod(tmp_path, 0o755)
