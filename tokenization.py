@@ -151,6 +151,42 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
   return vocab
 
 
+# The special tokens every script that builds model inputs needs (fill-mask and dynamic masking
+# also need MASK_TOKEN); a SentencePiece model has its own unknown piece instead of UNK_TOKEN.
+INPUT_SPECIAL_TOKENS = (CLS_TOKEN, SEP_TOKEN, UNK_TOKEN)
+# How many unused embedding rows a config may add to its vocab's size, to round vocab_size up to a
+# multiple of 8 as NVIDIA's and Megatron's configs do (30522 tokens, vocab_size 30528).
+MAX_VOCAB_PADDING = 128
+
+
+def check_vocab_fits_model(vocab_file: Optional[str], vocab_size: int,
+                           spm_model_file: Optional[str] = None,
+                           special_tokens: Sequence[str] = INPUT_SPECIAL_TOKENS) -> None:
+  """Raises VocabError unless the vocab is the model's: as many tokens (lines, or SentencePiece
+  pieces) as the config's `vocab_size`, and every one of `special_tokens` present.
+
+  A vocab of another model tokenizes without complaint and makes every id wrong: a smaller one
+  leaves most embeddings unreachable (a fill-mask export answers "" for their ids), a larger one
+  gives ids beyond the embeddings. Google's vocabs have exactly `vocab_size` lines; a config may
+  pad `vocab_size` to a multiple of 8 (fewer than MAX_VOCAB_PADDING unused rows).
+  """
+  if spm_model_file:
+    tokens, what = FullTokenizer(None, spm_model_file=spm_model_file).vocab, spm_model_file
+    size = len(tokens)
+    special_tokens = [token for token in special_tokens if token != UNK_TOKEN]
+  else:
+    tokens, what = load_vocab(vocab_file), vocab_file
+    size = 1 + max(index for token, index in tokens.items() if token)  # Trailing blanks: no ids.
+  padded = size < vocab_size < size + MAX_VOCAB_PADDING and vocab_size % 8 == 0
+  if size != vocab_size and not padded:
+    raise VocabError("The vocab %s has %d tokens but the model's vocab_size is %d: pass the vocab "
+                     "the model was trained with" % (what, size, vocab_size))
+  missing = [token for token in special_tokens if token not in tokens]
+  if missing:
+    raise VocabError("The vocab %s has no %s token, which the model's inputs need: pass the vocab "
+                     "the model was trained with" % (what, " or ".join(missing)))
+
+
 def convert_by_vocab(vocab, items: Iterable) -> list:
   """Maps every item through `vocab` (a dict); a missing item raises KeyError."""
   return [vocab[item] for item in items]
