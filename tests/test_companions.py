@@ -10,14 +10,18 @@ from the records here), not from the code under test.
 import json
 import math
 import os
+import random
+import re
 import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from conftest import REPO_ROOT, write_model_files
 import checkpoints
 import classifier
+import errors
 import modeling
 import pretraining
 import tokenization
@@ -126,3 +130,138 @@ def test_fill_mask_export_refuses_a_short_vocab(tmp_path, uncased_vocab_file):
   assert_one_line_error(result, "run_pretraining.py", "--vocab_file", str(short_vocab),
                         "has 200 tokens but the model's vocab_size is 30522")
   assert not export_dir.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# A head for evaluation, prediction and export without training.
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def classifier_files(tmp_path):
+  """A tiny model's files and a generic single-sentence task: its flags for run_classifier."""
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  (data_dir / "train.tsv").write_text("sentence\tlabel\nthe cat sat\tneg\na good dog\tpos\n")
+  (data_dir / "test.tsv").write_text("sentence\nthe dog ran\nsad cat\n")
+  return ["--task_name=generic", "--data_dir=%s" % data_dir, "--text_a_column=sentence",
+          "--bert_config_file=" + config_file, "--vocab_file=" + vocab_file,
+          "--max_seq_length=16", "--output_dir=%s" % (tmp_path / "out")]
+
+
+def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classifier_files):
+  # A pretrained (or converted, head-less) encoder: before, a random head predicted after a
+  # warning and the run ended with status 0.
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  checkpoint = checkpoints.save_checkpoint(encoder, str(tmp_path / "encoder" / "bert_model.ckpt"))
+  result = run_script("run_classifier.py", "--do_predict", "--init_checkpoint=" + checkpoint,
+                      *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "--init_checkpoint=" + checkpoint,
+                        "has no task head (output_bias, output_weights)")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+
+
+def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifier_files):
+  # Two checkpoints of a fine-tuned model, the newest cut short: before, the older one predicted.
+  model = classifier.BertClassifier(tiny_config(), 2)
+  model.build()
+  output_dir = str(tmp_path / "out")
+  os.makedirs(output_dir)
+  (tmp_path / "out" / classifier.LABEL_LIST_FILE).write_text("neg\npos\n")
+  for step in (1, 2):
+    newest = checkpoints.save_training_checkpoint(checkpoints.checkpoint_variables(model),
+                                                  output_dir, step, 5)
+  data_file = newest + ".data-00000-of-00001"
+  os.truncate(data_file, os.path.getsize(data_file) // 2)
+  result = run_script("run_classifier.py", "--do_predict", *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "checkpoint %s, the newest" % newest,
+                        "is damaged")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+
+
+def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
+  # Before, a fresh model (random weights) evaluated, predicted and exported after a warning.
+  output_dir = str(tmp_path / "out")
+  with pytest.raises(errors.TrainingError, match="no checkpoint in %s and no --init_checkpoint"
+                     % output_dir):
+    checkpoints.restore_model(tf.distribute.get_strategy(),
+                              lambda: classifier.BertClassifier(tiny_config(), 2), output_dir)
+
+
+# ------------------------------------------------------------------------------------------------
+# Records against the vocab (dynamic masking).
+# ------------------------------------------------------------------------------------------------
+
+SEQ_LENGTH, MAX_PREDICTIONS = 32, 5
+
+
+@pytest.fixture
+def pretraining_records(tmp_path):
+  """Records made by create_pretraining_data.py with VOCAB ([MASK] id 4): (path, their ids of
+  [CLS] and of every masked position's stored token, read here from the records)."""
+  rng = random.Random(3)
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(WORDS) for _ in range(12))
+                                          for _ in range(6)) for _ in range(8)) + "\n")
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(VOCAB) + "\n")
+  records = str(tmp_path / "records.tfrecord")
+  made = run_script("create_pretraining_data.py", "--input_file=%s" % corpus,
+                    "--output_file=" + records, "--vocab_file=%s" % vocab_file,
+                    "--max_seq_length=%d" % SEQ_LENGTH,
+                    "--max_predictions_per_seq=%d" % MAX_PREDICTIONS, "--dupe_factor=2")
+  assert made.returncode == 0, made.stderr[-2000:]
+  first_ids, masked_ids = [], []
+  for record in tf.data.TFRecordDataset(records):
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    input_ids = features["input_ids"].int64_list.value
+    first_ids.append(input_ids[0])
+    masked_ids += [input_ids[p] for p, w in zip(features["masked_lm_positions"].int64_list.value,
+                                                features["masked_lm_weights"].float_list.value)
+                   if w > 0]
+  return records, first_ids, masked_ids
+
+
+def test_dynamic_masking_refuses_records_of_another_vocab(tmp_path, pretraining_records):
+  records, first_ids, masked_ids = pretraining_records
+  # The records are VOCAB's: [CLS] (id 2) opens each, [MASK] (id 4) fills most masked positions.
+  assert set(first_ids) == {VOCAB.index("[CLS]")}
+  assert masked_ids.count(VOCAB.index("[MASK]")) > 0.6 * len(masked_ids) >= 20
+  # The same tokens with [MASK] and [PAD] swapped: before, re-masking wrote id 0 ([PAD] in the
+  # records' vocab) and the stored [MASK] id stayed as an ordinary word; training went on.
+  swapped = list(VOCAB)
+  swapped[0], swapped[4] = swapped[4], swapped[0]
+  vocab_file = tmp_path / "swapped_vocab.txt"
+  vocab_file.write_text("\n".join(swapped) + "\n")
+  config_file = tmp_path / "bert_config.json"
+  config_file.write_text(tiny_config().to_json_string())
+  output_dir = tmp_path / "out"
+  result = run_script("run_pretraining.py", "--do_train", "--dynamic_masking",
+                      "--input_file=" + records, "--vocab_file=%s" % vocab_file,
+                      "--bert_config_file=%s" % config_file, "--output_dir=%s" % output_dir,
+                      "--max_seq_length=%d" % SEQ_LENGTH,
+                      "--max_predictions_per_seq=%d" % MAX_PREDICTIONS, "--train_batch_size=8",
+                      "--num_train_steps=2", "--num_warmup_steps=0")
+  line = assert_one_line_error(result, "run_pretraining.py", records, str(vocab_file),
+                               "hold the [MASK] id 0")
+  assert len(first_ids) <= 256  # All records are read for the check.
+  assert "only %d of the %d masked positions" % (masked_ids.count(0), len(masked_ids)) in line
+  assert not tf.io.gfile.glob(str(output_dir / "model.ckpt-*"))
+
+
+def test_dynamic_masking_refuses_records_without_its_cls_id(tmp_path, pretraining_records):
+  records, _, _ = pretraining_records
+  moved = ["[UNK]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"] + VOCAB[5:]  # [CLS] at 3, [SEP] at 2.
+  vocab_file = tmp_path / "moved_vocab.txt"
+  vocab_file.write_text("\n".join(moved) + "\n")
+  masking = pretraining.DynamicMasking.from_vocab_file(str(vocab_file), 0.15, MAX_PREDICTIONS,
+                                                        False)
+  with pytest.raises(pretraining.RecordVocabError,
+                     match=r"%s: record 1 starts with id 2, not the \[CLS\] id 3 of --vocab_file "
+                     r"%s" % (re.escape(records), re.escape(str(vocab_file)))):
+    masking.check_records([records], str(vocab_file))
+  # The records' own vocab passes.
+  pretraining.DynamicMasking.from_vocab_file(
+      str(tmp_path / "vocab.txt"), 0.15, MAX_PREDICTIONS, False).check_records([records], "v")
