@@ -1032,7 +1032,8 @@ def hf_labels(hf_config: Mapping, architecture: Architecture,
 
 
 def _labels_of_id2label(id2label, source: str) -> Tuple[str, ...]:
-  """The names of an `id2label` object in id order; its ids must be 0..N-1, its names lines."""
+  """The names of an `id2label` object in id order; its ids must be 0..N-1, its names distinct
+  lines."""
   by_id = {}
   if isinstance(id2label, dict):
     for key, name in id2label.items():
@@ -1042,7 +1043,9 @@ def _labels_of_id2label(id2label, source: str) -> Tuple[str, ...]:
   if not by_id or sorted(by_id) != list(range(len(id2label))):
     raise ConversionError("%s: id2label must give the ids 0..N-1 each a name of one line, got "
                           "%.200r" % (source, id2label))
-  return tuple(by_id[i] for i in range(len(by_id)))
+  labels = tuple(by_id[i] for i in range(len(by_id)))
+  task_files.check_distinct_names(labels, source + ": id2label", place="id", first=0)
+  return labels
 
 
 def hf_tokenizer_config(config: modeling.BertConfig, do_lower_case: Optional[bool]) -> dict:

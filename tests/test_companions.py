@@ -21,9 +21,12 @@ import tensorflow as tf
 from conftest import REPO_ROOT, write_model_files
 import checkpoints
 import classifier
+import convert_checkpoint
 import errors
 import modeling
 import pretraining
+import tagging
+import task_files
 import tokenization
 
 WORDS = "the a cat dog sat ran big small red blue happy sad day night good bad".split()
@@ -265,3 +268,37 @@ def test_dynamic_masking_refuses_records_without_its_cls_id(tmp_path, pretrainin
   # The records' own vocab passes.
   pretraining.DynamicMasking.from_vocab_file(
       str(tmp_path / "vocab.txt"), 0.15, MAX_PREDICTIONS, False).check_records([records], "v")
+
+
+# ------------------------------------------------------------------------------------------------
+# Label and tag names.
+# ------------------------------------------------------------------------------------------------
+
+
+def test_hugging_face_id2label_with_a_repeated_name_is_refused():
+  # Two classes of one name: predictions cannot tell them apart, and a label2id keeps one.
+  hf_config = {"architectures": ["BertForSequenceClassification"],
+               "id2label": {"0": "x", "1": "x"}}
+  with pytest.raises(errors.InputError, match=r"config\.json: id2label: the name 'x' at id 1 "
+                     r"repeats id 0"):
+    convert_checkpoint.hf_labels(hf_config, convert_checkpoint.SEQUENCE_CLASSIFICATION,
+                                 "config.json")
+
+
+def test_label_and_tag_lists_with_a_repeated_name_are_refused(tmp_path):
+  label_list = tmp_path / classifier.LABEL_LIST_FILE
+  label_list.write_text("neg\nneg\n")
+  with pytest.raises(errors.InputError, match=r"label_list\.txt: the name 'neg' at line 2 "
+                     r"repeats line 1"):
+    classifier.read_label_list(str(label_list))
+  (tmp_path / tagging.TAG_LIST_FILE).write_text("O\nB-PER\n\nI-PER\nB-PER\n")
+  with pytest.raises(errors.InputError, match=r"tag_list\.txt: the name 'B-PER' at line 5 "
+                     r"repeats line 2"):
+    tagging.read_tag_list(str(tmp_path))
+  written = tmp_path / "written.txt"
+  with pytest.raises(errors.InputError, match=r"the name 'pos' at line 3 repeats line 1"):
+    task_files.write_label_list(str(written), ["pos", "neg", "pos"])
+  assert not written.exists()
+  # Distinct names read and write as before.
+  label_list.write_text("neg\npos\n")
+  assert classifier.read_label_list(str(label_list)) == ("neg", "pos")
