@@ -485,13 +485,22 @@ def _describe(names, limit: int = 8) -> str:
 
 def check_model(model: ConvertedModel, source_names: Mapping[str, str]) -> None:
   """Checks a model's tensors against our model of its architecture (`check_tensors`), after its
-  head against its labels, and records in `model.absent` what the source lacks.
+  vocab against its config and its head against its labels, and records in `model.absent` what
+  the source lacks.
 
   Raises:
-    ConversionError: naming the source, for a head with another number of outputs than its labels
-      and for what `check_tensors` refuses.
+    ConversionError: naming the source, for a vocab that does not fit the config
+      (`tokenization.check_tokens_fit_model`), a head with another number of outputs than its
+      labels and for what `check_tensors` refuses.
   """
   architecture = model.architecture
+  if model.vocab:
+    try:
+      tokenization.check_tokens_fit_model(
+          tokenization.vocab_of_lines(model.vocab.splitlines(), model.source),
+          model.config.vocab_size, "of " + model.source)
+    except tokenization.VocabError as error:
+      raise ConversionError(str(error)) from None
   if architecture.label_file:
     bias = model.tensors.get(posixpath.join(architecture.head_scope, "output_bias"))
     if bias is not None and bias.ndim == 1 and bias.shape[0] != model.num_outputs:

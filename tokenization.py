@@ -31,7 +31,7 @@ through tensorflow-text, is `in_graph_tokenization.BatchTokenizer(tokenizer)`.
 import collections
 import re
 import unicodedata
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import errors
 import file_patterns
@@ -138,16 +138,21 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
   if not vocab_file:
     raise VocabError("No vocab file given (pass --vocab_file).")
   errors.check_regular_file(vocab_file, "--vocab_file")
-  vocab = collections.OrderedDict()
   with _open_text(vocab_file) as reader:
-    for index, line in enumerate(reader):
-      token = convert_to_unicode(line).strip()
-      if token and token in vocab:  # Blank lines only keep the ids in step: never produced.
-        raise VocabError("Vocab file %s: token %r on line %d repeats line %d" %
-                         (vocab_file, token, index + 1, vocab[token] + 1))
-      vocab[token] = index
+    return vocab_of_lines(reader, vocab_file)
+
+
+def vocab_of_lines(lines: Iterable[TextLike], source: str) -> "collections.OrderedDict[str, int]":
+  """The vocab of a vocab file's lines (`load_vocab`); `source` names the file in errors."""
+  vocab = collections.OrderedDict()
+  for index, line in enumerate(lines):
+    token = convert_to_unicode(line).strip()
+    if token and token in vocab:  # Blank lines only keep the ids in step: never produced.
+      raise VocabError("Vocab file %s: token %r on line %d repeats line %d" %
+                       (source, token, index + 1, vocab[token] + 1))
+    vocab[token] = index
   if not vocab:
-    raise VocabError("Vocab file %s is empty." % vocab_file)
+    raise VocabError("Vocab file %s is empty." % source)
   return vocab
 
 
@@ -171,12 +176,16 @@ def check_vocab_fits_model(vocab_file: Optional[str], vocab_size: int,
   pad `vocab_size` to a multiple of 8 (fewer than MAX_VOCAB_PADDING unused rows).
   """
   if spm_model_file:
-    tokens, what = FullTokenizer(None, spm_model_file=spm_model_file).vocab, spm_model_file
-    size = len(tokens)
-    special_tokens = [token for token in special_tokens if token != UNK_TOKEN]
+    check_tokens_fit_model(FullTokenizer(None, spm_model_file=spm_model_file).vocab, vocab_size,
+                           spm_model_file, [t for t in special_tokens if t != UNK_TOKEN])
   else:
-    tokens, what = load_vocab(vocab_file), vocab_file
-    size = 1 + max(index for token, index in tokens.items() if token)  # Trailing blanks: no ids.
+    check_tokens_fit_model(load_vocab(vocab_file), vocab_size, vocab_file, special_tokens)
+
+
+def check_tokens_fit_model(tokens: Mapping[str, int], vocab_size: int, what: str,
+                           special_tokens: Sequence[str] = INPUT_SPECIAL_TOKENS) -> None:
+  """`check_vocab_fits_model` on a vocab already read (token -> id); `what` names it."""
+  size = 1 + max(index for token, index in tokens.items() if token)  # Trailing blanks: no ids.
   padded = size < vocab_size < size + MAX_VOCAB_PADDING and vocab_size % 8 == 0
   if size != vocab_size and not padded:
     raise VocabError("The vocab %s has %d tokens but the model's vocab_size is %d: pass the vocab "

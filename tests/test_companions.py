@@ -116,6 +116,20 @@ def test_vocab_without_a_special_token_is_refused(tmp_path):
                                         special_tokens=("[CLS]", "[SEP]", "[MASK]"))
 
 
+def test_conversion_refuses_a_vocab_of_another_size(tmp_path, uncased_vocab_file):
+  # A Hugging Face model written with another model's vocab serves every id as another token.
+  config_file, _ = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  checkpoint = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
+  output_dir = tmp_path / "hf"
+  with pytest.raises(errors.InputError, match=r"has 30522 tokens but the model's vocab_size is "
+                     r"%d" % len(VOCAB)):
+    convert_checkpoint.convert_google_to_hf(checkpoint, str(output_dir), config_file,
+                                            vocab_file=uncased_vocab_file)
+  assert not output_dir.exists()
+
+
 def test_fill_mask_export_refuses_a_short_vocab(tmp_path, uncased_vocab_file):
   # The first 200 lines of the 30522-token vocab for a model of 30522 tokens: before, every
   # served token id above 199 came back as "".
