@@ -394,7 +394,7 @@ def naming_length_mismatches() -> Iterator[None]:
 
 # The records `DynamicMasking.check_records` reads, the share of their masked positions that must
 # hold [MASK], and how many masked positions it takes to judge that share (below it, a few
-# positions could miss [MASK] by chance: 20 positions at 80% fall below half once in ~1700).
+# positions could miss [MASK] by chance: 20 positions at 80% fall below half once in ~1800).
 RECORDS_CHECKED = 256
 MIN_MASK_SHARE = 0.5
 MIN_MASKED_POSITIONS = 20
