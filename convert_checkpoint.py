@@ -498,7 +498,7 @@ def check_model(model: ConvertedModel, source_names: Mapping[str, str]) -> None:
     try:
       tokenization.check_tokens_fit_model(
           tokenization.vocab_of_lines(model.vocab.splitlines(), model.source),
-          model.config.vocab_size, "of " + model.source)
+          model.config.vocab_size, "of " + model.source, special_tokens=())  # Scripts check them.
     except tokenization.VocabError as error:
       raise ConversionError(str(error)) from None
   if architecture.label_file:
