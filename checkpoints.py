@@ -17,8 +17,10 @@ checkpoints and converted weights. This module owns that format in one place:
 - Training state, as the original's Estimator saved it: the model's variables, each optimizer
   slot as `<name>/adam_m` and `<name>/adam_v`, and `global_step` (`training_state_variables`).
 - The files of a training run: `output_dir/model.ckpt-<step>` and the `checkpoint` state file,
-  replaced only once a checkpoint is complete; retention (`keep_checkpoint_max`); and the fallback
-  to the newest intact checkpoint when a newer one is damaged.
+  replaced only once a checkpoint is complete; retention (`keep_checkpoint_max`); the fallback
+  to the newest intact checkpoint when a newer one is damaged, for resuming training; and the
+  strict restore of evaluation, prediction and export (`restore_model`: the newest checkpoint, or
+  an init checkpoint with the task head, or an error).
 
 It imports no other module of the project but `atomic_files`, so modeling.py and optimization.py
 can both use it.
