@@ -1289,7 +1289,8 @@ def write_google_model(model: ConvertedModel, output_dir: str) -> str:
 
 def read_keras_hub_preset(preset: str) -> ConvertedModel:
   """Reads and checks a KerasHub BertBackbone preset: config.json, model.weights.h5 and, when
-  there, its BertTokenizer (tokenizer.json and the vocab). Task heads are not read."""
+  there, its BertTokenizer (tokenizer.json and the vocab). Task heads are not read (a warning
+  says so when the preset holds a task)."""
   config_path = os.path.join(preset, KERAS_HUB_CONFIG_NAME)
   config = google_config_from_keras_hub(
       _check_keras_hub_class(_read_json(config_path), "BertBackbone", config_path), config_path)
@@ -1311,6 +1312,11 @@ def read_keras_hub_preset(preset: str) -> ConvertedModel:
   tokenizer_path = os.path.join(preset, KERAS_HUB_TOKENIZER_NAME)
   tokenizer = (_check_keras_hub_class(_read_json(tokenizer_path), "BertTokenizer", tokenizer_path)
                if tf.io.gfile.exists(tokenizer_path) else {})
+  task_path = os.path.join(preset, KERAS_HUB_TASK_NAME)
+  if tf.io.gfile.exists(task_path):
+    logging.warning("%s: the preset holds a task, but only its BertBackbone is converted: the "
+                    "checkpoint has no task head, so fine-tune it (--do_train) before evaluating, "
+                    "predicting or exporting with it", task_path)
   model = ConvertedModel(config, tensors, ARCHITECTURES["BertModel"], weights_path,
                          vocab=(_text_if_exists(os.path.join(preset, *KERAS_HUB_VOCAB_PATH))
                                 if tokenizer else None),

@@ -167,6 +167,13 @@ def classifier_files(tmp_path):
           "--max_seq_length=16", "--output_dir=%s" % (tmp_path / "out")]
 
 
+def built_classifier() -> classifier.BertClassifier:
+  """run_classifier's model of two labels on `tiny_config`, its variables created."""
+  model = classifier.BertClassifier(tiny_config(), 2)
+  model.build()
+  return model
+
+
 def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classifier_files):
   # A pretrained (or converted, head-less) encoder: before, a random head predicted after a
   # warning and the run ended with status 0.
@@ -182,8 +189,7 @@ def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classi
 
 def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifier_files):
   # Two checkpoints of a fine-tuned model, the newest cut short: before, the older one predicted.
-  model = classifier.BertClassifier(tiny_config(), 2)
-  model.build()
+  model = built_classifier()
   output_dir = str(tmp_path / "out")
   os.makedirs(output_dir)
   (tmp_path / "out" / classifier.LABEL_LIST_FILE).write_text("neg\npos\n")
@@ -204,7 +210,7 @@ def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
   with pytest.raises(errors.TrainingError, match="no checkpoint in %s and no --init_checkpoint"
                      % output_dir):
     checkpoints.restore_model(tf.distribute.get_strategy(),
-                              lambda: classifier.BertClassifier(tiny_config(), 2), output_dir)
+                              built_classifier, output_dir)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -316,3 +322,25 @@ def test_label_and_tag_lists_with_a_repeated_name_are_refused(tmp_path):
   # Distinct names read and write as before.
   label_list.write_text("neg\npos\n")
   assert classifier.read_label_list(str(label_list)) == ("neg", "pos")
+
+
+def test_keras_hub_classifier_preset_converts_with_a_warning_that_its_head_is_left_out(
+    tmp_path, caplog):
+  # A BertTextClassifier preset whose task.weights.h5 is missing: its encoder converts, and the
+  # user is warned (not at INFO) that the checkpoint has no head; predicting with it is an error.
+  keras_hub = pytest.importorskip("keras_hub")
+  backbone = keras_hub.models.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, num_heads=2,
+                                           hidden_dim=32, intermediate_dim=64,
+                                           max_sequence_length=64)
+  preset = tmp_path / "preset"
+  keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None).save_to_preset(
+      str(preset))
+  (preset / "task.weights.h5").unlink()
+  with caplog.at_level("WARNING"):
+    prefix = convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "google"))
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert any("task.json: the preset holds a task, but only its BertBackbone is converted" in w
+             for w in warnings), warnings
+  with pytest.raises(errors.TrainingError, match="has no task head"):
+    checkpoints.restore_model(tf.distribute.get_strategy(),
+                              built_classifier, None, prefix)
