@@ -17,8 +17,10 @@ checkpoints and converted weights. This module owns that format in one place:
 - Training state, as the original's Estimator saved it: the model's variables, each optimizer
   slot as `<name>/adam_m` and `<name>/adam_v`, and `global_step` (`training_state_variables`).
 - The files of a training run: `output_dir/model.ckpt-<step>` and the `checkpoint` state file,
-  replaced only once a checkpoint is complete; retention (`keep_checkpoint_max`); and the fallback
-  to the newest intact checkpoint when a newer one is damaged.
+  replaced only once a checkpoint is complete; retention (`keep_checkpoint_max`); the fallback
+  to the newest intact checkpoint when a newer one is damaged, for resuming training; and the
+  strict restore of evaluation, prediction and export (`restore_model`: the newest checkpoint, or
+  an init checkpoint with the task head, or an error).
 
 It imports no other module of the project but `atomic_files`, so modeling.py and optimization.py
 can both use it.
@@ -563,32 +565,64 @@ def restore_variables(named_variables: Mapping[str, Any], prefix: str) -> None:
 
 def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras.Model],
                   output_dir: Optional[str], init_checkpoint: Optional[str] = None,
-                  allow_partial_init_checkpoint: bool = False) -> tuple:
-  """Builds a model and loads the newest intact checkpoint of `output_dir`, else
-  `init_checkpoint` (see `load_init_checkpoint`).
+                  allow_partial_init_checkpoint: bool = False,
+                  head_required: bool = True) -> tuple:
+  """Builds a model and loads the newest checkpoint of `output_dir`, else `init_checkpoint`
+  (see `load_init_checkpoint`), for evaluation, prediction and export without training.
 
-  For evaluation and prediction. A checkpoint of `output_dir` must hold every model variable;
-  damaged ones are skipped with a warning, and when none is readable this is a TrainingError
-  (never a random model). Returns (model, global_step, checkpoint prefix or None); the step is the
-  checkpoint's `global_step` (0 for a checkpoint without one, or no checkpoint).
+  What these answer must come from a trained model, so every doubt is a TrainingError naming the
+  checkpoint, never a warning: no checkpoint at all; the newest checkpoint of `output_dir`
+  damaged (an older one would answer for another model than the user's last); a checkpoint of
+  `output_dir` lacking any model variable; with `head_required`, an `init_checkpoint` without
+  the task head (a random head answers at chance). Returns (model, global_step, checkpoint
+  prefix); the step is the checkpoint's `global_step` (0 for a checkpoint without one).
   """
   with strategy.scope():
     model = model_fn()
+  newest = next(iter(list_checkpoints(output_dir)), None)
+  if newest is not None:
+    _load_every_variable(model, newest)
+    return model, checkpoint_step(newest), newest
+  if not init_checkpoint:
+    raise errors.TrainingError(
+        "no checkpoint in %s and no --init_checkpoint: evaluation, prediction and export need a "
+        "trained model (train with --do_train, or pass its checkpoint)" % output_dir)
+  report = load_init_checkpoint(model, init_checkpoint, allow_partial_init_checkpoint)
+  head = [name for name in report.missing if name not in _encoder_variable_names(model)]
+  if head and head_required:
+    raise errors.TrainingError(
+        "--init_checkpoint=%s has no task head (%s): evaluation, prediction and export without "
+        "--do_train need a fine-tuned checkpoint of this task, not a pretrained or converted "
+        "encoder (a random head answers at chance)" % (report.checkpoint, ", ".join(head[:5])))
+  return model, checkpoint_step(report.checkpoint), report.checkpoint
 
-  def load_complete(prefix):
-    report = init_from_checkpoint(model, prefix)
-    if report.missing:
-      raise CheckpointError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
-                       (prefix, len(report.missing), ", ".join(report.missing[:5])))
 
-  prefix = restore_newest_intact(output_dir, load_complete)
-  if prefix is None and init_checkpoint:
-    prefix = load_init_checkpoint(model, init_checkpoint, allow_partial_init_checkpoint).checkpoint
-  if prefix is None:
-    logging.warning("No checkpoint in %s and no --init_checkpoint: using a fresh model",
-                    output_dir)
-    return model, 0, None
-  return model, checkpoint_step(prefix), prefix
+def _load_every_variable(model: keras.Model, prefix: str) -> None:
+  """Loads a run's newest checkpoint into `model`; it must be intact and hold every variable."""
+  problem = _missing_files(prefix)
+  if problem is None:
+    try:
+      report = init_from_checkpoint(model, prefix)
+    except (UnreadableCheckpointError,) + _CHECKPOINT_READ_ERRORS as error:
+      problem = "cannot be read (%s)" % errors.first_line(error.__cause__ or error)
+  if problem is not None:
+    raise errors.TrainingError(
+        "checkpoint %s, the newest of its directory, is damaged: %s. Evaluation, prediction and "
+        "export use the newest checkpoint: rerun training (it resumes from the newest intact one) "
+        "or remove its files" % (prefix, problem))
+  if report.missing:
+    raise CheckpointError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
+                          (prefix, len(report.missing), ", ".join(report.missing[:5])))
+
+
+def _encoder_variable_names(model: keras.Model) -> set:
+  """The checkpoint names of the variables of the model's encoder (its `BertModel`)."""
+  names = set()
+  # Keras has no public walk over nested layers; _flatten_layers is what Model.summary uses.
+  for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
+    if _is_encoder(layer):
+      names.update(checkpoint_variables(layer))
+  return names
 
 
 def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
@@ -603,11 +637,7 @@ def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
     TrainingError: encoder variables are missing and `allow_partial` is False.
   """
   report = init_from_checkpoint(model, init_checkpoint)
-  encoder_names = set()
-  # Keras has no public walk over nested layers; _flatten_layers is what Model.summary uses.
-  for layer in model._flatten_layers(include_self=True):  # pylint: disable=protected-access
-    if _is_encoder(layer):
-      encoder_names.update(checkpoint_variables(layer))
+  encoder_names = _encoder_variable_names(model)
   missing = [name for name in report.missing if name in encoder_names]
   if missing and not allow_partial:
     raise errors.TrainingError(

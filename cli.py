@@ -458,7 +458,7 @@ def _check_input_paths() -> None:
   distribution.check_tf_config()
   if errors.flag_value("bert_config_file"):
     errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
-    bert_config()
+    _check_vocab_fits_model(bert_config())
   if errors.flag_value("init_checkpoint"):
     checkpoints.resolve_checkpoint_path(errors.flag_value("init_checkpoint"))
   for name in ("input_file", "phase2_input_file"):
@@ -467,6 +467,26 @@ def _check_input_paths() -> None:
   data_dir = errors.flag_value("data_dir")
   if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
+
+
+def _check_vocab_fits_model(config: modeling.BertConfig) -> None:
+  """`--vocab_file` (or `--spm_model_file`), where given with the config, is the model's vocab
+  (`tokenization.check_vocab_fits_model`) with the special tokens the flags need: [MASK] too for
+  --dynamic_masking and for run_pretraining's fill-mask export."""
+  vocab_file, spm_model_file = errors.flag_value("vocab_file"), errors.flag_value("spm_model_file")
+  if not (vocab_file or spm_model_file):
+    return
+  special_tokens = tokenization.INPUT_SPECIAL_TOKENS
+  if errors.flag_value("dynamic_masking") or (
+      "fill_mask_top_k" in FLAGS and errors.flag_value("export_dir")):
+    special_tokens += (tokenization.MASK_TOKEN,)
+  try:
+    tokenization.check_vocab_fits_model(vocab_file, config.vocab_size, spm_model_file,
+                                        special_tokens)
+  except tokenization.VocabError as error:
+    raise errors.FlagError("--%s: %s (--bert_config_file=%s)" % (
+        "spm_model_file" if spm_model_file else "vocab_file", error,
+        FLAGS.bert_config_file)) from None
 
 
 def run_script(main: Callable[[list], Any],

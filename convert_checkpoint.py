@@ -499,13 +499,22 @@ def _describe(names, limit: int = 8) -> str:
 
 def check_model(model: ConvertedModel, source_names: Mapping[str, str]) -> None:
   """Checks a model's tensors against our model of its architecture (`check_tensors`), after its
-  head against its labels, and records in `model.absent` what the source lacks.
+  vocab against its config and its head against its labels, and records in `model.absent` what
+  the source lacks.
 
   Raises:
-    ConversionError: naming the source, for a head with another number of outputs than its labels
-      and for what `check_tensors` refuses.
+    ConversionError: naming the source, for a vocab that does not fit the config
+      (`tokenization.check_tokens_fit_model`), a head with another number of outputs than its
+      labels and for what `check_tensors` refuses.
   """
   architecture = model.architecture
+  if model.vocab:
+    try:
+      tokenization.check_tokens_fit_model(
+          tokenization.vocab_of_lines(model.vocab.splitlines(), model.source),
+          model.config.vocab_size, "of " + model.source, special_tokens=())  # Scripts check them.
+    except tokenization.VocabError as error:
+      raise ConversionError(str(error)) from None
   if architecture.label_file:
     bias = model.tensors.get(posixpath.join(architecture.head_scope, "output_bias"))
     if bias is not None and bias.ndim == 1 and bias.shape[0] != model.num_outputs:
@@ -1046,7 +1055,8 @@ def hf_labels(hf_config: Mapping, architecture: Architecture,
 
 
 def _labels_of_id2label(id2label, source: str) -> Tuple[str, ...]:
-  """The names of an `id2label` object in id order; its ids must be 0..N-1, its names lines."""
+  """The names of an `id2label` object in id order; its ids must be 0..N-1, its names distinct
+  lines."""
   by_id = {}
   if isinstance(id2label, dict):
     for key, name in id2label.items():
@@ -1056,7 +1066,9 @@ def _labels_of_id2label(id2label, source: str) -> Tuple[str, ...]:
   if not by_id or sorted(by_id) != list(range(len(id2label))):
     raise ConversionError("%s: id2label must give the ids 0..N-1 each a name of one line, got "
                           "%.200r" % (source, id2label))
-  return tuple(by_id[i] for i in range(len(by_id)))
+  labels = tuple(by_id[i] for i in range(len(by_id)))
+  task_files.check_distinct_names(labels, source + ": id2label", place="id", first=0)
+  return labels
 
 
 def hf_tokenizer_config(config: modeling.BertConfig, do_lower_case: Optional[bool]) -> dict:
@@ -1290,7 +1302,8 @@ def write_google_model(model: ConvertedModel, output_dir: str) -> str:
 
 def read_keras_hub_preset(preset: str) -> ConvertedModel:
   """Reads and checks a KerasHub BertBackbone preset: config.json, model.weights.h5 and, when
-  there, its BertTokenizer (tokenizer.json and the vocab). Task heads are not read."""
+  there, its BertTokenizer (tokenizer.json and the vocab). Task heads are not read (a warning
+  says so when the preset holds a task)."""
   config_path = os.path.join(preset, KERAS_HUB_CONFIG_NAME)
   config = google_config_from_keras_hub(
       _check_keras_hub_class(_read_json(config_path), "BertBackbone", config_path), config_path)
@@ -1312,6 +1325,11 @@ def read_keras_hub_preset(preset: str) -> ConvertedModel:
   tokenizer_path = os.path.join(preset, KERAS_HUB_TOKENIZER_NAME)
   tokenizer = (_check_keras_hub_class(_read_json(tokenizer_path), "BertTokenizer", tokenizer_path)
                if tf.io.gfile.exists(tokenizer_path) else {})
+  task_path = os.path.join(preset, KERAS_HUB_TASK_NAME)
+  if tf.io.gfile.exists(task_path):
+    logging.warning("%s: the preset holds a task, but only its BertBackbone is converted: the "
+                    "checkpoint has no task head, so fine-tune it (--do_train) before evaluating, "
+                    "predicting or exporting with it", task_path)
   model = ConvertedModel(config, tensors, ARCHITECTURES["BertModel"], weights_path,
                          vocab=(_text_if_exists(os.path.join(preset, *KERAS_HUB_VOCAB_PATH))
                                 if tokenizer else None),

@@ -75,7 +75,7 @@ def restore_model(strategy: tf.distribute.Strategy, config: modeling.BertConfig,
                            "bert_model.ckpt) or an --output_dir holding checkpoints")
   model, _, prefix = checkpoints.restore_model(
       strategy, lambda: pretraining.build_model(config), output_dir, init_checkpoint,
-      allow_partial_init_checkpoint)
+      allow_partial_init_checkpoint, head_required=False)  # Only cls/predictions: below.
   stored = checkpoints.open_checkpoint(prefix).get_variable_to_shape_map()
   missing = sorted(name for name in checkpoints.checkpoint_variables(model)
                    if name.startswith(HEAD_SCOPE + "/") and name not in stored)

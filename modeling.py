@@ -208,9 +208,13 @@ class BertConfig:
         raise ConfigError("BertConfig field %s must be a probability in [0, 1), got %r" %
                           (field, value))
     if (isinstance(self.initializer_range, bool) or
-        not isinstance(self.initializer_range, (int, float)) or self.initializer_range <= 0):
-      raise ConfigError("BertConfig field initializer_range must be a positive number, got %r"
+        not isinstance(self.initializer_range, (int, float)) or
+        not math.isfinite(self.initializer_range) or self.initializer_range <= 0):
+      raise ConfigError("BertConfig field initializer_range must be a finite number > 0, got %r"
                         % (self.initializer_range,))
+    for field, value in sorted(self.__dict__.items()):  # Extra keys too (layer_norm_eps, ...).
+      if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError("BertConfig field %s must be a finite number, got %r" % (field, value))
     if self.hidden_size % self.num_attention_heads:
       raise ConfigError("BertConfig field hidden_size (%d) must be a multiple of "
                         "num_attention_heads (%d)" % (self.hidden_size, self.num_attention_heads))

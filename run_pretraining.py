@@ -160,6 +160,9 @@ def main(_):
     phase2_files = _phase2_input_files(bert_config)
     config2 = _phase2_config(config) if phase2_files else None
     masking = _dynamic_masking()
+    if masking is not None:
+      for files in (input_files, phase2_files or []):
+        masking.check_records(files, FLAGS.vocab_file)
     result = pretraining.run_training(
         strategy, bert_config, input_files, config, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records, masking=masking)

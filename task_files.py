@@ -242,19 +242,36 @@ def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int
     yield line_number, Row(cells, problem=missing and "no key %s" % ", ".join(map(repr, missing)))
 
 
+def check_distinct_names(names: Sequence[str], source: str, place: str = "line",
+                         first: int = 1) -> None:
+  """Raises BadInputError unless every output name (label, tag) is distinct: the one check of
+  label and tag lists and of Hugging Face's `id2label`. Two outputs of one name cannot be told
+  apart in predictions, and a name -> id map (`label2id`) keeps only one of them. `place` and
+  `first` say how a name's position is counted in `source` ("line" from 1, "id" from 0)."""
+  seen = {}
+  for position, name in enumerate(names, start=first):
+    if not name.strip():  # A blank line of a list file is not a name.
+      continue
+    if name in seen:
+      raise BadInputError("%s: the name %r at %s %d repeats %s %d: each output needs its own name"
+                          % (source, name, place, position, place, seen[name]))
+    seen[name] = position
+
+
 def _describe_list(labels: Sequence[str], limit: int = 5) -> str:
   shown = ", ".join(labels[:limit])
   return shown + (", ... (%d in all)" % len(labels) if len(labels) > limit else "")
 
 
 def write_label_list(path: str, labels: Sequence[str]) -> None:
-  """Writes a list of output names, one a line (id = line number), atomically: the classifier's
-  label_list.txt and the tagger's tag_list.txt.
+  """Writes a list of distinct output names (`check_distinct_names`), one a line (id = line
+  number), atomically: the classifier's label_list.txt and the tagger's tag_list.txt.
 
   A list already at `path` names the outputs of the checkpoints beside it: one that differs is
   never replaced (BadInputError), since those checkpoints would then read every id as another
   label; an equal one is left as it is.
   """
+  check_distinct_names(labels, path)
   text = "".join(label + "\n" for label in labels)
   if not file_patterns.is_remote(path) and os.path.exists(path):
     with open(path, encoding="utf-8") as reader:

@@ -31,7 +31,7 @@ through tensorflow-text, is `in_graph_tokenization.BatchTokenizer(tokenizer)`.
 import collections
 import re
 import unicodedata
-from typing import Iterable, List, Optional, Sequence, Tuple, Union
+from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import errors
 import file_patterns
@@ -138,17 +138,62 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
   if not vocab_file:
     raise VocabError("No vocab file given (pass --vocab_file).")
   errors.check_regular_file(vocab_file, "--vocab_file")
-  vocab = collections.OrderedDict()
   with _open_text(vocab_file) as reader:
-    for index, line in enumerate(reader):
-      token = convert_to_unicode(line).strip()
-      if token and token in vocab:  # Blank lines only keep the ids in step: never produced.
-        raise VocabError("Vocab file %s: token %r on line %d repeats line %d" %
-                         (vocab_file, token, index + 1, vocab[token] + 1))
-      vocab[token] = index
+    return vocab_of_lines(reader, vocab_file)
+
+
+def vocab_of_lines(lines: Iterable[TextLike], source: str) -> "collections.OrderedDict[str, int]":
+  """The vocab of a vocab file's lines (`load_vocab`); `source` names the file in errors."""
+  vocab = collections.OrderedDict()
+  for index, line in enumerate(lines):
+    token = convert_to_unicode(line).strip()
+    if token and token in vocab:  # Blank lines only keep the ids in step: never produced.
+      raise VocabError("Vocab file %s: token %r on line %d repeats line %d" %
+                       (source, token, index + 1, vocab[token] + 1))
+    vocab[token] = index
   if not vocab:
-    raise VocabError("Vocab file %s is empty." % vocab_file)
+    raise VocabError("Vocab file %s is empty." % source)
   return vocab
+
+
+# The special tokens every script that builds model inputs needs (fill-mask and dynamic masking
+# also need MASK_TOKEN); a SentencePiece model has its own unknown piece instead of UNK_TOKEN.
+INPUT_SPECIAL_TOKENS = (CLS_TOKEN, SEP_TOKEN, UNK_TOKEN)
+# How many unused embedding rows a config may add to its vocab's size, to round vocab_size up to a
+# multiple of 8 as NVIDIA's and Megatron's configs do (30522 tokens, vocab_size 30528).
+MAX_VOCAB_PADDING = 128
+
+
+def check_vocab_fits_model(vocab_file: Optional[str], vocab_size: int,
+                           spm_model_file: Optional[str] = None,
+                           special_tokens: Sequence[str] = INPUT_SPECIAL_TOKENS) -> None:
+  """Raises VocabError unless the vocab is the model's: as many tokens (lines, or SentencePiece
+  pieces) as the config's `vocab_size`, and every one of `special_tokens` present.
+
+  A vocab of another model tokenizes without complaint and makes every id wrong: a smaller one
+  leaves most embeddings unreachable (a fill-mask export answers "" for their ids), a larger one
+  gives ids beyond the embeddings. Google's vocabs have exactly `vocab_size` lines; a config may
+  pad `vocab_size` to a multiple of 8 (fewer than MAX_VOCAB_PADDING unused rows).
+  """
+  if spm_model_file:
+    check_tokens_fit_model(FullTokenizer(None, spm_model_file=spm_model_file).vocab, vocab_size,
+                           spm_model_file, [t for t in special_tokens if t != UNK_TOKEN])
+  else:
+    check_tokens_fit_model(load_vocab(vocab_file), vocab_size, vocab_file, special_tokens)
+
+
+def check_tokens_fit_model(tokens: Mapping[str, int], vocab_size: int, what: str,
+                           special_tokens: Sequence[str] = INPUT_SPECIAL_TOKENS) -> None:
+  """`check_vocab_fits_model` on a vocab already read (token -> id); `what` names it."""
+  size = 1 + max(index for token, index in tokens.items() if token)  # Trailing blanks: no ids.
+  padded = size < vocab_size < size + MAX_VOCAB_PADDING and vocab_size % 8 == 0
+  if size != vocab_size and not padded:
+    raise VocabError("The vocab %s has %d tokens but the model's vocab_size is %d: pass the vocab "
+                     "the model was trained with" % (what, size, vocab_size))
+  missing = [token for token in special_tokens if token not in tokens]
+  if missing:
+    raise VocabError("The vocab %s has no %s token, which the model's inputs need: pass the vocab "
+                     "the model was trained with" % (what, " or ".join(missing)))
 
 
 def convert_by_vocab(vocab, items: Iterable) -> list:

@@ -250,9 +250,8 @@ def test_eval_on_unreadable_checkpoints_is_an_error_not_a_random_model(generic_t
                             os.path.join(output_dir, "model.ckpt-10"))
   os.truncate(os.path.join(output_dir, "model.ckpt-10.data-00000-of-00001"), 10)
   with pytest.raises(errors.TrainingError,
-                     match=r"no readable checkpoint in .*: "
-                     r"model\.ckpt-20 \(its files are missing\); "
-                     r"model\.ckpt-10 \(cannot be read \(.*\)\)"):
+                     match=r"checkpoint .*model\.ckpt-20, the newest of its directory, is "
+                     r"damaged: its files are missing"):
     run(do_eval=True, **flag_values)
   assert not os.path.exists(os.path.join(output_dir, "eval_results.txt"))
 

@@ -167,8 +167,10 @@ def test_learns_a_trivial_corpus_and_eval_results_match_numpy(tmp_path):
   bert_config = modeling.BertConfig.from_dict(CONFIG)
   strategy = tf.distribute.get_strategy()
   output_dir = str(tmp_path / "out")
+  # The untrained model's baseline (evaluation without a checkpoint is refused).
   before = pretraining.run_evaluation(strategy, bert_config, [eval_file], output_dir, None, 32, 3,
-                                      SEQ_LENGTH, MAX_PREDICTIONS)
+                                      SEQ_LENGTH, MAX_PREDICTIONS,
+                                      model=pretraining.build_model(bert_config), global_step=0)
   config = training_loop.TrainConfig(output_dir=output_dir, num_train_steps=300, num_warmup_steps=20,
                                 learning_rate=3e-3, train_batch_size=32,
                                 save_checkpoints_steps=300, iterations_per_loop=100)

@@ -1,0 +1,346 @@
+"""Artifacts check their companions before any work: the vocab against the model's config, the
+records against the vocab (dynamic masking), a task head against evaluation, prediction and
+export without training, label and tag names against each other and the head.
+
+Each case is what a user would run (fresh processes where the script is the user's entry point,
+tiny models); the expectations come from the files themselves (lines counted here, ids read
+from the records here), not from the code under test.
+"""
+
+import json
+import math
+import os
+import random
+import re
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT, write_model_files
+import checkpoints
+import classifier
+import convert_checkpoint
+import errors
+import modeling
+import pretraining
+import tagging
+import task_files
+import tokenization
+
+WORDS = "the a cat dog sat ran big small red blue happy sad day night good bad".split()
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", "."] + WORDS
+
+
+def tiny_config(vocab_size: int = len(VOCAB)) -> modeling.BertConfig:
+  return modeling.BertConfig(vocab_size=vocab_size, hidden_size=32, num_hidden_layers=2,
+                             num_attention_heads=2, intermediate_size=64,
+                             max_position_embeddings=64, type_vocab_size=2)
+
+
+def run_script(script: str, *args: str) -> subprocess.CompletedProcess:
+  """Runs a script of the repository in a fresh process, as a user would."""
+  return subprocess.run([sys.executable, os.path.join(REPO_ROOT, script)] + list(args),
+                        capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+
+
+def assert_one_line_error(result: subprocess.CompletedProcess, script: str, *fragments: str):
+  """Exit status 1 and one line `<script>: error: ...` holding every fragment."""
+  assert result.returncode == 1, result.stderr[-3000:]
+  lines = [line for line in result.stderr.splitlines() if line.startswith(script + ": error:")]
+  assert len(lines) == 1, result.stderr[-3000:]
+  for fragment in fragments:
+    assert fragment in lines[0], lines[0]
+  return lines[0]
+
+
+def count_lines(path: str) -> int:
+  with open(path, encoding="utf-8") as f:
+    return sum(1 for _ in f)
+
+
+# ------------------------------------------------------------------------------------------------
+# The config's own values.
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_initializer_range_is_refused(tmp_path, value):
+  config_file = tmp_path / "bert_config.json"
+  text = tiny_config().to_json_string().replace('"initializer_range": 0.02',
+                                                '"initializer_range": %s' % value)
+  assert value in text
+  config_file.write_text(text)
+  with pytest.raises(modeling.ConfigError, match="initializer_range must be a finite number"):
+    modeling.BertConfig.from_json_file(str(config_file))
+
+
+def test_non_finite_extra_float_is_refused(tmp_path):
+  config = dict(tiny_config().to_dict(), layer_norm_eps=float("nan"))
+  with pytest.raises(modeling.ConfigError, match="layer_norm_eps must be a finite number"):
+    modeling.BertConfig.from_dict(config)
+
+
+# ------------------------------------------------------------------------------------------------
+# The vocab against the model.
+# ------------------------------------------------------------------------------------------------
+
+
+def test_google_vocabs_fit_their_configs(chinese_bert_dir, uncased_vocab_file):
+  chinese_config = modeling.BertConfig.from_json_file(
+      os.path.join(chinese_bert_dir, "bert_config.json"))
+  chinese_vocab = os.path.join(chinese_bert_dir, "vocab.txt")
+  assert count_lines(chinese_vocab) == chinese_config.vocab_size == 21128
+  tokenization.check_vocab_fits_model(chinese_vocab, chinese_config.vocab_size)
+  assert count_lines(uncased_vocab_file) == 30522
+  tokenization.check_vocab_fits_model(uncased_vocab_file, 30522)
+  # NVIDIA's configs pad the uncased vocab's 30522 rows to a multiple of 8.
+  tokenization.check_vocab_fits_model(uncased_vocab_file, 30528)
+  # Another model's vocab: the English vocab with the Chinese config, and the other way round.
+  with pytest.raises(tokenization.VocabError, match=r"has 30522 tokens but the model's vocab_size "
+                     r"is 21128"):
+    tokenization.check_vocab_fits_model(uncased_vocab_file, chinese_config.vocab_size)
+  with pytest.raises(tokenization.VocabError, match=r"has 21128 tokens but .* is 30522"):
+    tokenization.check_vocab_fits_model(chinese_vocab, 30522)
+
+
+def test_vocab_without_a_special_token_is_refused(tmp_path):
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(token for token in VOCAB if token != "[SEP]") + "\n")
+  with pytest.raises(tokenization.VocabError, match=r"has no \[SEP\] token"):
+    tokenization.check_vocab_fits_model(str(vocab_file), len(VOCAB) - 1)
+  with pytest.raises(tokenization.VocabError, match=r"has no \[SEP\] or \[MASK\] token"):
+    vocab_file.write_text("\n".join(t for t in VOCAB if t not in ("[SEP]", "[MASK]")) + "\n")
+    tokenization.check_vocab_fits_model(str(vocab_file), len(VOCAB) - 2,
+                                        special_tokens=("[CLS]", "[SEP]", "[MASK]"))
+
+
+def test_conversion_refuses_a_vocab_of_another_size(tmp_path, uncased_vocab_file):
+  # A Hugging Face model written with another model's vocab serves every id as another token.
+  config_file, _ = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  checkpoint = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
+  output_dir = tmp_path / "hf"
+  with pytest.raises(errors.InputError, match=r"has 30522 tokens but the model's vocab_size is "
+                     r"%d" % len(VOCAB)):
+    convert_checkpoint.convert_google_to_hf(checkpoint, str(output_dir), config_file,
+                                            vocab_file=uncased_vocab_file)
+  assert not output_dir.exists()
+
+
+def test_fill_mask_export_refuses_a_short_vocab(tmp_path, uncased_vocab_file):
+  # The first 200 lines of the 30522-token vocab for a model of 30522 tokens: before, every
+  # served token id above 199 came back as "".
+  with open(uncased_vocab_file, encoding="utf-8") as f:
+    head = [next(f) for _ in range(200)]
+  short_vocab = tmp_path / "vocab_200.txt"
+  short_vocab.write_text("".join(head))
+  config_file, _ = write_model_files(str(tmp_path), tiny_config(30522), VOCAB)
+  checkpoint = checkpoints.save_checkpoint(pretraining.build_model(tiny_config(30522)),
+                                           str(tmp_path / "bert_model.ckpt"))
+  export_dir = tmp_path / "export"
+  result = run_script("run_pretraining.py", "--do_train=false", "--init_checkpoint=" + checkpoint,
+                      "--bert_config_file=%s" % config_file, "--vocab_file=%s" % short_vocab,
+                      "--export_dir=%s" % export_dir, "--max_seq_length=32")
+  assert_one_line_error(result, "run_pretraining.py", "--vocab_file", str(short_vocab),
+                        "has 200 tokens but the model's vocab_size is 30522")
+  assert not export_dir.exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# A head for evaluation, prediction and export without training.
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def classifier_files(tmp_path):
+  """A tiny model's files and a generic single-sentence task: its flags for run_classifier."""
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  (data_dir / "train.tsv").write_text("sentence\tlabel\nthe cat sat\tneg\na good dog\tpos\n")
+  (data_dir / "test.tsv").write_text("sentence\nthe dog ran\nsad cat\n")
+  return ["--task_name=generic", "--data_dir=%s" % data_dir, "--text_a_column=sentence",
+          "--bert_config_file=" + config_file, "--vocab_file=" + vocab_file,
+          "--max_seq_length=16", "--output_dir=%s" % (tmp_path / "out")]
+
+
+def built_classifier() -> classifier.BertClassifier:
+  """run_classifier's model of two labels on `tiny_config`, its variables created."""
+  model = classifier.BertClassifier(tiny_config(), 2)
+  model.build()
+  return model
+
+
+def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classifier_files):
+  # A pretrained (or converted, head-less) encoder: before, a random head predicted after a
+  # warning and the run ended with status 0.
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  checkpoint = checkpoints.save_checkpoint(encoder, str(tmp_path / "encoder" / "bert_model.ckpt"))
+  result = run_script("run_classifier.py", "--do_predict", "--init_checkpoint=" + checkpoint,
+                      *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "--init_checkpoint=" + checkpoint,
+                        "has no task head (output_bias, output_weights)")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+
+
+def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifier_files):
+  # Two checkpoints of a fine-tuned model, the newest cut short: before, the older one predicted.
+  model = built_classifier()
+  output_dir = str(tmp_path / "out")
+  os.makedirs(output_dir)
+  (tmp_path / "out" / classifier.LABEL_LIST_FILE).write_text("neg\npos\n")
+  for step in (1, 2):
+    newest = checkpoints.save_training_checkpoint(checkpoints.checkpoint_variables(model),
+                                                  output_dir, step, 5)
+  data_file = newest + ".data-00000-of-00001"
+  os.truncate(data_file, os.path.getsize(data_file) // 2)
+  result = run_script("run_classifier.py", "--do_predict", *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "checkpoint %s, the newest" % newest,
+                        "is damaged")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+
+
+def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
+  # Before, a fresh model (random weights) evaluated, predicted and exported after a warning.
+  output_dir = str(tmp_path / "out")
+  with pytest.raises(errors.TrainingError, match="no checkpoint in %s and no --init_checkpoint"
+                     % output_dir):
+    checkpoints.restore_model(tf.distribute.get_strategy(),
+                              built_classifier, output_dir)
+
+
+# ------------------------------------------------------------------------------------------------
+# Records against the vocab (dynamic masking).
+# ------------------------------------------------------------------------------------------------
+
+SEQ_LENGTH, MAX_PREDICTIONS = 32, 5
+
+
+@pytest.fixture
+def pretraining_records(tmp_path):
+  """Records made by create_pretraining_data.py with VOCAB ([MASK] id 4): (path, their ids of
+  [CLS] and of every masked position's stored token, read here from the records)."""
+  rng = random.Random(3)
+  corpus = tmp_path / "corpus.txt"
+  corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(WORDS) for _ in range(12))
+                                          for _ in range(6)) for _ in range(8)) + "\n")
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("\n".join(VOCAB) + "\n")
+  records = str(tmp_path / "records.tfrecord")
+  made = run_script("create_pretraining_data.py", "--input_file=%s" % corpus,
+                    "--output_file=" + records, "--vocab_file=%s" % vocab_file,
+                    "--max_seq_length=%d" % SEQ_LENGTH,
+                    "--max_predictions_per_seq=%d" % MAX_PREDICTIONS, "--dupe_factor=2")
+  assert made.returncode == 0, made.stderr[-2000:]
+  first_ids, masked_ids = [], []
+  for record in tf.data.TFRecordDataset(records):
+    features = tf.train.Example.FromString(record.numpy()).features.feature
+    input_ids = features["input_ids"].int64_list.value
+    first_ids.append(input_ids[0])
+    masked_ids += [input_ids[p] for p, w in zip(features["masked_lm_positions"].int64_list.value,
+                                                features["masked_lm_weights"].float_list.value)
+                   if w > 0]
+  return records, first_ids, masked_ids
+
+
+def test_dynamic_masking_refuses_records_of_another_vocab(tmp_path, pretraining_records):
+  records, first_ids, masked_ids = pretraining_records
+  # The records are VOCAB's: [CLS] (id 2) opens each, [MASK] (id 4) fills most masked positions.
+  assert set(first_ids) == {VOCAB.index("[CLS]")}
+  assert masked_ids.count(VOCAB.index("[MASK]")) > 0.6 * len(masked_ids) >= 20
+  # The same tokens with [MASK] and [PAD] swapped: before, re-masking wrote id 0 ([PAD] in the
+  # records' vocab) and the stored [MASK] id stayed as an ordinary word; training went on.
+  swapped = list(VOCAB)
+  swapped[0], swapped[4] = swapped[4], swapped[0]
+  vocab_file = tmp_path / "swapped_vocab.txt"
+  vocab_file.write_text("\n".join(swapped) + "\n")
+  config_file = tmp_path / "bert_config.json"
+  config_file.write_text(tiny_config().to_json_string())
+  output_dir = tmp_path / "out"
+  result = run_script("run_pretraining.py", "--do_train", "--dynamic_masking",
+                      "--input_file=" + records, "--vocab_file=%s" % vocab_file,
+                      "--bert_config_file=%s" % config_file, "--output_dir=%s" % output_dir,
+                      "--max_seq_length=%d" % SEQ_LENGTH,
+                      "--max_predictions_per_seq=%d" % MAX_PREDICTIONS, "--train_batch_size=8",
+                      "--num_train_steps=2", "--num_warmup_steps=0")
+  line = assert_one_line_error(result, "run_pretraining.py", records, str(vocab_file),
+                               "hold the [MASK] id 0")
+  assert len(first_ids) <= 256  # All records are read for the check.
+  assert "only %d of the %d masked positions" % (masked_ids.count(0), len(masked_ids)) in line
+  assert not tf.io.gfile.glob(str(output_dir / "model.ckpt-*"))
+
+
+def test_dynamic_masking_refuses_records_without_its_cls_id(tmp_path, pretraining_records):
+  records, _, _ = pretraining_records
+  moved = ["[UNK]", "[PAD]", "[SEP]", "[CLS]", "[MASK]"] + VOCAB[5:]  # [CLS] at 3, [SEP] at 2.
+  vocab_file = tmp_path / "moved_vocab.txt"
+  vocab_file.write_text("\n".join(moved) + "\n")
+  masking = pretraining.DynamicMasking.from_vocab_file(str(vocab_file), 0.15, MAX_PREDICTIONS,
+                                                        False)
+  with pytest.raises(pretraining.RecordVocabError,
+                     match=r"%s: record 1 starts with id 2, not the \[CLS\] id 3 of --vocab_file "
+                     r"%s" % (re.escape(records), re.escape(str(vocab_file)))):
+    masking.check_records([records], str(vocab_file))
+  # The records' own vocab passes.
+  pretraining.DynamicMasking.from_vocab_file(
+      str(tmp_path / "vocab.txt"), 0.15, MAX_PREDICTIONS, False).check_records([records], "v")
+
+
+# ------------------------------------------------------------------------------------------------
+# Label and tag names.
+# ------------------------------------------------------------------------------------------------
+
+
+def test_hugging_face_id2label_with_a_repeated_name_is_refused():
+  # Two classes of one name: predictions cannot tell them apart, and a label2id keeps one.
+  hf_config = {"architectures": ["BertForSequenceClassification"],
+               "id2label": {"0": "x", "1": "x"}}
+  with pytest.raises(errors.InputError, match=r"config\.json: id2label: the name 'x' at id 1 "
+                     r"repeats id 0"):
+    convert_checkpoint.hf_labels(hf_config, convert_checkpoint.SEQUENCE_CLASSIFICATION,
+                                 "config.json")
+
+
+def test_label_and_tag_lists_with_a_repeated_name_are_refused(tmp_path):
+  label_list = tmp_path / classifier.LABEL_LIST_FILE
+  label_list.write_text("neg\nneg\n")
+  with pytest.raises(errors.InputError, match=r"label_list\.txt: the name 'neg' at line 2 "
+                     r"repeats line 1"):
+    classifier.read_label_list(str(label_list))
+  (tmp_path / tagging.TAG_LIST_FILE).write_text("O\nB-PER\n\nI-PER\nB-PER\n")
+  with pytest.raises(errors.InputError, match=r"tag_list\.txt: the name 'B-PER' at line 5 "
+                     r"repeats line 2"):
+    tagging.read_tag_list(str(tmp_path))
+  written = tmp_path / "written.txt"
+  with pytest.raises(errors.InputError, match=r"the name 'pos' at line 3 repeats line 1"):
+    task_files.write_label_list(str(written), ["pos", "neg", "pos"])
+  assert not written.exists()
+  # Distinct names read and write as before.
+  label_list.write_text("neg\npos\n")
+  assert classifier.read_label_list(str(label_list)) == ("neg", "pos")
+
+
+def test_keras_hub_classifier_preset_converts_with_a_warning_that_its_head_is_left_out(
+    tmp_path, caplog):
+  # A BertTextClassifier preset whose task.weights.h5 is missing: its encoder converts, and the
+  # user is warned (not at INFO) that the checkpoint has no head; predicting with it is an error.
+  keras_hub = pytest.importorskip("keras_hub")
+  backbone = keras_hub.models.BertBackbone(vocabulary_size=len(VOCAB), num_layers=2, num_heads=2,
+                                           hidden_dim=32, intermediate_dim=64,
+                                           max_sequence_length=64)
+  preset = tmp_path / "preset"
+  keras_hub.models.BertTextClassifier(backbone, num_classes=2, preprocessor=None).save_to_preset(
+      str(preset))
+  (preset / "task.weights.h5").unlink()
+  with caplog.at_level("WARNING"):
+    prefix = convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "google"))
+  warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+  assert any("task.json: the preset holds a task, but only its BertBackbone is converted" in w
+             for w in warnings), warnings
+  with pytest.raises(errors.TrainingError, match="has no task head"):
+    checkpoints.restore_model(tf.distribute.get_strategy(),
+                              built_classifier, None, prefix)
