@@ -66,7 +66,8 @@ def run_squad(tmp_path, *args):
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-  """A tiny model trained on the generated v2.0 questions, predicted and exported by the CLI."""
+  """A tiny model trained on the generated v2.0 questions, predicted and exported by the CLI (a
+  token limit that lets the largest context the byte limit allows through)."""
   tmp_path = tmp_path_factory.mktemp("squad")
   write_model_files(str(tmp_path), modeling.BertConfig.from_dict(TINY_CONFIG), VOCAB)
   (tmp_path / "v2.json").write_text(json.dumps(generated_squad(True)), encoding="utf-8")
@@ -75,7 +76,9 @@ def trained(tmp_path_factory):
             "--predict_file=%s" % (tmp_path / "v2.json"), "--output_dir=%s" % (tmp_path / "out"),
             "--export_dir=%s" % (tmp_path / "export"), "--train_batch_size=8",
             "--learning_rate=3e-4", "--num_train_epochs=400", "--warmup_proportion=0.05",
-            "--iterations_per_loop=100")
+            "--iterations_per_loop=100",
+            # The memory test serves contexts up to the 4 MiB byte limit: 36,000 windows of 32.
+            "--max_request_tokens=1200000")
   return tmp_path
 
 
