@@ -70,9 +70,10 @@ no links or data stored elsewhere, and every tensor must fit the config. Bad inp
 
 `--output_dir` is one unit: the converted model is written into a staging directory beside it,
 which then takes its name in one step (`atomic_files`), so a reader, even after a kill, finds the
-old model or the new one, never some files of each. It holds `CONVERTED_MARK_NAME`; a directory
-without it that is not empty (another model) is replaced only with `--overwrite_output_dir`, and a
-training run's output_dir never (its checkpoints would meet another model's label list).
+old model or the new one, never some files of each. It holds `CONVERTED_MARK_NAME`, listing the
+files written; a non-empty directory without it (another model), or with files it does not list
+(added since), is replaced only with `--overwrite_output_dir`, and a training run's output_dir
+never (its checkpoints would meet another model's label list).
 """
 
 import collections
@@ -1408,7 +1409,8 @@ def _convert(read: Callable[[], ConvertedModel], write: Callable[[ConvertedModel
     tf.io.gfile.makedirs(staging)
     target = write(model, staging)
     _write_json(os.path.join(staging, CONVERTED_MARK_NAME), {
-        "source": model.source, "architecture": model.architecture.name})
+        "source": model.source, "architecture": model.architecture.name,
+        "files": _files_under(staging)})
   target = os.path.join(output_dir, os.path.relpath(target, staging))
   if write is write_google_model:
     logging.info("Use it with %s", _google_usage(model, output_dir))
@@ -1457,10 +1459,29 @@ def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
                   write_keras_hub_preset, output_dir)
 
 
+def _files_under(directory: str) -> list:
+  """The paths of every file below `directory`, relative to it, sorted."""
+  return sorted(os.path.relpath(os.path.join(parent, name), directory)
+                for parent, _, names in tf.io.gfile.walk(directory) for name in names)
+
+
+def _files_of_earlier_conversion(output_dir: str) -> set:
+  """The files an earlier conversion wrote into output_dir, as its mark lists them (with the
+  mark); empty when output_dir holds no readable mark."""
+  mark = os.path.join(output_dir, CONVERTED_MARK_NAME)
+  try:
+    written = json.loads(_read_text(mark)).get("files")
+  except (ConversionError, ValueError, AttributeError):
+    return set()
+  return set(written) | {CONVERTED_MARK_NAME} if isinstance(written, list) else set()
+
+
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
   """Raises FlagError unless output_dir may be replaced by a converted model: it is missing,
-  empty or an earlier converted model (it holds CONVERTED_MARK_NAME), or `overwrite` is set. A
-  training run's output_dir is never replaced: its checkpoints and label list belong together."""
+  empty or an earlier converted model holding only the files that conversion wrote (its
+  CONVERTED_MARK_NAME lists them), or `overwrite` is set. A file someone added (notes,
+  predictions) is never deleted unasked. A training run's output_dir is never replaced: its
+  checkpoints and label list belong together."""
   if not tf.io.gfile.isdir(output_dir):
     return
   names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_dir)}
@@ -1469,11 +1490,19 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
   if training:
     raise errors.FlagError("--output_dir=%s holds a training run (%s): write the converted "
                            "model to another directory" % (output_dir, training[0]))
-  if names and CONVERTED_MARK_NAME not in names and not overwrite:
+  if not names or overwrite:
+    return
+  if CONVERTED_MARK_NAME not in names:
     raise errors.FlagError("--output_dir=%s is not empty and is not an earlier output of "
                            "convert_checkpoint.py (it holds %s): pass --overwrite_output_dir to "
                            "replace it, or choose another directory" %
                            (output_dir, ", ".join(sorted(names)[:3])))
+  added = sorted(set(_files_under(output_dir)) - _files_of_earlier_conversion(output_dir))
+  if added:
+    raise errors.FlagError("--output_dir=%s holds files convert_checkpoint.py did not write "
+                           "(%s): pass --overwrite_output_dir to replace them with the "
+                           "directory, or choose another directory" %
+                           (output_dir, ", ".join(added[:3])))
 
 
 # Flags that only a conversion from --init_checkpoint reads.

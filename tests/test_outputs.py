@@ -241,6 +241,21 @@ def test_convert_replaces_another_model_only_when_asked(files, tmp_path):
     assert stat.S_IMODE(os.stat(other / name).st_mode) == 0o644, name
 
 
+def test_convert_never_deletes_a_file_added_to_an_earlier_conversion(files, tmp_path):
+  """An earlier conversion is replaced without asking only while it holds just what it wrote: a
+  file added since (notes, test_results.tsv of a --do_predict there) needs the flag."""
+  converted = tmp_path / "converted"
+  result = _run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
+                "--output_dir=%s" % converted)
+  assert result.returncode == 0, result.stderr[-2000:]
+  (converted / "notes.txt").write_text("my notes\n")
+  before = _tree(converted)
+  _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
+                "--output_dir=%s" % converted), "--output_dir", "notes.txt",
+           "--overwrite_output_dir")
+  assert _tree(converted) == before
+
+
 def test_convert_to_hugging_face_applies_the_umask(files, tmp_path):
   output = tmp_path / "hf"
   result = _run("convert_checkpoint.py", "--init_checkpoint=" + files["checkpoint"],
