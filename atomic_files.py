@@ -341,14 +341,41 @@ def _check_output_kind(what: str, kind: str, path: str) -> None:
     raise errors.FlagError("%s=%s is a file: it must name a directory" % (what, path))
 
 
+def _check_can_write(what: str, kind: str, path: str) -> None:
+  """A local output can be made without creating anything now: a file's name does not end in a
+  separator, and the nearest existing directory it would be written in (a directory written into
+  is itself that place) is a directory this process can write in (not read-only)."""
+  if file_patterns.is_remote(path):
+    return
+  if kind == errors.OUTPUT_FILE and path.endswith(os.sep):
+    raise errors.FlagError("%s=%s ends in %s, naming a directory: it must name a file" %
+                           (what, path, os.sep))
+  place = os.path.abspath(path)
+  if kind != errors.OUTPUT_CONTAINER or not os.path.exists(place):
+    place = os.path.dirname(place)
+  while not os.path.exists(place):
+    place = os.path.dirname(place)
+  if not os.path.isdir(place):
+    raise errors.FlagError("%s=%s: %s is a file, not a directory" % (what, path, place))
+  if not os.access(place, os.W_OK | os.X_OK):
+    raise errors.FlagError("%s=%s: cannot write in %s (%s)" % (
+        what, path, place, "read-only file system" if _read_only(place) else "permission denied"))
+
+
+def _read_only(directory: str) -> bool:
+  return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+
+
 def check_run_paths(inputs: Mapping[str, Sequence[str]],
                     outputs: Mapping[str, Tuple[str, Sequence[str]]]) -> None:
   """Raises FlagError unless a run's outputs can be written without destroying anything else.
 
   `inputs` maps what names them (e.g. "--input_file") to the paths read; `outputs` maps what
   names them to (kind, paths), the kind errors.OUTPUT_FILE, OUTPUT_DIRECTORY or OUTPUT_CONTAINER.
-  Refused: an output of the other kind than an existing path (a file over a directory, a directory over a file, a FIFO or
-  device); a file or directory output that is an input (by resolved path or by inode, so
+  Refused: an output of the other kind than an existing path (a file over a directory, a
+  directory over a file, a FIFO or device); an output that cannot be written where it would be
+  (below a file, on a read-only file system, without permission; checked without creating
+  anything); a file or directory output that is an input (by resolved path or by inode, so
   symlinks and hard links count) or, for a directory replaced whole, holds one; two outputs
   that are the same path, or one inside a directory another replaces whole. Directories that
   outputs are written into (errors.OUTPUT_CONTAINER) may be shared and may hold inputs.
@@ -358,6 +385,7 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
              for what, (kind, paths) in outputs.items() for path in paths]
   for what, kind, path, identity in written:
     _check_output_kind(what, kind, path)
+    _check_can_write(what, kind, path)
     if kind == errors.OUTPUT_CONTAINER:
       continue
     for input_what, input_path, input_identity in read:

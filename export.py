@@ -557,22 +557,6 @@ def _naming_full_disk(export_dir: str) -> Iterator[None]:
                   export_dir) from error
 
 
-def check_export_dir(export_dir: str) -> None:
-  """Raises FlagError unless versions can be written under the local `export_dir` (remote
-  `scheme://` paths are left to the export): it is a writable directory, or the nearest existing
-  directory above it is writable. Creates nothing, so a run that fails later leaves no trace."""
-  if "://" in export_dir:
-    return
-  path = os.path.abspath(export_dir)
-  while not os.path.exists(path):
-    path = os.path.dirname(path)
-  if not os.path.isdir(path):
-    raise errors.FlagError("--export_dir=%s: %s is a file, not a directory" % (export_dir, path))
-  if not os.access(path, os.W_OK | os.X_OK):
-    raise errors.FlagError("--export_dir=%s: cannot write in %s (permission denied)" %
-                           (export_dir, path))
-
-
 def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None,
                       limits: Optional[RequestLimits] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.

@@ -62,11 +62,14 @@ def write_model_files(directory: str, config, vocab: list) -> tuple:
 
 
 @contextlib.contextmanager
-def small_tmpfs(mount_point, size: str):
-  """Mounts a tmpfs of `size` (e.g. "1m", "256k") at the new directory mount_point for the block,
-  so a test can fill a real disk; skips the test where mounting is not allowed (needs root)."""
+def small_tmpfs(mount_point, size: str, read_only: bool = False):
+  """Mounts a tmpfs of `size` (e.g. "1m", "256k"; read-only if asked) at the new directory
+  mount_point for the block, so a test can fill a real disk or meet a read-only one (root writes
+  through permission bits, not through a read-only mount); skips the test where mounting is not
+  allowed (needs root)."""
   os.makedirs(mount_point)
-  command = ["mount", "-t", "tmpfs", "-o", "size=" + size, "tmpfs", str(mount_point)]
+  options = "size=" + size + (",ro" if read_only else "")
+  command = ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount_point)]
   mounted = subprocess.run(command, capture_output=True, text=True)
   if mounted.returncode:
     pytest.skip("cannot mount a small tmpfs (needs root): %s" % mounted.stderr.strip())

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from conftest import REPO_ROOT, write_model_files
-import export
+from conftest import REPO_ROOT, small_tmpfs, write_model_files
+import atomic_files
 import errors
 import modeling
 
@@ -109,19 +109,34 @@ def test_an_export_dir_that_is_a_file(tmp_path):
                   "directory" % (export_dir, export_dir))
 
 
-def test_export_dir_check_creates_nothing(tmp_path):
-  export.check_export_dir(str(tmp_path / "new" / "models"))
+def _check_outputs(**paths) -> None:
+  """The validation pass's check of outputs named `--<flag>=<path>` (directories written into)."""
+  atomic_files.check_run_paths({}, {"--" + flag: (errors.OUTPUT_CONTAINER, [path])
+                                    for flag, path in paths.items()})
+
+
+def test_output_directories_are_checked_without_creating_them(tmp_path):
+  _check_outputs(export_dir=str(tmp_path / "new" / "models"),
+                 output_dir=str(tmp_path / "other" / "out"))
   assert os.listdir(tmp_path) == []
   with pytest.raises(errors.FlagError, match="is a file, not a directory"):
-    export.check_export_dir(_write(tmp_path / "file", ""))
+    _check_outputs(export_dir=os.path.join(_write(tmp_path / "file", ""), "models"))
 
 
-def test_export_dir_under_a_read_only_directory(tmp_path):
-  if os.geteuid() == 0:
-    pytest.skip("root writes in read-only directories: no permission error to find")
-  os.chmod(tmp_path, 0o555)
-  try:
-    with pytest.raises(errors.FlagError, match="cannot write in %s" % tmp_path):
-      export.check_export_dir(str(tmp_path / "models"))
-  finally:
-    os.chmod(tmp_path, 0o755)
+def test_outputs_on_a_read_only_file_system_stop_before_any_work(tmp_path):
+  with small_tmpfs(tmp_path / "read_only", "64k", read_only=True) as mount_point:
+    with pytest.raises(errors.FlagError, match=r"cannot write in %s \(read-only file system\)"
+                       % mount_point):
+      _check_outputs(export_dir=str(mount_point / "models"))
+    data = _classifier_data(tmp_path)
+    config_file, vocab_file = write_model_files(str(tmp_path), CONFIG, VOCAB)
+    run = subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "run_classifier.py"), "--task_name=generic",
+         "--data_dir=" + data, "--do_train=true", "--vocab_file=" + vocab_file,
+         "--bert_config_file=" + config_file, "--max_seq_length=16",
+         "--output_dir=%s" % (mount_point / "out")],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr[-2000:]
+  assert run.stderr.strip().splitlines()[-1] == (
+      "run_classifier.py: error: --output_dir=%s/out: cannot write in %s (read-only file system)"
+      % (mount_point, mount_point))

@@ -132,6 +132,14 @@ def files(tmp_path_factory):
 # ------------------------------------------------------------------------------------------------
 
 
+def test_a_file_output_named_with_a_trailing_separator_is_refused_creating_nothing(files, tmp_path):
+  before = sorted(os.listdir(tmp_path))
+  _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
+                "--output_file=%s/" % (tmp_path / "new.tfrecord"), "--vocab_file=" + files["vocab"]),
+           "--output_file", "must name a file")
+  assert sorted(os.listdir(tmp_path)) == before
+
+
 def test_a_file_output_never_replaces_a_directory(files, tmp_path):
   directory = tmp_path / "existing"
   directory.mkdir()
