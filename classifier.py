@@ -405,21 +405,8 @@ class GenericProcessor(DataProcessor):
 
 
 def read_label_list(path: str) -> tuple[str, ...]:
-  """The labels of a label_list.txt, one a line; BadInputError naming the file (and line) if it
-  has none, an empty one (an earlier version took an empty label cell for a class) or one
-  twice."""
-  with open(path, encoding="utf-8") as f:
-    labels = tuple(line.rstrip("\r\n") for line in f)
-  if not labels:
-    raise task_files.BadInputError("%s: the label list is empty; delete it to learn the labels "
-                                   "from the training file" % path)
-  for line_number, label in enumerate(labels, start=1):
-    if not label.strip():
-      raise task_files.BadInputError("%s:%d: empty label: this label list was made from a "
-                                     "training file with an empty label cell; train again in a "
-                                     "new --output_dir" % (path, line_number))
-  task_files.check_distinct_names(labels, path)
-  return labels
+  """The labels of a label_list.txt (`task_files.read_label_list`)."""
+  return task_files.read_label_list(path)
 
 
 PROCESSORS = {

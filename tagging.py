@@ -113,15 +113,12 @@ def write_tag_list(tag_list: Sequence[str], directory: str) -> str:
 
 
 def read_tag_list(directory: str) -> list[str]:
-  """Reads the tag list written by `write_tag_list` (distinct tags, blank lines skipped)."""
+  """The tags of the tag list written by `write_tag_list` (`task_files.read_label_list`)."""
   path = os.path.join(directory, TAG_LIST_FILE)
   if not os.path.exists(path):
     raise ConllFormatError("%s not found: train first (--do_train) with this --output_dir, or "
                            "copy the tag list of the model there" % path)
-  with open(path, encoding="utf-8") as reader:
-    lines = [line.rstrip("\n") for line in reader]
-  task_files.check_distinct_names(lines, path)
-  return [line for line in lines if line.strip()]
+  return list(task_files.read_label_list(path))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -258,6 +258,28 @@ def check_distinct_names(names: Sequence[str], source: str, place: str = "line",
     seen[name] = position
 
 
+def read_label_list(path: str) -> tuple:
+  """The output names of a list written by `write_label_list` (label_list.txt, tag_list.txt): one
+  a line, id = line number. Read as the data's label cells are, a byte-order mark, line ends and
+  spaces around a name are not part of it; blank lines may only end the file. BadInputError
+  naming the file (and line) for a list with no names, a blank line among them (ids would
+  shift) or a name twice."""
+  with open(path, encoding="utf-8-sig") as reader:
+    names = [line.strip() for line in reader]
+  while names and not names[-1]:
+    names.pop()
+  if not names:
+    raise BadInputError("%s: the list is empty; delete it to learn the names from the training "
+                        "file" % path)
+  for line_number, name in enumerate(names, start=1):
+    if not name:
+      raise BadInputError("%s:%d: empty label: a blank line among the names (each line's "
+                          "number is its id), from a training file with an empty label cell or "
+                          "an edit; train again in a new --output_dir" % (path, line_number))
+  check_distinct_names(names, path)
+  return tuple(names)
+
+
 def _describe_list(labels: Sequence[str], limit: int = 5) -> str:
   shown = ", ".join(labels[:limit])
   return shown + (", ... (%d in all)" % len(labels) if len(labels) > limit else "")

@@ -311,8 +311,8 @@ def test_label_and_tag_lists_with_a_repeated_name_are_refused(tmp_path):
   with pytest.raises(errors.InputError, match=r"label_list\.txt: the name 'neg' at line 2 "
                      r"repeats line 1"):
     classifier.read_label_list(str(label_list))
-  (tmp_path / tagging.TAG_LIST_FILE).write_text("O\nB-PER\n\nI-PER\nB-PER\n")
-  with pytest.raises(errors.InputError, match=r"tag_list\.txt: the name 'B-PER' at line 5 "
+  (tmp_path / tagging.TAG_LIST_FILE).write_text("O\nB-PER\nI-PER\nB-PER\n")
+  with pytest.raises(errors.InputError, match=r"tag_list\.txt: the name 'B-PER' at line 4 "
                      r"repeats line 2"):
     tagging.read_tag_list(str(tmp_path))
   written = tmp_path / "written.txt"
@@ -344,3 +344,16 @@ def test_keras_hub_classifier_preset_converts_with_a_warning_that_its_head_is_le
   with pytest.raises(errors.TrainingError, match="has no task head"):
     checkpoints.restore_model(tf.distribute.get_strategy(),
                               built_classifier, None, prefix)
+
+
+def test_a_label_list_is_read_as_the_data_s_label_cells_are(tmp_path):
+  """A byte-order mark, CRLF line ends, spaces around a name and blank lines at the end (an editor's)
+  are not part of the names, as they are not part of a data file's label cell."""
+  label_list = tmp_path / classifier.LABEL_LIST_FILE
+  label_list.write_bytes(b"\xef\xbb\xbfneg\r\npos \r\n\r\n")
+  assert classifier.read_label_list(str(label_list)) == ("neg", "pos")
+  (tmp_path / tagging.TAG_LIST_FILE).write_bytes(b"\xef\xbb\xbfO\r\nB-PER\r\n")
+  assert tagging.read_tag_list(str(tmp_path)) == ["O", "B-PER"]
+  label_list.write_text("neg\n\npos\n")
+  with pytest.raises(errors.InputError, match=r"label_list\.txt:2: empty label"):
+    classifier.read_label_list(str(label_list))
