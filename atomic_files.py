@@ -24,6 +24,7 @@ tokenizer-only tools can use the rest.
 import contextlib
 import errno
 import fcntl
+import fnmatch
 import os
 import re
 import shutil
@@ -264,6 +265,7 @@ def atomic_output(path: str) -> Iterator[str]:
   try:
     for suffix in parts:
       _check_same_kind(temporary + suffix, path.rstrip("/") + suffix)
+      _check_not_an_input(path.rstrip("/") + suffix)
       _apply_umask(temporary + suffix)
   except BaseException:
     for suffix in parts:
@@ -366,6 +368,34 @@ def _read_only(directory: str) -> bool:
   return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
 
 
+# The inputs of this process's run (what names them, path, identity), as the validation pass
+# found them: `atomic_output` never publishes over one.
+_RUN_INPUTS = []
+
+
+def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list) -> None:
+  """No data file lies in the output directory `path` under a name the scripts write there (a
+  checkpoint there is read, by design, to continue or predict)."""
+  for input_what, input_path, input_identity in read:
+    name = os.path.basename(input_identity[0])
+    if (input_what.lstrip("-") in errors.DATA_FILE_FLAGS and
+        os.path.dirname(input_identity[0]) == identity[0] and
+        any(fnmatch.fnmatchcase(name, pattern) for pattern in errors.NAMES_WRITTEN_IN_OUTPUT_DIRS)):
+      raise errors.FlagError("%s=%s is in %s=%s under a name the run writes there (%s): move it "
+                             "or choose another %s" % (input_what, input_path, what, path, name,
+                                                       what))
+
+
+def _check_not_an_input(path: str) -> None:
+  """Raises InputError if `path` is an input of this run (the last line of defence behind
+  `check_run_paths`, for outputs whose names a script chooses)."""
+  identity = _identity(path)
+  for what, input_path, input_identity in _RUN_INPUTS:
+    if _same(identity, input_identity):
+      raise errors.InputError("%s would overwrite input %s=%s: nothing was replaced" %
+                              (path, what, input_path))
+
+
 def check_run_paths(inputs: Mapping[str, Sequence[str]],
                     outputs: Mapping[str, Tuple[str, Sequence[str]]]) -> None:
   """Raises FlagError unless a run's outputs can be written without destroying anything else.
@@ -381,12 +411,14 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   outputs are written into (errors.OUTPUT_CONTAINER) may be shared and may hold inputs.
   """
   read = [(what, path, _identity(path)) for what, paths in inputs.items() for path in paths]
+  _RUN_INPUTS[:] = read
   written = [(what, kind, path, _identity(path))
              for what, (kind, paths) in outputs.items() for path in paths]
   for what, kind, path, identity in written:
     _check_output_kind(what, kind, path)
     _check_can_write(what, kind, path)
     if kind == errors.OUTPUT_CONTAINER:
+      _check_inputs_in_container(what, path, identity, read)
       continue
     for input_what, input_path, input_identity in read:
       if _same(identity, input_identity) or (

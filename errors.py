@@ -199,11 +199,23 @@ OUTPUT_FILE, OUTPUT_DIRECTORY, OUTPUT_CONTAINER = "file", "directory", "containe
 # The flags that name what a run reads, in every script (a flag a script lacks is skipped).
 INPUT_FLAGS = ("input_file", "phase2_input_file", "vocab_file", "spm_model_file",
                "bert_config_file", "init_checkpoint", "hf_model_path", "keras_hub_preset",
-               "data_dir", "stdlib_dir")
+               "data_dir", "stdlib_dir", "train_file", "dev_file", "test_file", "predict_file")
+# Input flags whose value is a file name in --data_dir where the script has that flag.
+DATA_DIR_FILE_FLAGS = ("train_file", "dev_file", "test_file")
+# Input flags naming data files (not models): none may lie in an output directory under a name
+# the run writes there (NAMES_WRITTEN_IN_OUTPUT_DIRS).
+DATA_FILE_FLAGS = ("input_file", "phase2_input_file", "train_file", "dev_file", "test_file",
+                   "predict_file")
 # The flags that name what a run writes, and their kind; a script whose flag means another kind
 # says so to `run_script`.
 OUTPUT_FLAGS = {"output_file": OUTPUT_FILE, "output_dir": OUTPUT_CONTAINER,
                 "export_dir": OUTPUT_CONTAINER}
+# The names the scripts give what they write into an output directory (feature caches, results,
+# predictions, label lists, checkpoints): an input there under such a name would be replaced.
+NAMES_WRITTEN_IN_OUTPUT_DIRS = ("*.tf_record", "*_results.txt", "*_results.tsv",
+                                "*_predictions.txt", "*_conlleval.txt", "*predictions.json",
+                                "null_odds.json", "label_list.txt", "tag_list.txt", "checkpoint",
+                                "model.ckpt-*", "training_settings.json")
 
 # An output flag's kind, or a function of the flags giving (kind, paths) where the paths are not
 # the flag's value as it stands (shard suffixes).
@@ -215,6 +227,8 @@ def _input_paths(name: str, value: str) -> list:
   checkpoint prefix's files."""
   if name == "init_checkpoint":
     return [value] + glob.glob(glob.escape(value) + ".*")
+  if name in DATA_DIR_FILE_FLAGS and flag_value("data_dir"):
+    value = os.path.join(flag_value("data_dir"), value)
   paths = []
   for part in (part.strip() for part in value.split(",")):
     if part:

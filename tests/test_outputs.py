@@ -389,7 +389,18 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
   model = ["--bert_config_file=" + files["config"], "--init_checkpoint=" + files["checkpoint"],
            "--vocab_file=" + files["vocab"], "--max_seq_length=16"]
   task = model + ["--do_predict", "--data_dir=%s" % tmp_path]
+  ner_dir, squad_dir = tmp_path / "ner_data", tmp_path / "squad_data"
+  ner_dir.mkdir()
+  squad_dir.mkdir()
+  (ner_dir / "test_predictions.txt").write_text("alice B-PER\n\n")
+  (squad_dir / "train.tf_record").write_text('{"version": "v1.1", "data": []}\n')
   runs = {
+      "run_ner.py test file named as its predictions, in output_dir": (
+          "run_ner.py", ["--data_dir=%s" % ner_dir, "--test_file=test_predictions.txt",
+                         "--output_dir=%s" % ner_dir, *model, "--do_predict"]),
+      "run_squad.py train file named as its feature cache, in output_dir": (
+          "run_squad.py", ["--do_train", "--train_file=%s" % (squad_dir / "train.tf_record"),
+                           "--output_dir=%s" % squad_dir, *model]),
       "extract_features.py jsonl over a directory": (
           "extract_features.py", ["--input_file=" + files["corpus"], "--output_file=%s" % a_dir,
                                   *model]),
@@ -437,6 +448,24 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
 # ------------------------------------------------------------------------------------------------
 # atomic_files, the one output path, below the scripts' checks.
 # ------------------------------------------------------------------------------------------------
+
+
+def test_no_output_is_published_over_an_input_of_the_run(tmp_path):
+  """Behind the validation pass: whatever name a script gives an output, it never replaces a file
+  the run reads (here through a symlink)."""
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  import errors  # pylint: disable=g-import-not-at-top
+  data = tmp_path / "data.txt"
+  data.write_text("the user's data\n")
+  (tmp_path / "link.txt").symlink_to(data)
+  atomic_files.check_run_paths({"--train_file": [str(data)]}, {})
+  try:
+    with pytest.raises(errors.InputError, match="would overwrite input --train_file"):
+      atomic_files.write_text(str(tmp_path / "link.txt"), "an output\n")
+  finally:
+    atomic_files.check_run_paths({}, {})  # This process's next run has other inputs.
+  assert data.read_text() == "the user's data\n"
+  assert sorted(os.listdir(tmp_path)) == ["data.txt", "link.txt"]
 
 
 def test_the_output_path_never_renames_across_kinds(tmp_path):
