@@ -53,6 +53,8 @@ class TaggedSentence:
   words: list[str]
   tags: Optional[list[str]]
   guid: str = ""
+  path: str = ""  # The file and the line of its first word, where it was read from one.
+  first_line: int = 0
 
 
 def read_conll(path: str) -> list[TaggedSentence]:
@@ -68,7 +70,8 @@ def read_conll(path: str) -> list[TaggedSentence]:
 
   def flush(line_number):
     if words:
-      sentences.append(TaggedSentence(list(words), list(tags), "%s-%d" % (name, line_number)))
+      sentences.append(TaggedSentence(list(words), list(tags), "%s-%d" % (name, line_number),
+                                      path, line_number - len(words)))
       words.clear()
       tags.clear()
 
@@ -250,8 +253,10 @@ def _tag_id(sentence: TaggedSentence, word_index: int, tag_ids: dict[str, int]) 
     return 0
   tag = sentence.tags[word_index]
   if tag not in tag_ids:
-    raise ConllFormatError("%s: word %d (%r) has tag %r, which is not in the training tag list %s" %
-                     (sentence.guid, word_index, sentence.words[word_index], tag, sorted(tag_ids)))
+    where = ("%s:%d" % (sentence.path, sentence.first_line + word_index) if sentence.path
+             else "%s: word %d" % (sentence.guid, word_index))
+    raise ConllFormatError("%s: %r has tag %r, which is not in the training tag list %s" %
+                           (where, sentence.words[word_index], tag, sorted(tag_ids)))
   return tag_ids[tag]
 
 

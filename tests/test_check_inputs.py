@@ -86,7 +86,9 @@ def test_a_tag_only_in_the_ner_test_file(tmp_path):
   status, line, traceback = _run(tmp_path, "run_ner.py", "--do_eval=true", "--do_predict=true")
   assert (status, traceback) == (1, False)
   assert line.startswith("run_ner.py: error: ")
-  assert "'B-GPE', which is not in the training tag list" in line
+  # Line 5 of test.txt (after -DOCSTART- and a blank line) holds the word.
+  assert ("%s:5: 'paris' has tag 'B-GPE', which is not in the training tag list"
+          % (data / "test.txt")) in line
 
 
 def test_a_multiple_choice_test_file_that_is_missing(tmp_path):
