@@ -454,7 +454,7 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
 def _check_input_paths() -> None:
   """The files the flags of TensorFlow's scripts name: the config (read, and checked against
   --max_seq_length where the script has it), the init checkpoint, the input file patterns, the
-  data directory, and the TF_CONFIG variable."""
+  data directory, the export directory (`export.check_export_dir`), and the TF_CONFIG variable."""
   distribution.check_tf_config()
   if errors.flag_value("bert_config_file"):
     errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
@@ -467,6 +467,8 @@ def _check_input_paths() -> None:
   data_dir = errors.flag_value("data_dir")
   if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
+  if errors.flag_value("export_dir"):
+    export.check_export_dir(errors.flag_value("export_dir"), errors.flag_value("output_dir"))
 
 
 def _check_vocab_fits_model(config: modeling.BertConfig) -> None:

@@ -49,6 +49,7 @@ from absl import logging
 import keras
 import numpy as np
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 import atomic_files
 import distribution
@@ -500,6 +501,55 @@ class VersionTakenError(errors.InputError):
                      os.path.join(export_dir, str(version)))
 
 
+def check_export_dir(export_dir: str, output_dir: Optional[str] = None) -> None:
+  """Raises FlagError unless a local `export_dir` is a directory of versions of its own: TF Serving
+  serves its newest numbered directory, so it may not be a SavedModel itself (a version
+  directory), hold a training run, or be `output_dir`. Runs in the validation pass."""
+  if file_patterns.is_remote(export_dir) or not os.path.isdir(export_dir):
+    return
+  if output_dir and os.path.isdir(output_dir) and os.path.samefile(export_dir, output_dir):
+    raise errors.FlagError("--export_dir=%s is --output_dir: give the exports a directory of their "
+                           "own (TF Serving serves every numbered directory in it)" % export_dir)
+  names = os.listdir(export_dir)
+  if "saved_model.pb" in names:
+    raise errors.FlagError("--export_dir=%s is a SavedModel (a version directory): name the "
+                           "directory that holds the versions" % export_dir)
+  training = sorted(name for name in names if name in ("checkpoint", "training_settings.json") or
+                    name.startswith("model.ckpt-"))
+  if training:
+    raise errors.FlagError("--export_dir=%s holds a training run (%s): give the exports a "
+                           "directory of their own" % (export_dir, training[0]))
+
+
+def _signatures(saved_model_dir: str) -> dict:
+  """A SavedModel's serving signatures: name -> (input names, output names)."""
+  saved_model = saved_model_pb2.SavedModel()
+  with tf.io.gfile.GFile(os.path.join(saved_model_dir, "saved_model.pb"), "rb") as reader:
+    saved_model.ParseFromString(reader.read())
+  return {name: (sorted(signature.inputs), sorted(signature.outputs))
+          for meta_graph in saved_model.meta_graphs
+          for name, signature in meta_graph.signature_def.items()
+          if not name.startswith("__")}
+
+
+def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
+  """Raises InputError when export_dir's newest version serves other signatures than the staged
+  export: a new version there would silently switch TF Serving to another kind of model."""
+  versions = existing_versions(export_dir)
+  if not versions:
+    return
+  newest = os.path.join(export_dir, str(versions[-1]))
+  if not tf.io.gfile.exists(os.path.join(newest, "saved_model.pb")):
+    return
+  old, new = _signatures(newest), _signatures(staged_dir)
+  if old != new:
+    raise errors.InputError(
+        "--export_dir=%s: version %d serves another model (signatures %s, inputs %s; this one: %s, "
+        "inputs %s): export to a directory of this model's own" % (
+            export_dir, versions[-1], sorted(old), old.get("serving_default", ([],))[0],
+            sorted(new), new.get("serving_default", ([],))[0]))
+
+
 def _rename_unless_taken(source: str, target: str) -> bool:
   """Renames directory source to target unless target exists; whether it did.
 
@@ -590,6 +640,7 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
       tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
                           staged_dir, signatures=concrete)
       write_warmup_requests(staged_dir, warmup_requests(concrete, module))
+      check_same_model_kind(staged_dir, export_dir)
       final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
   return final_dir

@@ -522,3 +522,49 @@ def test_without_a_swap_a_directory_is_replaced_by_moving_the_old_one_aside(tmp_
       f.write("new\n")
   assert sorted(os.listdir(tmp_path)) == ["model"]
   assert (target / "weights").read_text() == "new\n"
+
+
+def _fake_saved_model(directory, inputs, outputs):
+  """A saved_model.pb with one serving signature of these input and output names."""
+  from tensorflow.core.protobuf import saved_model_pb2  # pylint: disable=g-import-not-at-top
+  saved_model = saved_model_pb2.SavedModel()
+  signature = saved_model.meta_graphs.add().signature_def["serving_default"]
+  for name in inputs:
+    signature.inputs[name].name = name + ":0"
+  for name in outputs:
+    signature.outputs[name].name = name + ":0"
+  os.makedirs(directory, exist_ok=True)
+  with open(os.path.join(directory, "saved_model.pb"), "wb") as f:
+    f.write(saved_model.SerializeToString())
+  return str(directory)
+
+
+def test_an_export_never_joins_the_versions_of_another_kind_of_model(tmp_path):
+  """TF Serving serves the newest version: a tagger's export after a classifier's would switch
+  the endpoint to another model."""
+  import errors  # pylint: disable=g-import-not-at-top
+  import export  # pylint: disable=g-import-not-at-top
+  export_dir = tmp_path / "models"
+  _fake_saved_model(export_dir / "1", ["text_a", "text_b"], ["label", "probabilities"])
+  tagger = _fake_saved_model(tmp_path / "staged_tagger", ["text"], ["tags", "words"])
+  with pytest.raises(errors.InputError, match="version 1 serves another model"):
+    export.check_same_model_kind(tagger, str(export_dir))
+  classifier = _fake_saved_model(tmp_path / "staged", ["text_a", "text_b"],
+                                 ["label", "probabilities"])
+  export.check_same_model_kind(classifier, str(export_dir))  # The same kind: a new version.
+
+
+def test_an_export_dir_must_hold_only_versions(files, tmp_path):
+  """Before any work: not a version directory itself, not a training run's output_dir."""
+  version = _fake_saved_model(tmp_path / "models" / "1", ["text"], ["tags"])
+  model = ["--bert_config_file=" + files["config"], "--init_checkpoint=" + files["checkpoint"],
+           "--vocab_file=" + files["vocab"], "--max_seq_length=16", "--task_name=mrpc",
+           "--data_dir=%s" % tmp_path]
+  before = _tree(tmp_path)
+  _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
+                "--export_dir=" + version, *model), "--export_dir", "version directory")
+  run_dir = tmp_path / "run"
+  run_dir.mkdir()
+  _refused(_run("run_classifier.py", "--output_dir=%s" % run_dir, "--export_dir=%s" % run_dir,
+                *model), "--export_dir", "is --output_dir")
+  assert _tree(tmp_path) == before
