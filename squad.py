@@ -741,11 +741,16 @@ def _questions(dataset: list[dict]) -> Iterator[dict]:
 def evaluate_v1(dataset: list[dict], predictions: dict[str, str]) -> dict[str, float]:
   """The official SQuAD v1.1 evaluation: EM and F1 (0-100), best over the gold answers.
 
-  A question without a prediction scores 0 (the official script warns and does the same).
+  A question without a prediction scores 0 (the official script warns and does the same). A
+  question without gold answers cannot be scored (the official script stops there) and is left
+  out, with a warning counting them.
   """
   total = exact_match = f1 = 0.0
-  missing = 0
+  missing = unanswerable = 0
   for qa in _questions(dataset):
+    if not qa["answers"]:
+      unanswerable += 1
+      continue
     total += 1
     if qa["id"] not in predictions:
       missing += 1
@@ -756,6 +761,9 @@ def evaluate_v1(dataset: list[dict], predictions: dict[str, str]) -> dict[str, f
     f1 += max(_f1_v1(prediction, truth) for truth in truths)
   if missing:
     logging.warning("%d questions have no prediction and score 0", missing)
+  if unanswerable:
+    logging.warning("%d questions have no gold answer and are not scored (v1.1 has none such; "
+                    "--version_2_with_negative scores them)", unanswerable)
   return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
 
 

@@ -303,6 +303,14 @@ def test_evaluate_v1_hand_computed():
                      "f1": pytest.approx(100 * (1 + 0.5 + 2 / 3) / 4)}
 
 
+def test_evaluate_v1_leaves_out_questions_without_gold_answers():
+  dataset = _dataset(_qa("1", "Denver Broncos"), _qa("2", "Paris"),
+                     {"id": "3", "question": "q", "answers": []})
+  # Two scored: EM 1, 0 -> 50; F1 1, 0 -> 50. The third has nothing to be scored against.
+  results = squad.evaluate_v1(dataset, {"1": "Denver Broncos", "2": "London", "3": "empty"})
+  assert results == {"exact_match": pytest.approx(50.0), "f1": pytest.approx(50.0)}
+
+
 def test_evaluate_v2_hand_computed():
   dataset = _dataset(_qa("a", "Denver Broncos"), _qa("b", "Saint Bernadette Soubirous"), _qa("c"),
                      _qa("d"), _qa("e", "42"))
