@@ -220,6 +220,10 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
       "Total %.1f s.", output_file, len(tokens), len(reserved), unknown, total,
       100.0 * unknown / max(total, 1),
       (" (most frequent: %s)" % ", ".join(examples)) if examples else "", time.time() - start)
+  if len(tokens) < vocab_size * (1.0 - slack_ratio):
+    logging.warning("%s has %d tokens, fewer than --vocab_size=%d (the corpus has no more pieces "
+                    "worth a token): a bert_config.json for it needs \"vocab_size\": %d",
+                    output_file, len(tokens), vocab_size, len(tokens))
   return tokens
 
 

@@ -123,3 +123,15 @@ def test_import_defines_no_flags():
   # Scripts that share flag names (run_classifier, create_pretraining_data) can be imported with it.
   from absl import flags  # pylint: disable=g-import-not-at-top
   assert "max_unique_chars" not in flags.FLAGS and "slack_ratio" not in flags.FLAGS
+
+
+def test_a_vocab_short_of_vocab_size_is_warned_about_with_the_size_to_use(tmp_path, caplog):
+  """A corpus with fewer pieces than --vocab_size asks for gives a smaller vocab; its config must
+  say so, as the warning does."""
+  corpus = tmp_path / "tiny.txt"
+  corpus.write_text("the cat sat on the mat\n", encoding="utf-8")
+  caplog.set_level("WARNING", logger="absl")
+  tokens = create_vocab.create_vocab(str(corpus), str(tmp_path / "vocab.txt"), 500, True)
+  assert len(tokens) < 475
+  assert ('has %d tokens, fewer than --vocab_size=500' % len(tokens)) in caplog.text
+  assert '"vocab_size": %d' % len(tokens) in caplog.text
