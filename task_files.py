@@ -301,7 +301,8 @@ def write_label_list(path: str, labels: Sequence[str]) -> None:
     if old == text:
       return
     raise BadInputError(
-        "%s holds other labels (%s) than this run's (%s): the model in its directory was "
-        "trained with them. Use a new --output_dir, or delete the file to start over" %
+        "%s holds other labels (%s) than this run's (%s), written by an earlier run there (any "
+        "checkpoints beside it use them). Use a new --output_dir, or delete the file to start "
+        "over" %
         (path, _describe_list(old.splitlines()), _describe_list(list(labels))))
   atomic_files.write_text(path, text)
