@@ -224,8 +224,8 @@ def checked(checks: Sequence[tf.Operation], tensors: Mapping[str, tf.Tensor]
 
 def text_input_checks(texts: Mapping[str, tf.Tensor],
                       limits: RequestLimits = RequestLimits()) -> list[tf.Operation]:
-  """Asserts that string inputs have one batch size of at most `limits.max_rows` rows and at most
-  MAX_REQUEST_TEXT_BYTES in all.
+  """Asserts that string inputs have one batch size of at most `limits.max_rows` rows, at most
+  MAX_REQUEST_TEXT_BYTES in all, and are valid UTF-8.
 
   Rows of a text pair (or a context and its row of endings) are matched by position, so inputs
   of different batch sizes are a client bug. The byte limit bounds a request's memory:
@@ -246,7 +246,17 @@ def text_input_checks(texts: Mapping[str, tf.Tensor],
                             "the texts of this request have {} bytes in all: at most %d "
                             "bytes (%s) per request" % (MAX_REQUEST_TEXT_BYTES, " + ".join(names)),
                             total))
+  checks.extend(_utf8_check(name, texts[name]) for name in names)
   return checks
+
+
+def _utf8_check(name: str, texts: tf.Tensor) -> tf.Operation:
+  """Asserts every text is valid UTF-8, as `--do_predict` requires of its files: a text that is
+  not is refused naming its row, never answered from the bytes' replacements."""
+  valid = tf.reshape(tf.equal(
+      tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace"), texts), [-1])
+  first_invalid = tf.argmin(tf.cast(valid, tf.int32))
+  return fail_unless(tf.reduce_all(valid), name + " row {} is not valid UTF-8", first_invalid)
 
 
 def float32_outputs(outputs: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:

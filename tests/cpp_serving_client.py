@@ -99,7 +99,9 @@ def to_tensor(lib, array: np.ndarray, dtype_enum: int):
     tensor = lib.TF_AllocateTensor(7, dims, array.ndim, array.size * TSTRING_SIZE)
     base = lib.TF_TensorData(tensor)
     for k, value in enumerate(array.reshape(-1)):
-      data = value if isinstance(value, bytes) else str(value).encode("utf-8")
+      # surrogateescape: a request's raw bytes that are not UTF-8 travel in JSON as lone
+      # surrogates (U+DC80..U+DCFF) and arrive as the bytes they stand for.
+      data = value if isinstance(value, bytes) else str(value).encode("utf-8", "surrogateescape")
       lib.TF_StringInit(base + k * TSTRING_SIZE)
       lib.TF_StringCopy(base + k * TSTRING_SIZE, data, len(data))
     return tensor

@@ -47,6 +47,10 @@ def texts(**inputs) -> dict:
 
 # (request, the InvalidArgument message it must give, or None where it must be answered).
 CLASSIFIER_REQUESTS = {
+    # Bytes 0xff 0xfe (as cpp_serving_client decodes these lone surrogates): not UTF-8, which
+    # --do_predict refuses in a file too.
+    "text not UTF-8": (texts(text_a=["good", "\udcff\udcfe bad"]),
+                       "text_a row 1 is not valid UTF-8"),
     "text rows over": (texts(text_a=["a"] * 5),
                        "text_a has 5 rows: at most 4 rows per request (--max_request_rows)"),
     "text rows at": (texts(text_a=["a"] * 4), None),
