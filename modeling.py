@@ -14,6 +14,7 @@ Also provided, with the original's names for users porting code: `gelu`, `get_ac
 
 import contextlib
 import copy
+import difflib
 import json
 import math
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
@@ -159,6 +160,27 @@ class ConfigError(errors.InputError):
   """A `bert_config.json` (or config dict) that cannot describe a BERT model; says which field."""
 
 
+# The fields that give a model its shape: a bert_config.json without one would build BERT-Base's
+# value for it (the original's defaults), another model than its checkpoint.
+SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size")
+KNOWN_FIELDS = SHAPE_FIELDS + ("hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
+                               "max_position_embeddings", "type_vocab_size", "initializer_range")
+
+
+def _check_config_file_fields(json_file: str, fields: Mapping[str, Any]) -> None:
+  """A config file names every shape field; a key that is a misspelt field is an error (it would
+  be kept as an extra field while the field took its default or kept another value)."""
+  missing = [name for name in SHAPE_FIELDS if name not in fields]
+  if missing:
+    raise ConfigError("%s: BertConfig field %s is missing (Google's configs give all of %s)" %
+                      (json_file, ", ".join(missing), ", ".join(SHAPE_FIELDS)))
+  for key in fields:
+    close = difflib.get_close_matches(key, KNOWN_FIELDS, n=1, cutoff=0.85)
+    if key not in KNOWN_FIELDS and close:
+      raise ConfigError("%s: unknown key %r: did you mean %r?" % (json_file, key, close[0]))
+
+
 class BertConfig:
   """Configuration of a `BertModel`, in the format of Google's `bert_config.json`.
 
@@ -269,6 +291,7 @@ class BertConfig:
       raise ConfigError("%s is not valid JSON: %s" % (json_file, e)) from e
     if not isinstance(parsed, dict):
       raise ConfigError("%s must hold a JSON object, got %s" % (json_file, type(parsed).__name__))
+    _check_config_file_fields(json_file, parsed)
     try:
       return cls.from_dict(parsed)
     except ConfigError as e:

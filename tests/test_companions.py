@@ -18,7 +18,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from conftest import REPO_ROOT, write_model_files
+from conftest import REPO_ROOT, shared_path, write_model_files
 import checkpoints
 import classifier
 import convert_checkpoint
@@ -357,3 +357,23 @@ def test_a_label_list_is_read_as_the_data_s_label_cells_are(tmp_path):
   label_list.write_text("neg\n\npos\n")
   with pytest.raises(errors.InputError, match=r"label_list\.txt:2: empty label"):
     classifier.read_label_list(str(label_list))
+
+
+def test_a_config_file_without_a_shape_field_or_with_a_misspelt_one_is_refused(tmp_path):
+  """Left out, a field would take BERT-Base's value (12 layers for a 2-layer checkpoint);
+  misspelt, it would be kept as an extra key while the field took that default."""
+  google = json.loads(open(shared_path("fixtures", "google_bert_chinese", "bert_config.json"),
+                           encoding="utf-8").read())
+  path = tmp_path / "bert_config.json"
+  path.write_text(json.dumps(google))
+  assert modeling.BertConfig.from_json_file(str(path)).num_hidden_layers == 12
+  missing = dict(google)
+  del missing["num_hidden_layers"]
+  path.write_text(json.dumps(missing))
+  with pytest.raises(modeling.ConfigError, match="field num_hidden_layers is missing"):
+    modeling.BertConfig.from_json_file(str(path))
+  misspelt = dict(google, hiden_size=64)
+  path.write_text(json.dumps(misspelt))
+  with pytest.raises(modeling.ConfigError, match="unknown key 'hiden_size': did you mean "
+                     "'hidden_size'"):
+    modeling.BertConfig.from_json_file(str(path))
