@@ -13,10 +13,12 @@ Shared definitions are idempotent per name (`_define`), so a test importing two 
 script calling two groups that share a flag, defines each flag once.
 """
 
+import hashlib
 import os
 from typing import Any, Callable, Optional
 
 from absl import flags
+import tensorflow as tf
 
 import checkpoints
 import distribution
@@ -422,11 +424,16 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
 
 
 def _model_settings() -> dict:
-  """What shapes the trained model besides the training config: `--bert_config_file`'s values
-  and `--max_seq_length` (recorded with the run; a resume must match them)."""
+  """What shapes the trained model besides the training config: `--bert_config_file`'s values,
+  `--max_seq_length` and the vocab's content (`vocab`: its SHA-256; recorded with the run; a
+  resume must match them, and evaluation, prediction and export must use the run's vocab)."""
   settings = {"max_seq_length": FLAGS.max_seq_length}
   if FLAGS.bert_config_file:
     settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
+  vocab = errors.flag_value("vocab_file") or errors.flag_value("spm_model_file")
+  if vocab:
+    with tf.io.gfile.GFile(vocab, "rb") as reader:
+      settings["vocab"] = "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
   return settings
 
 

@@ -156,6 +156,8 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   """
   tf.io.gfile.makedirs(config.output_dir)
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
+  if not do_train:
+    training_loop.check_vocab_of_recorded_run(config)
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}

@@ -704,8 +704,10 @@ _RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "lr_schedu
                     "random_seed")
 # Fields recorded only by later versions, with the value a record without them implies.
 _IMPLIED_SETTINGS = {"lr_schedule": "original"}
+# Settings recorded only by later versions that a record without them leaves unchecked.
+_UNCHECKED_WHEN_UNRECORDED = ("vocab",)
 # The flag a model setting comes from, where its name differs.
-_SETTING_FLAGS = {"bert_config": "bert_config_file"}
+_SETTING_FLAGS = {"bert_config": "bert_config_file", "vocab": "vocab_file"}
 
 
 def _recorded_settings(config: TrainConfig) -> dict:
@@ -742,9 +744,26 @@ def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any
   """`<flag>: recorded X, now Y` for each setting that differs (`unset` for a missing one; an
   older record's missing setting of _IMPLIED_SETTINGS is the value it implies)."""
   recorded, current = _flatten(dict(_IMPLIED_SETTINGS, **recorded)), _flatten(current)
+  current = {key: value for key, value in current.items()
+             if key in recorded or key not in _UNCHECKED_WHEN_UNRECORDED}
   return ["%s: recorded %s, now %s" % (_setting_name(key, in_epochs), recorded.get(key, "unset"),
                                        current.get(key, "unset"))
           for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
+
+
+def check_vocab_of_recorded_run(config: TrainConfig) -> None:
+  """Raises TrainingError when `output_dir` records a training run (its newest phase) with
+  another vocab than `config.model_settings` holds: evaluating, predicting or exporting its
+  model with another vocab of the same size reads every id as another token."""
+  phases = _read_settings(os.path.join(config.output_dir, SETTINGS_FILE))
+  if not phases or "vocab" not in config.model_settings:
+    return
+  recorded = phases[max(phases, key=int)].get("vocab")
+  if recorded is not None and recorded != config.model_settings["vocab"]:
+    raise errors.TrainingError(
+        "--vocab_file is not the vocab the model in --output_dir=%s was trained with (%s records "
+        "vocab %s, this one is %s): use the training run's vocab" % (
+            config.output_dir, SETTINGS_FILE, recorded, config.model_settings["vocab"]))
 
 
 def _read_settings(path: str) -> dict:

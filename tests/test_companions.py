@@ -204,6 +204,27 @@ def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifi
   assert not (tmp_path / "out" / "test_results.tsv").exists()
 
 
+def test_predict_with_another_vocab_than_training_s_is_an_error(tmp_path, classifier_files):
+  """A vocab of the same size and special tokens, two words swapped: every id of theirs would be
+  read as the other word. The run records its vocab; prediction checks it."""
+  trained = run_script("run_classifier.py", "--do_train", "--train_batch_size=2",
+                       "--num_train_epochs=1", *classifier_files)
+  assert trained.returncode == 0, trained.stderr[-2000:]
+  vocab_file = [flag for flag in classifier_files if flag.startswith("--vocab_file=")][0][13:]
+  swapped = list(VOCAB)
+  cat, dog = swapped.index("cat"), swapped.index("dog")
+  swapped[cat], swapped[dog] = swapped[dog], swapped[cat]
+  (tmp_path / "swapped.txt").write_text("".join(token + "\n" for token in swapped))
+  flags = [flag for flag in classifier_files if not flag.startswith("--vocab_file=")]
+  result = run_script("run_classifier.py", "--do_predict",
+                      "--vocab_file=%s" % (tmp_path / "swapped.txt"), *flags)
+  assert_one_line_error(result, "run_classifier.py", "--vocab_file is not the vocab the model in "
+                        "--output_dir=%s was trained with" % (tmp_path / "out"))
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+  predicted = run_script("run_classifier.py", "--do_predict", "--vocab_file=" + vocab_file, *flags)
+  assert predicted.returncode == 0, predicted.stderr[-2000:]
+
+
 def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
   # Before, a fresh model (random weights) evaluated, predicted and exported after a warning.
   output_dir = str(tmp_path / "out")
