@@ -512,22 +512,22 @@ class VersionTakenError(errors.InputError):
 
 
 def check_export_dir(export_dir: str, output_dir: Optional[str] = None) -> None:
-  """Raises FlagError unless a local `export_dir` is a directory of versions of its own: TF Serving
-  serves its newest numbered directory, so it may not be a SavedModel itself (a version
-  directory), hold a training run, or be `output_dir`. Runs in the validation pass."""
+  """Raises FlagError unless a local `export_dir` can hold this run's versions: TF Serving serves
+  its newest numbered directory, so it may not be a SavedModel itself (a version directory) or
+  hold another training run than this one's (`output_dir`, where exports may go). Runs in the
+  validation pass; `check_same_model_kind` checks the versions there when exporting."""
   if file_patterns.is_remote(export_dir) or not os.path.isdir(export_dir):
     return
-  if output_dir and os.path.isdir(output_dir) and os.path.samefile(export_dir, output_dir):
-    raise errors.FlagError("--export_dir=%s is --output_dir: give the exports a directory of their "
-                           "own (TF Serving serves every numbered directory in it)" % export_dir)
   names = os.listdir(export_dir)
   if "saved_model.pb" in names:
     raise errors.FlagError("--export_dir=%s is a SavedModel (a version directory): name the "
                            "directory that holds the versions" % export_dir)
+  if output_dir and os.path.isdir(output_dir) and os.path.samefile(export_dir, output_dir):
+    return
   training = sorted(name for name in names if name in ("checkpoint", "training_settings.json") or
                     name.startswith("model.ckpt-"))
   if training:
-    raise errors.FlagError("--export_dir=%s holds a training run (%s): give the exports a "
+    raise errors.FlagError("--export_dir=%s holds another training run (%s): give the exports a "
                            "directory of their own" % (export_dir, training[0]))
 
 

@@ -555,7 +555,7 @@ def test_an_export_never_joins_the_versions_of_another_kind_of_model(tmp_path):
 
 
 def test_an_export_dir_must_hold_only_versions(files, tmp_path):
-  """Before any work: not a version directory itself, not a training run's output_dir."""
+  """Before any work: not a version directory itself, not another training run's output_dir."""
   version = _fake_saved_model(tmp_path / "models" / "1", ["text"], ["tags"])
   model = ["--bert_config_file=" + files["config"], "--init_checkpoint=" + files["checkpoint"],
            "--vocab_file=" + files["vocab"], "--max_seq_length=16", "--task_name=mrpc",
@@ -563,8 +563,9 @@ def test_an_export_dir_must_hold_only_versions(files, tmp_path):
   before = _tree(tmp_path)
   _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
                 "--export_dir=" + version, *model), "--export_dir", "version directory")
-  run_dir = tmp_path / "run"
-  run_dir.mkdir()
-  _refused(_run("run_classifier.py", "--output_dir=%s" % run_dir, "--export_dir=%s" % run_dir,
-                *model), "--export_dir", "is --output_dir")
+  other_run = tmp_path / "other_run"
+  other_run.mkdir()
+  (other_run / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
+  _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
+                "--export_dir=%s" % other_run, *model), "--export_dir", "another training run")
   assert _tree(tmp_path) == before
