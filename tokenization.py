@@ -562,6 +562,7 @@ def _load_sentencepiece(spm_model_file: str):
   processor = spm.SentencePieceProcessor()
   try:
     processor.load_from_serialized_proto(model_proto)
-  except RuntimeError as error:  # SentencePiece's own message for a file that is not a model.
-    raise VocabError(errors.named(spm_model_file, error)) from error
+  except RuntimeError as error:  # SentencePiece's message ("Internal: ... ParseFromArray").
+    raise VocabError("%s is not a SentencePiece model (a WordPiece vocab.txt goes to "
+                     "--vocab_file): %s" % (spm_model_file, errors.first_line(error))) from error
   return processor

@@ -224,7 +224,7 @@ def test_vocab_paths_that_are_not_regular_files(tmp_path):
 
 def test_a_file_that_is_not_a_sentencepiece_model_is_named(tmp_path):
   path = _write(tmp_path / "model.spm", "not a model")
-  with pytest.raises(tokenization.VocabError, match="^%s: " % path):
+  with pytest.raises(tokenization.VocabError, match="^%s is not a SentencePiece model " % path):
     tokenization.FullTokenizer(None, spm_model_file=path)
 
 
