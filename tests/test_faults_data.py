@@ -392,7 +392,8 @@ def test_extract_features_empty_input_and_unwritable_output(tmp_path):
                                      "--output_file=%s" % unwritable],
                           capture_output=True, text=True)
   assert denied.returncode != 0
-  assert "--output_file: cannot write in %s" % (tmp_path / "a_file") in denied.stderr
+  assert "--output_file=%s: %s is a file, not a directory" % (unwritable, tmp_path / "a_file") \
+      in denied.stderr
   assert "Traceback" not in denied.stderr
 
 

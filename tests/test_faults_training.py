@@ -230,6 +230,6 @@ def test_unwritable_output_dir_is_a_one_line_error(data):
   run = subprocess.run(cli(data, unwritable), capture_output=True, text=True, timeout=180)
   assert run.returncode == 1
   assert run.stderr.strip().splitlines()[-1] == (
-      "run_pretraining.py: error: --output_dir=%s cannot be written (FailedPreconditionError: %s "
-      "is not a directory)" % (unwritable, data / "file.txt"))
+      "run_pretraining.py: error: --output_dir=%s: %s is a file, not a directory" %
+      (unwritable, data / "file.txt"))
   assert "Traceback" not in run.stderr

@@ -560,12 +560,12 @@ def test_an_export_dir_must_hold_only_versions(files, tmp_path):
   model = ["--bert_config_file=" + files["config"], "--init_checkpoint=" + files["checkpoint"],
            "--vocab_file=" + files["vocab"], "--max_seq_length=16", "--task_name=mrpc",
            "--data_dir=%s" % tmp_path]
-  before = _tree(tmp_path)
-  _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
-                "--export_dir=" + version, *model), "--export_dir", "version directory")
   other_run = tmp_path / "other_run"
   other_run.mkdir()
   (other_run / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-3"\n')
+  before = _tree(tmp_path)
+  _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
+                "--export_dir=" + version, *model), "--export_dir", "version directory")
   _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
                 "--export_dir=%s" % other_run, *model), "--export_dir", "another training run")
   assert _tree(tmp_path) == before
