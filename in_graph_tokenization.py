@@ -62,14 +62,20 @@ _MAX_BYTES_PER_WORD = 4 * tokenization.MAX_INPUT_CHARS_PER_WORD + 4
 
 @functools.lru_cache(maxsize=None)
 def _all_chars() -> tuple:
-  """(code points int64 array, chars) of every code point that can occur in a decoded string.
+  """(code points int64 array, chars, their Unicode general categories) of every assigned
+  character: the only ones with a table entry to compute.
 
-  Surrogates and the probe separator are left out.
+  Unassigned code points (Cn) and private use characters (Co) have no case mapping,
+  decomposition, combining class or property a table records, and surrogates (Cs) cannot occur
+  in a decoded string; tests check this of Python's `unicodedata`. The probe separator is left
+  out. Most of the 1.1 million code points are of those kinds, and every export builds the tables.
   """
   code_points = np.arange(_NUM_CODE_POINTS)
-  code_points = code_points[((code_points < 0xD800) | (code_points > 0xDFFF)) &
-                            (code_points != ord(_PROBE_SEPARATOR))]
-  return code_points, [chr(cp) for cp in code_points]
+  code_points = code_points[code_points != ord(_PROBE_SEPARATOR)]
+  categories = np.array([unicodedata.category(chr(cp)) for cp in code_points])
+  assigned = ~np.isin(categories, ["Cn", "Co", "Cs"])
+  code_points, categories = code_points[assigned], categories[assigned]
+  return code_points, [chr(cp) for cp in code_points], categories
 
 
 def _map_each(function, chars: Sequence[str]) -> Sequence[str]:
@@ -86,27 +92,17 @@ def _ends_with_final_sigma(strings: Sequence[str]) -> np.ndarray:
 
 
 @functools.lru_cache(maxsize=None)
-def _categories() -> np.ndarray:
-  """The Unicode general category of every char of `_all_chars()`."""
-  return np.array([unicodedata.category(char) for char in _all_chars()[1]])
-
-
-@functools.lru_cache(maxsize=None)
 def character_classes() -> np.ndarray:
   """uint8 [0x110000] table of the class bits of every code point, from Python's unicodedata.
 
   The definitions are those of `tokenization`'s predicates (tests compare them char by char),
   evaluated on whole arrays.
   """
-  code_points, chars = _all_chars()
-  categories = _categories()
+  code_points, chars, categories = _all_chars()
   control = np.isin(categories, ["Cc", "Cf"]) & ~np.isin(code_points, [9, 10, 13])
   drop = control | (code_points == 0) | (code_points == 0xFFFD)
   separator = (np.isin(code_points, [9, 10, 13, 32]) | (categories == "Zs") |
                np.array([char.isspace() for char in chars]))
-  cjk = np.zeros_like(drop)
-  for low, high in tokenization.CJK_RANGES:
-    cjk |= (code_points >= low) & (code_points <= high)
   ascii_punctuation = (((code_points >= 33) & (code_points <= 47)) |
                        ((code_points >= 58) & (code_points <= 64)) |
                        ((code_points >= 91) & (code_points <= 96)) |
@@ -119,11 +115,14 @@ def character_classes() -> np.ndarray:
   cased_or_ignorable = _ends_with_final_sigma(
       _map_each(str.lower, ["A" + char + "\u03a3" for char in chars]))
   sensitive = np.isin(code_points, [ord(char) for char in reorder_sensitive_chars()])
-  bits = (drop * _DROP + separator * _SEPARATOR + cjk * _CJK + punctuation * _PUNCTUATION +
+  bits = (drop * _DROP + separator * _SEPARATOR + punctuation * _PUNCTUATION +
           cased * _CASED + (cased_or_ignorable & ~cased) * _CASE_IGNORABLE +
           sensitive * _REORDER_SENSITIVE)
   classes = np.zeros([_NUM_CODE_POINTS], np.uint8)
   classes[code_points] = bits
+  # The original's CJK ranges hold unassigned code points too.
+  for low, high in tokenization.CJK_RANGES:
+    classes[low:high + 1] |= _CJK
   return classes
 
 
@@ -144,12 +143,12 @@ def character_mapping(kind: str):
   """
   if kind not in _MAPPINGS:
     raise ValueError("Unknown character mapping %r (one of %s)." % (kind, _MAPPINGS))
-  code_points, chars = _all_chars()
+  code_points, chars, categories = _all_chars()
   mapped = _map_each(str.lower, chars)
   if kind == "lower_nfd":
     mapped = _map_each(lambda text: unicodedata.normalize("NFD", text), mapped)
   elif kind == "lower_strip_accents":
-    nonspacing_marks = dict.fromkeys(code_points[_categories() == "Mn"].tolist())
+    nonspacing_marks = dict.fromkeys(code_points[categories == "Mn"].tolist())
     mapped = _map_each(
         lambda text: unicodedata.normalize("NFD", text).translate(nonspacing_marks), mapped)
   changed = [index for index, (char, target) in enumerate(zip(chars, mapped)) if target != char]
@@ -165,8 +164,8 @@ def combining_marks():
   """(keys, values) int32: every code point with a nonzero canonical combining class or category
   Mn, and its combining class + 256 if it is Mn (what canonical reordering and accent stripping
   need)."""
-  code_points, chars = _all_chars()
-  nonspacing = _categories() == "Mn"
+  code_points, chars, categories = _all_chars()
+  nonspacing = categories == "Mn"
   classes = np.array([unicodedata.combining(char) for char in chars])
   selected = (classes > 0) | nonspacing
   return (code_points[selected].astype(np.int32),
@@ -176,7 +175,7 @@ def combining_marks():
 @functools.lru_cache(maxsize=None)
 def reorder_sensitive_chars() -> frozenset:
   """Spacing characters with a nonzero canonical combining class (see the module docstring)."""
-  return frozenset(char for char, category in zip(_all_chars()[1], _categories())
+  return frozenset(char for char, category in zip(*_all_chars()[1:])
                    if category != "Mn" and unicodedata.combining(char))
 
 
@@ -317,7 +316,7 @@ def _apply_mapping(code_points: tf.Tensor, row_ids: tf.Tensor, classes: tf.Tenso
 @functools.lru_cache(maxsize=None)
 def _python_whitespace_pattern() -> str:
   """An RE2 class of every character Python's `str.split()` splits on."""
-  _, chars = _all_chars()
+  _, chars, _ = _all_chars()
   return "[%s]" % "".join("\\x{%x}" % ord(c) for c in chars if c.isspace())
 
 

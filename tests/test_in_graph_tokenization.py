@@ -2,6 +2,7 @@
 """Tests of in_graph_tokenization.py: FullTokenizer's ids in TF ops, inside SavedModels."""
 import os
 import shutil
+import unicodedata
 
 import hypothesis
 from hypothesis import strategies as st
@@ -54,6 +55,20 @@ def test_character_tables_match_tokenization_predicates():
   # Spot checks of the case properties that str.lower's final sigma rule uses.
   assert classes[ord("A")] & 16 and classes[ord("\u03c3")] & 16 and not classes[ord("1")] & 48
   assert classes[ord(".")] & 32 and classes[ord("'")] & 32 and classes[0x301] & 32
+
+
+def test_unassigned_and_private_use_characters_have_nothing_the_tables_record():
+  """The tables are built from assigned characters only: every other one must map to itself
+  under lower-casing and NFD, with no combining class, not be whitespace, and neither be cased
+  nor case-ignorable (str.lower's final sigma rule does not see it), in this Python's Unicode."""
+  others = "".join(chr(cp) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF and
+                   unicodedata.category(chr(cp)) in ("Cn", "Co"))
+  assert len(others) > 900000
+  assert others.lower() == others and unicodedata.normalize("NFD", others) == others
+  assert not any(char.isspace() or unicodedata.combining(char) for char in others)
+  # A capital sigma after a cased letter (and case-ignorables) would lower to a final sigma.
+  probes = "".join("A" + char + "\u03a3 " for char in others).lower().split()
+  assert not any(probe.endswith("\u03c2") for probe in probes)
 
 
 def test_truncated_lengths_match_truncate_seq_pair():
