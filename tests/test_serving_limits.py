@@ -4,19 +4,16 @@ A classifier and a SQuAD export, each with small `export.RequestLimits`, are ser
 `tests/cpp_serving_client.py` (TF's C++ SavedModel loader in a fresh process, as in
 test_serving.py): a request over a limit fails with InvalidArgument naming the input, a request
 at the limit is answered, and so is every warmup request written with the export. The expected
-messages and sizes are counted by hand from the texts below. TF Hub's preprocessor's
-`bert_pack_inputs`, a Python API, is called through `tf.saved_model.load`, as `hub.load` does.
+messages and sizes are counted by hand from the texts below.
 """
 
 import numpy as np
 import pytest
-import tensorflow as tf
 
 from conftest import shared_path
 from test_serving import ids_inputs, run_cpp_client, texts_input, tiny_config, warmup_requests
 import classifier
 import export
-import extract_features
 import squad
 import tokenization
 
@@ -158,27 +155,3 @@ def test_squad_export_answers_an_empty_context_with_the_lowest_score(served):
   assert answer["score"][1:] == [lowest, lowest]
   assert answer["score"][0] > lowest
 
-
-@pytest.fixture(scope="module")
-def preprocessor(tmp_path_factory):
-  tokenizer = tokenization.FullTokenizer(shared_path("fixtures", "uncased_vocab", "vocab.txt"),
-                                         do_lower_case=True)
-  path = export.write_saved_model(str(tmp_path_factory.mktemp("hub")),
-                                  extract_features.TfHubPreprocessorServing(tokenizer, 16))
-  return tf.saved_model.load(path)
-
-
-@pytest.mark.parametrize("seq_length", [0, 1, 2, -5])
-def test_bert_pack_inputs_needs_room_for_cls_a_token_and_sep(preprocessor, seq_length):
-  segments = [preprocessor.tokenize(tf.constant(["hello world"]))]
-  with pytest.raises(tf.errors.InvalidArgumentError,
-                     match="seq_length is %d: it must be at least 3" % seq_length):
-    preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(seq_length))
-
-
-def test_bert_pack_inputs_at_seq_length_3_gives_cls_a_token_and_sep(preprocessor):
-  segments = [preprocessor.tokenize(tf.constant(["hello world"]))]
-  packed = preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(3))
-  hello = 7592  # "hello" in the uncased vocab.
-  assert packed["input_word_ids"].numpy().tolist() == [[101, hello, 102]]
-  assert packed["input_mask"].numpy().tolist() == [[1, 1, 1]]

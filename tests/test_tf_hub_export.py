@@ -5,7 +5,8 @@ The pair is written by the script from a small random checkpoint, then used thre
   with tensorflow_hub and tf_keras): preprocessor and encoder as `hub.KerasLayer`s, `tokenize`,
   `bert_pack_inputs`, and a classifier fine-tuned with `model.fit`;
 - through TF's C++ SavedModel loader, as TF Serving loads them (`tests/cpp_serving_client.py`);
-- in this process, for the SentencePiece preprocessor and the bfloat16 encoder.
+- in this process, for the SentencePiece preprocessor, the bfloat16 encoder and the edges of
+  `bert_pack_inputs` (loaded with `tf.saved_model.load`, as `hub.load` does).
 Every answer is checked against `modeling.BertModel` on `FullTokenizer`'s ids.
 """
 
@@ -112,7 +113,7 @@ def hub_pair(tmp_path_factory):
        warmup_requests(preprocessor_dir)}])
   return {"tokenizer": tokenizer, "bert": bert, "features": features,
           "expected": bert_outputs(bert, features), "encoder_dir": encoder_dir,
-          "consumer": consumer, "served": served["jobs"]}
+          "preprocessor_dir": preprocessor_dir, "consumer": consumer, "served": served["jobs"]}
 
 
 def assert_encoder_outputs(outputs, expected, what):
@@ -222,3 +223,25 @@ def test_bfloat16_encoder_computes_in_bfloat16_and_returns_float32(hub_pair):
                               for node in function.node_def]
   assert tf.bfloat16.as_datatype_enum in {node.attr["T"].type for node in nodes
                                           if node.op in ("MatMul", "BatchMatMulV2")}
+
+
+@pytest.fixture(scope="module")
+def preprocessor(hub_pair):
+  """The written preprocessor, loaded as `hub.load` loads it, for its Python API."""
+  return tf.saved_model.load(hub_pair["preprocessor_dir"])
+
+
+@pytest.mark.parametrize("seq_length", [0, 1, 2, -5])
+def test_bert_pack_inputs_needs_room_for_cls_a_token_and_sep(preprocessor, seq_length):
+  segments = [preprocessor.tokenize(tf.constant(["hello world"]))]
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="seq_length is %d: it must be at least 3" % seq_length):
+    preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(seq_length))
+
+
+def test_bert_pack_inputs_at_seq_length_3_gives_cls_a_token_and_sep(preprocessor):
+  segments = [preprocessor.tokenize(tf.constant(["hello world"]))]
+  packed = preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(3))
+  hello = 7592  # "hello" in the uncased vocab.
+  assert packed["input_word_ids"].numpy().tolist() == [[101, hello, 102]]
+  assert packed["input_mask"].numpy().tolist() == [[1, 1, 1]]
