@@ -180,7 +180,8 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
           "With --bucket_by_length, also batch *training* examples of similar length together "
           "(faster on short texts, but a text's length then decides its batch mates, and "
           "fine-tuning learned worse and less reliably that way: see benchmarks/RESULTS.md). "
-          "Default: the original's batches, each padded to the bucket of its longest example.")
+          "false: each training batch holds what the original's would (random examples), padded "
+          "to the length bucket of its longest example.")
 
 
 def define_packing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
