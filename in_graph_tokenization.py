@@ -175,7 +175,8 @@ def combining_marks():
 @functools.lru_cache(maxsize=None)
 def reorder_sensitive_chars() -> frozenset:
   """Spacing characters with a nonzero canonical combining class (see the module docstring)."""
-  return frozenset(char for char, category in zip(*_all_chars()[1:])
+  _, chars, categories = _all_chars()
+  return frozenset(char for char, category in zip(chars, categories)
                    if category != "Mn" and unicodedata.combining(char))
 
 

@@ -96,6 +96,33 @@ def requests_for(limits: export.RequestLimits, long_text: str, default: bool) ->
   return requests
 
 
+def classifier_rows(context) -> list:
+  """(limits, request, answer, seconds, growth) for each --limits pair."""
+  config = modeling.BertConfig.from_dict(bench_model.BERT_BASE)
+  task = classifier.ClassifierTask(config, classifier.get_processor("sst-2"),
+                                   tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
+                                   FLAGS.export_root, FLAGS.max_seq_length)
+  model = task.build_model()
+  long_text = export.warmup_text(FLAGS.max_seq_length * 2)  # Cut to max_seq_length positions.
+  rows = []
+  for pair in FLAGS.limits.split(","):
+    limits = export.RequestLimits(*map(int, pair.split(":")))
+    export_dir = os.path.join(FLAGS.export_root, pair.replace(":", "_"))
+    shutil.rmtree(export_dir, ignore_errors=True)
+    path = task.export(model, export_dir, limits=limits)
+    requests = requests_for(limits, long_text, limits == export.RequestLimits())
+    results = context.Queue()
+    worker = context.Process(target=measure, args=(path, requests, results))
+    worker.start()
+    for _ in requests:
+      name, answer, seconds, growth = results.get()
+      rows.append((pair, name, answer, seconds, growth))
+      print("%s | %s | %s | %.1f s | %.0f MiB" % (pair, name, answer, seconds, growth / MIB),
+            flush=True)
+    worker.join()
+  return rows
+
+
 SQUAD_QUESTION = "Who lives in Paris?"
 SQUAD_HEAD = "Alice lives in Paris, nobody knows why."
 
@@ -170,33 +197,6 @@ def main(argv):
     print("| ---: | --- | ---: | ---: |")
     for size, offsets_give_it, seconds, growth in squad_results:
       print("| %d | %s | %.1f | %.0f MiB |" % (size, offsets_give_it, seconds, growth / MIB))
-
-
-def classifier_rows(context) -> list:
-  """(limits, request, answer, seconds, growth) for each --limits pair."""
-  config = modeling.BertConfig.from_dict(bench_model.BERT_BASE)
-  task = classifier.ClassifierTask(config, classifier.get_processor("sst-2"),
-                                   tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
-                                   FLAGS.export_root, FLAGS.max_seq_length)
-  model = task.build_model()
-  long_text = export.warmup_text(FLAGS.max_seq_length * 2)  # Cut to max_seq_length positions.
-  rows = []
-  for pair in FLAGS.limits.split(","):
-    limits = export.RequestLimits(*map(int, pair.split(":")))
-    export_dir = os.path.join(FLAGS.export_root, pair.replace(":", "_"))
-    shutil.rmtree(export_dir, ignore_errors=True)
-    path = task.export(model, export_dir, limits=limits)
-    requests = requests_for(limits, long_text, limits == export.RequestLimits())
-    results = context.Queue()
-    worker = context.Process(target=measure, args=(path, requests, results))
-    worker.start()
-    for _ in requests:
-      name, answer, seconds, growth = results.get()
-      rows.append((pair, name, answer, seconds, growth))
-      print("%s | %s | %s | %.1f s | %.0f MiB" % (pair, name, answer, seconds, growth / MIB),
-            flush=True)
-    worker.join()
-  return rows
 
 
 if __name__ == "__main__":
