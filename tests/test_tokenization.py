@@ -1,9 +1,13 @@
 # coding=utf-8
 """Tests of tokenization.py: the original's rules, the fast Python path, the batch path and SPM."""
+import functools
+import importlib.util
+import json
 import os
 import pickle
 import subprocess
 import sys
+import types
 
 import hypothesis
 from hypothesis import strategies as st
@@ -36,10 +40,32 @@ TRICKY_TEXTS = [
 ]
 
 
+@functools.lru_cache(maxsize=None)
+def google_tokenization():
+  """Google's own tokenization.py (../shared/reference), loaded as a module of its own.
+
+  It reads the vocab with TF 1's `tf.gfile.GFile`, which TensorFlow 2 lacks: the module's `tf`
+  is replaced by a stand-in whose GFile opens the file as text in UTF-8, which is what GFile
+  gave the original on Python 3. Nothing else in it touches TensorFlow.
+  """
+  path = shared_path("reference", "google-research-bert", "tokenization.py")
+  spec = importlib.util.spec_from_file_location("google_bert_tokenization", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  module.tf = types.SimpleNamespace(
+      gfile=types.SimpleNamespace(GFile=functools.partial(open, encoding="utf-8")))
+  return module
+
+
+@functools.lru_cache(maxsize=None)
+def google_tokenizer(vocab_file: str, do_lower_case: bool):
+  """The original's FullTokenizer on a vocab file."""
+  return google_tokenization().FullTokenizer(vocab_file, do_lower_case=do_lower_case)
+
+
 def reference_tokenize(tokenizer, text):
-  """The original's FullTokenizer.tokenize: basic tokenization, then WordPiece per token."""
-  return [piece for token in tokenizer.basic_tokenizer.tokenize(text)
-          for piece in tokenizer.wordpiece_tokenizer.tokenize(token)]
+  """Google's FullTokenizer.tokenize, on the vocab and casing of `tokenizer`."""
+  return google_tokenizer(tokenizer.vocab_file, tokenizer.do_lower_case).tokenize(text)
 
 
 @pytest.fixture(scope="module")
@@ -193,11 +219,36 @@ def test_chinese_vocab_splits_ideographs(chinese):
   assert chinese.convert_tokens_to_ids(["[CLS]", "[SEP]"]) == [101, 102]
 
 
-def test_wikitext_fast_path_equals_reference(uncased):
+def real_texts():
+  """Real text of several kinds: WikiText lines, SST-2 and CoLA sentences, SQuAD contexts and
+  questions, CoNLL-2003 sentences."""
+  texts = []
   with open(shared_path("corpora", "wikitext2_valid.bert.txt"), encoding="utf-8") as f:
-    lines = f.read().splitlines()[::10]
-  for line in lines:
-    assert uncased.tokenize(line) == reference_tokenize(uncased, line), line
+    texts += f.read().splitlines()[::5]
+  for task, column in (("SST-2", 0), ("CoLA", 3)):
+    with open(shared_path("glue", task, "train.tsv"), encoding="utf-8") as f:
+      texts += [line.rstrip("\n").split("\t")[column] for line in f][1:2000]
+  with open(shared_path("squad", "squad_v1.1_dev_part_a.json"), encoding="utf-8") as f:
+    for article in json.load(f)["data"][:10]:
+      for paragraph in article["paragraphs"]:
+        texts += [paragraph["context"]] + [qa["question"] for qa in paragraph["qas"]]
+  with open(shared_path("conll2003", "train.txt"), encoding="utf-8") as f:
+    sentences = f.read().split("\n\n")[:2000]
+  texts += [" ".join(line.split(" ")[0] for line in sentence.splitlines()) for sentence in sentences]
+  return texts
+
+
+@pytest.mark.parametrize("fixture_name", ["uncased", "cased"])
+def test_tokens_and_ids_equal_googles_tokenizer_on_real_text(fixture_name, request):
+  """The original's tokenization.py (not ours) is the reference: tokens and ids, on real text."""
+  tokenizer = request.getfixturevalue(fixture_name)
+  original = google_tokenizer(tokenizer.vocab_file, tokenizer.do_lower_case)
+  texts = real_texts()
+  assert len(texts) > 5000
+  for text in texts:
+    tokens = tokenizer.tokenize(text)
+    assert tokens == original.tokenize(text), text
+    assert tokenizer.convert_tokens_to_ids(tokens) == original.convert_tokens_to_ids(tokens)
 
 
 _TEXT = st.text(st.one_of(st.characters(exclude_categories=["Cs"]),
