@@ -153,9 +153,11 @@ class TrainingInstance(NamedTuple):
 # The original algorithm, on token ids.
 
 
-def truncate_seq_pair(tokens_a: list, tokens_b: list, max_num_tokens: int,
-                      rng: random.Random) -> tuple:
-  """Truncates a pair to `max_num_tokens` in total, as the original does.
+def truncate_pair_at_random_ends(tokens_a: list, tokens_b: list, max_num_tokens: int,
+                                 rng: random.Random) -> tuple:
+  """Truncates a pair to `max_num_tokens` in total, as the original create_pretraining_data's
+  `truncate_seq_pair` does (named apart from `tokenization.truncate_seq_pair`, the fine-tuning
+  scripts' cut, which only ever removes from the back).
 
   The original removes one token at a time from the longer sequence (B on ties), from its front or
   its back with probability 1/2 each. Which sequence loses a token depends on the lengths only, so
@@ -287,7 +289,7 @@ def create_instances_from_document(documents: Sequence[list], document_index: in
       else:
         is_random_next = False
         tokens_b = list(itertools.chain.from_iterable(current_chunk[a_end:]))
-      tokens_a, tokens_b = truncate_seq_pair(tokens_a, tokens_b, max_num_tokens, rng)
+      tokens_a, tokens_b = truncate_pair_at_random_ends(tokens_a, tokens_b, max_num_tokens, rng)
       input_ids = [vocab.cls_id] + tokens_a + [vocab.sep_id] + tokens_b + [vocab.sep_id]
       masked_ids, positions, labels = create_masked_lm_predictions(input_ids, options, vocab, rng)
       instances.append(TrainingInstance(masked_ids, len(tokens_a) + 2, positions, labels,

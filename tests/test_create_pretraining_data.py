@@ -428,7 +428,7 @@ def test_errors_before_any_work(tmp_path):
   assert not os.path.exists(output)
 
 
-def test_truncate_seq_pair_matches_the_originals_lengths():
+def test_truncate_pair_at_random_ends_matches_the_originals_lengths():
   rng = random.Random(0)
   front_removed, removed = [], 0
   for length_a, length_b, limit in [(10, 3, 8), (3, 10, 8), (6, 6, 7), (50, 49, 9), (2, 2, 9)]:
@@ -437,7 +437,7 @@ def test_truncate_seq_pair_matches_the_originals_lengths():
     while len(expected_a) + len(expected_b) > limit:
       (expected_a if len(expected_a) > len(expected_b) else expected_b).pop()
     for _ in range(200):
-      new_a, new_b = pretraining_data.truncate_seq_pair(a, b, limit, rng)
+      new_a, new_b = pretraining_data.truncate_pair_at_random_ends(a, b, limit, rng)
       assert (len(new_a), len(new_b)) == (len(expected_a), len(expected_b))
       # What is left is a contiguous run of each (the ids count up from 0 and from 100).
       assert new_a == list(range(new_a[0], new_a[0] + len(new_a)))
