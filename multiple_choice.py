@@ -33,7 +33,6 @@ training batch examples of one bucket together), as the other tasks are.
 """
 
 import dataclasses
-import json
 import os
 from typing import Optional, Sequence
 
@@ -175,14 +174,11 @@ def read_jsonl(path: str, split: str, bad_rows: task_files.BadRows) -> list[Mult
 
 def _jsonl_example(line: bytes, guid: str) -> MultipleChoiceExample:
   try:
-    record = json.loads(line.decode("utf-8-sig"))
+    text = line.decode("utf-8-sig")
   except UnicodeDecodeError as e:
     raise task_files.BadInputError("invalid UTF-8 byte 0x%02x at byte %d" %
                                    (line[e.start], e.start)) from None
-  except json.JSONDecodeError as e:
-    raise task_files.BadInputError("invalid JSON (%s)" % e) from None
-  if not isinstance(record, dict):
-    raise task_files.BadInputError("a JSON object is expected, got %s" % type(record).__name__)
+  record = task_files.parse_jsonl_line(text)
   context, question, endings = record.get("context"), record.get("question"), record.get("endings")
   if not isinstance(context, str):
     raise task_files.BadInputError("\"context\" must be a string")

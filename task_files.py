@@ -224,18 +224,27 @@ def read_header(path: str, file_format: str) -> list[str]:
   raise BadInputError("%s: the file is empty" % path)
 
 
+def parse_jsonl_line(line: str) -> dict:
+  """The JSON object on one line of a JSON Lines file: the one parser of the tasks' .jsonl rows
+  (generic classification and tagging, multiple choice). Raises BadInputError, for the caller to
+  place at its file and line."""
+  try:
+    record = json.loads(line)
+  except json.JSONDecodeError as e:
+    raise BadInputError("invalid JSON (%s)" % e) from None
+  if not isinstance(record, dict):
+    raise BadInputError("a JSON object is expected, got %s" % type(record).__name__)
+  return record
+
+
 def _read_jsonl(lines: Iterable[str], keys: Sequence[str]) -> Iterator[tuple[int, Row]]:
   for line_number, line in enumerate(lines, start=1):
     if not line.strip():
       continue
     try:
-      record = json.loads(line)
-    except json.JSONDecodeError as e:
-      yield line_number, Row([], problem="invalid JSON (%s)" % e)
-      continue
-    if not isinstance(record, dict):
-      yield line_number, Row([], problem="a JSON object is expected, got %s" %
-                             type(record).__name__)
+      record = parse_jsonl_line(line)
+    except BadInputError as e:
+      yield line_number, Row([], problem=str(e))
       continue
     missing = [k for k in keys if k not in record]
     cells = ["" if record.get(k) is None else str(record.get(k)) for k in keys]
