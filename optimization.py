@@ -168,10 +168,6 @@ class AdamWeightDecay(keras.optimizers.Optimizer):
     name = checkpoints.path_below_model(variable)
     return any(re.search(pattern, name) for pattern in self.exclude_from_weight_decay)
 
-  def uses_weight_decay(self, variable) -> bool:
-    """Whether `variable` is decayed: a rate is set and no exclusion pattern is in its name."""
-    return bool(self.weight_decay_rate) and not self.is_excluded(variable)
-
   def slot_variables(self, variable) -> dict:
     """Returns `{"adam_m": m, "adam_v": v}` for a model variable the optimizer was built with."""
     index = self._get_variable_index(variable)
