@@ -23,32 +23,10 @@ if REPO_ROOT not in sys.path:
 import tf_defaults  # pylint: disable=unused-import,wrong-import-position  (the scripts' TF settings)
 
 
-# The test files that take longest, longest first (seconds of one worker under `-n 2`, from
-# `--durations=0`: about 200 down to 35). The README's test command gives whole files to two
-# workers (`--dist loadfile`), each taking the next file in collection order when it runs dry;
-# starting the long files first lets both workers end together, instead of one running a long
-# file alone at the end while the other idles.
-LONGEST_FILES = ("test_serving.py", "test_readme_commands.py", "test_outputs.py",
-                 "test_training.py", "test_run_pretraining.py", "test_run_squad.py",
-                 "test_run_classifier.py", "test_tf_hub_export.py", "test_faults_training.py",
-                 "test_faults_data.py", "test_multiple_choice.py", "test_packing.py",
-                 "test_benchmarks.py", "test_companions.py", "test_fill_mask.py",
-                 "test_run_ner.py", "test_demo.py", "test_serving_limits.py", "test_export.py")
-
-
 def pytest_configure(config) -> None:
-  """Registers the markers the tests use; keeps the file order below under pytest-xdist (which
-  otherwise hands out files with the most tests first, whatever they cost)."""
+  """Registers the markers the tests use."""
   config.addinivalue_line("markers", "readme: runs the README's shell commands "
                           "(tests/test_readme_commands.py)")
-  if hasattr(config.option, "loadscopereorder"):
-    config.option.loadscopereorder = False
-
-
-def pytest_collection_modifyitems(items: list) -> None:
-  """Puts the files of LONGEST_FILES first, in that order; each file's tests keep their order."""
-  rank = {name: index for index, name in enumerate(LONGEST_FILES)}
-  items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
 
 
 @pytest.fixture(autouse=True)
