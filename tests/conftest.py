@@ -24,9 +24,16 @@ import tf_defaults  # pylint: disable=unused-import,wrong-import-position  (the 
 
 
 def pytest_configure(config) -> None:
-  """Registers the markers the tests use."""
+  """Registers the markers the tests use (each file says its own with `pytestmark`)."""
   config.addinivalue_line("markers", "readme: runs the README's shell commands "
                           "(tests/test_readme_commands.py)")
+  config.addinivalue_line("markers", "slow: a file that takes over about 20 s of one worker "
+                          "(scripts in fresh processes, exports, several trainings); "
+                          "`-m 'not slow'` is the fast subset")
+  config.addinivalue_line("markers", "serving: exports answered by TF's C++ SavedModel loader "
+                          "(tests/cpp_serving_client.py)")
+  config.addinivalue_line("markers", "reference: another library's own code is the referee "
+                          "(PyTorch and transformers, keras-hub, tensorflow_hub)")
 
 
 @pytest.fixture(autouse=True)

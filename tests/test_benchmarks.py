@@ -9,7 +9,11 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO_ROOT, shared_path
+
+pytestmark = pytest.mark.slow
 
 
 def test_bench_serving_exports_and_serves_both_paddings_and_bfloat16(tmp_path):

@@ -17,6 +17,8 @@ import atomic_files
 import errors
 import modeling
 
+pytestmark = pytest.mark.slow
+
 WORDS = ["good", "bad", "film", "day", "alice", "paris", "visited", "the", "a", "sat"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
 CONFIG = modeling.BertConfig(vocab_size=len(VOCAB), hidden_size=32, num_hidden_layers=2,

@@ -29,6 +29,8 @@ import tagging
 import task_files
 import tokenization
 
+pytestmark = pytest.mark.slow
+
 WORDS = "the a cat dog sat ran big small red blue happy sad day night good bad".split()
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ",", "."] + WORDS
 

@@ -42,6 +42,8 @@ import task_files
 from test_modeling import randomize
 import tokenization
 
+pytestmark = pytest.mark.reference
+
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", ".", ",", "!", "?", "the", "a", "cat", "dog",
          "sat", "sit", "on", "mat", "ran", "home", "who", "lives", "in", "paris", "john", "not",
          "is", "very", "good", "The", "John", "Paris", "##s", "##ting"]

@@ -4,8 +4,12 @@ import os
 import subprocess
 import sys
 
-import demo
+import pytest
+
 from conftest import REPO_ROOT
+import demo
+
+pytestmark = pytest.mark.slow
 
 
 def read_tsv(path):

@@ -13,6 +13,8 @@ import tensorflow as tf
 
 import export
 
+pytestmark = pytest.mark.slow
+
 
 class HashingEncoder(tf.Module):
   """A stand-in text encoder: whitespace words hashed into ids 1..99, padded to length 8."""

@@ -13,6 +13,8 @@ import extract_features
 import modeling
 import tokenization
 
+pytestmark = pytest.mark.slow
+
 _VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "un",
           "##aff", "##able", "dog", "a", ".", ",", "is", "it"]
 _LINES = ["The cat sat on the mat.", "a dog ||| it is unaffable", "", "cat", "the dog, the cat."]

@@ -35,6 +35,8 @@ import tokenization
 import training_loop
 from test_run_pretraining import CONFIG, MAX_PREDICTIONS, SEQ_LENGTH, write_records
 
+pytestmark = pytest.mark.slow
+
 _VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "sat", "on", "mat", "a",
           "dog", "."]
 _TINY_BERT = modeling.BertConfig(vocab_size=len(_VOCAB), hidden_size=16, num_hidden_layers=1,

@@ -25,6 +25,8 @@ from test_run_pretraining import CONFIG, MAX_PREDICTIONS, REPO_ROOT, SEQ_LENGTH
 from test_run_pretraining import write_records
 import modeling
 
+pytestmark = pytest.mark.slow
+
 NUM_STEPS = 40
 IN_MODIFY, IN_CREATE, IN_MOVED_TO = 0x2, 0x100, 0x80
 

@@ -28,6 +28,8 @@ import modeling
 import pretraining
 from test_serving import assert_same, ids_inputs, run_cpp_client, texts_input, warmup_requests
 
+pytestmark = pytest.mark.slow
+
 MAX_SEQ_LENGTH = 24
 TOP_K = 4
 # Masks alone, several, adjacent, next to punctuation, accents, case and CJK.

@@ -15,6 +15,8 @@ import in_graph_tokenization
 import tokenization
 from test_tokenization import TRICKY_TEXTS, train_sentencepiece
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def uncased_vocab():

@@ -21,6 +21,8 @@ import tagging
 import tokenization
 import training_loop
 
+pytestmark = pytest.mark.slow
+
 MAX_SEQ_LENGTH = 64
 WORDS = ["w%d" % i for i in range(40)]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS

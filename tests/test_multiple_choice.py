@@ -25,6 +25,8 @@ import tokenization
 import training_loop
 from test_serving import CLIENT, assert_same, warmup_requests
 
+pytestmark = pytest.mark.slow
+
 FLAGS = flags.FLAGS
 run_multiple_choice.define_flags()
 

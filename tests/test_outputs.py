@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+pytestmark = pytest.mark.slow
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HIDDEN, LAYERS, INTERMEDIATE, POSITIONS = 16, 2, 24, 64
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + [

@@ -27,6 +27,8 @@ import packing
 import tagging
 import training_loop
 
+pytestmark = pytest.mark.slow
+
 MAX_SEQ_LENGTH = 32
 VOCAB_SIZE = 40
 CONFIG = modeling.BertConfig(vocab_size=VOCAB_SIZE, hidden_size=32, num_hidden_layers=2,

@@ -35,7 +35,7 @@ import pytest
 
 from conftest import REPO_ROOT
 
-pytestmark = pytest.mark.readme
+pytestmark = [pytest.mark.readme, pytest.mark.slow]
 
 README = os.path.join(REPO_ROOT, "README.md")
 

@@ -56,6 +56,8 @@ import squad
 import tagging
 import training_loop
 
+pytestmark = [pytest.mark.slow, pytest.mark.reference]
+
 CONFIG = dict(vocab_size=30, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
               intermediate_size=37, hidden_act="gelu", hidden_dropout_prob=0.0,
               attention_probs_dropout_prob=0.0, max_position_embeddings=16, type_vocab_size=2,

@@ -18,6 +18,8 @@ import modeling
 import run_classifier
 import task_files
 
+pytestmark = pytest.mark.slow
+
 FLAGS = flags.FLAGS
 run_classifier.define_flags()
 

@@ -15,6 +15,8 @@ import modeling
 import tagging
 import tokenization
 
+pytestmark = pytest.mark.slow
+
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _FILLER = ["the", "a", "visited", "saw", "and", "in", "with", "today", "met", "near"]
 _VOCAB = (["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "alice", "bob", "paris", "london",

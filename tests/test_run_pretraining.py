@@ -28,6 +28,8 @@ import pretraining  # pylint: disable=g-import-not-at-top
 import run_pretraining  # pylint: disable=g-import-not-at-top
 import training_loop  # pylint: disable=g-import-not-at-top
 
+pytestmark = pytest.mark.slow
+
 FLAGS = flags.FLAGS
 run_pretraining.define_flags()
 

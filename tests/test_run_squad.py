@@ -13,6 +13,8 @@ from conftest import REPO_ROOT
 from conftest import write_model_files
 import modeling
 
+pytestmark = pytest.mark.slow
+
 PEOPLE = ["Alice", "Bob", "Chloé", "Dmitri"]
 PLACES = ["Paris", "Zürich", "New-York", "Oslo"]
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "lives", "in", "where", "does", "live", "?",

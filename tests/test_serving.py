@@ -43,6 +43,8 @@ import tokenization
 import training_loop
 from test_tokenization import train_sentencepiece
 
+pytestmark = [pytest.mark.slow, pytest.mark.serving]
+
 CLIENT = os.path.join(REPO_ROOT, "tests", "cpp_serving_client.py")
 MAX_SEQ_LENGTH = 48
 ENGLISH = ["Héllo, WORLD! The café's naïve owner.", "東京 is big; isn't it?", "",

@@ -17,6 +17,8 @@ import export
 import squad
 import tokenization
 
+pytestmark = [pytest.mark.slow, pytest.mark.serving]
+
 CLASSIFIER_LENGTH = 16  # --max_seq_length of the classifier: buckets 4, 8, 12, 16.
 CLASSIFIER_LIMITS = export.RequestLimits(max_rows=4, max_tokens=48)  # 3 rows of 16, 12 of 4.
 SQUAD_LENGTH = 48

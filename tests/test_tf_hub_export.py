@@ -35,6 +35,8 @@ import extract_features
 import modeling
 import tokenization
 
+pytestmark = [pytest.mark.slow, pytest.mark.serving, pytest.mark.reference]
+
 CONSUMER = os.path.join(REPO_ROOT, "tests", "tf_hub_consumer.py")
 # Pairs whose truncation differs: a long text with a short one (both ways), two long ones.
 TEXTS = ENGLISH + ["Short one.", ENGLISH[3] + " and more"]

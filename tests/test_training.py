@@ -36,6 +36,8 @@ import optimization  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
 import training_loop  # pylint: disable=g-import-not-at-top
 
+pytestmark = pytest.mark.slow
+
 VOCAB_SIZE = 40
 SEQ_LENGTH = 8
 CONFIG = dict(vocab_size=VOCAB_SIZE, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,

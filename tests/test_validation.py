@@ -21,6 +21,8 @@ import modeling
 import tokenization
 import training_loop
 
+pytestmark = pytest.mark.slow
+
 SCRIPTS = ["run_pretraining", "run_classifier", "run_squad", "run_ner", "run_multiple_choice",
            "extract_features", "create_pretraining_data", "create_vocab", "convert_checkpoint"]
 CANDIDATES = ["-1", "0", "1", "2", "5", "0.5", "1.5", "nan", "inf", "abc", "4294967296"]
