@@ -36,6 +36,7 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
+import checkpoints
 import cli
 import errors
 import export
@@ -573,7 +574,7 @@ def main(_):
     raise errors.FlagError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
   atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
   bert = build_bert(bert_config)
-  report = modeling.init_from_checkpoint(bert, FLAGS.init_checkpoint)
+  report = checkpoints.init_from_checkpoint(bert, FLAGS.init_checkpoint)
   if report.missing:
     raise errors.FlagError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
                            (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))

@@ -23,12 +23,9 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import checkpoints
 import errors
 import packing
 
-# The original's modeling.py was where checkpoints were loaded; they now live in checkpoints.py.
-init_from_checkpoint = checkpoints.init_from_checkpoint
 
 # Additive attention bias for masked positions, as in the original.
 _MASK_ADDER = -10000.0

@@ -212,7 +212,7 @@ def _heldout_statistics(config: modeling.BertConfig, checkpoint: str, record_fil
   (a constant predictor has 1 and 0, so their mean, the balanced accuracy, is 0.5 whatever the
   label shares are)."""
   model = pretraining.build_model(config)
-  modeling.init_from_checkpoint(model, checkpoint)
+  checkpoints.init_from_checkpoint(model, checkpoint)
   token_counts = collections.Counter()
   label_by_prediction = np.zeros((2, 2))
   for features in pretraining.eval_dataset([record_file], 128, 20).batch(64):

@@ -163,7 +163,7 @@ def test_hf_to_google_loads_and_matches_numpy_forward(tmp_path, prefix, with_hea
   assert (tmp_path / "google" / "vocab.txt").exists()
   model = (modeling.BertPretrainingModel(config) if with_heads else modeling.BertModel(config))
   model.build()
-  report = modeling.init_from_checkpoint(model, prefix_written)
+  report = checkpoints.init_from_checkpoint(model, prefix_written)
   assert report.missing == [] and report.unused == []
 
   input_ids, input_mask, token_type_ids = _inputs()

@@ -41,7 +41,7 @@ def bert(model_dir):
   config = modeling.BertConfig.from_json_file(os.path.join(model_dir, "bert_config.json"))
   model = modeling.BertModel(config, name="bert")
   model.build()
-  modeling.init_from_checkpoint(model, os.path.join(model_dir, "bert_model.ckpt"))
+  checkpoints.init_from_checkpoint(model, os.path.join(model_dir, "bert_model.ckpt"))
   return model
 
 

@@ -231,7 +231,7 @@ def test_mixed_precision_keeps_float32_variables_and_close_outputs(tmp_path):
   try:
     model = modeling.BertPretrainingModel(config)
     model.build()
-    modeling.init_from_checkpoint(model, prefix)
+    checkpoints.init_from_checkpoint(model, prefix)
     got = model(ids, mask, types)
   finally:
     keras.mixed_precision.set_dtype_policy("float32")
@@ -404,7 +404,7 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
   for path in (prefix, str(tmp_path)):
     target = modeling.BertPretrainingModel(config)
     target.build()
-    report = modeling.init_from_checkpoint(target, path)
+    report = checkpoints.init_from_checkpoint(target, path)
     assert report.checkpoint == prefix and not report.unused and not report.missing
     got = target(ids, mask, types)
     for name in ("sequence_output", "pooled_output", "masked_lm_logits", "next_sentence_logits"):
@@ -412,7 +412,7 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
   # The encoder alone takes the `bert/` variables and reports the heads as unused.
   encoder = modeling.BertModel(config)
   encoder.build()
-  report = modeling.init_from_checkpoint(encoder, prefix)
+  report = checkpoints.init_from_checkpoint(encoder, prefix)
   assert report.unused and all(name.startswith("cls/") for name in report.unused)
   np.testing.assert_array_equal(encoder(ids, mask, types)["pooled_output"], want["pooled_output"])
 
@@ -430,7 +430,7 @@ def test_training_state_is_stored_and_not_reported_as_unused(tmp_path):
   reader = tf.train.load_checkpoint(prefix)
   assert reader.get_variable_to_dtype_map()["global_step"] == tf.int64
   assert reader.get_tensor("global_step") == 123
-  report = modeling.init_from_checkpoint(_built(modeling.BertModel(config)), prefix)
+  report = checkpoints.init_from_checkpoint(_built(modeling.BertModel(config)), prefix)
   assert report.unused == ["some/other/variable"]
   assert report.missing == ["bert/pooler/dense/bias"]
   assert len(report.loaded) == len(variables) - 1
@@ -450,14 +450,14 @@ def test_shape_mismatch_names_the_variable_and_both_shapes(tmp_path):
   target = _built(modeling.BertModel(tiny_config()))
   target.embeddings.word_embeddings.assign(before + 1)
   with pytest.raises(ValueError, match=r"bert/pooler/dense/kernel.*\[32, 16\].*\[32, 32\]"):
-    modeling.init_from_checkpoint(target, prefix)
+    checkpoints.init_from_checkpoint(target, prefix)
   # Nothing was assigned before the error.
   np.testing.assert_array_equal(target.embeddings.word_embeddings.numpy(), before + 1)
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path):
   with pytest.raises(ValueError, match="no checkpoint"):
-    modeling.init_from_checkpoint(_built(modeling.BertModel(tiny_config())),
+    checkpoints.init_from_checkpoint(_built(modeling.BertModel(tiny_config())),
                                   str(tmp_path / "nothing.ckpt"))
 
 
@@ -469,7 +469,7 @@ def test_google_chinese_checkpoint_layout_loads_completely(chinese_bert_dir, tmp
   prefix = checkpoints.write_checkpoint(tensors, str(tmp_path / "bert_model.ckpt"))
   config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
   model = _built(modeling.BertPretrainingModel(config))
-  report = modeling.init_from_checkpoint(model, str(tmp_path))
+  report = checkpoints.init_from_checkpoint(model, str(tmp_path))
   assert not report.unused and not report.missing
   assert len(report.loaded) == len(google) == 206
   for name in ("bert/embeddings/word_embeddings", "cls/seq_relationship/output_weights",

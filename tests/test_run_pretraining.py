@@ -250,7 +250,7 @@ def test_cli_resumes_after_sigkill_and_stops_at_num_train_steps(tmp_path, caplog
   assert len(state.all_model_checkpoint_paths) == 3
   for prefix in state.all_model_checkpoint_paths:
     model = pretraining.build_model(modeling.BertConfig.from_dict(CONFIG))
-    report = modeling.init_from_checkpoint(model, prefix)
+    report = checkpoints.init_from_checkpoint(model, prefix)
     assert not report.missing and not report.unused
   results = read_eval_results(str(output_dir / "eval_results.txt"))
   assert results["global_step"] == 400
@@ -290,7 +290,7 @@ def test_cli_lamb_trains_and_saves_adam_slots(tmp_path, caplog):
     if variable.trainable:
       assert shapes[name + "/adam_m"] == shapes[name + "/adam_v"] == list(variable.shape), name
   assert np.any(reader.get_tensor("bert/encoder/layer_1/output/dense/kernel/adam_v") != 0)
-  report = modeling.init_from_checkpoint(model, str(output_dir / "model.ckpt-20"))
+  report = checkpoints.init_from_checkpoint(model, str(output_dir / "model.ckpt-20"))
   assert not report.missing and not report.unused
 
 

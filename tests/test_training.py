@@ -1,4 +1,4 @@
-"""Tests for training.py: checkpoints and resume, NaN handling, evaluate/predict, strategies.
+"""Tests for training_loop.py: checkpoints and resume, NaN handling, evaluate/predict, strategies.
 
 The strategy tests run this file as a script in subprocesses (two logical CPU devices must be
 configured before TensorFlow starts; multi-worker needs one process per worker) and compare the
@@ -173,7 +173,7 @@ def test_checkpoints_hold_google_names_slots_and_step(reference):
   assert set(values) == model_names | {"global_step"} | {
       n + s for n in model_names for s in ("/adam_m", "/adam_v")}
   # The checkpoint is a valid init_checkpoint for a fresh model.
-  report = modeling.init_from_checkpoint(model_fn(), result.checkpoint)
+  report = checkpoints.init_from_checkpoint(model_fn(), result.checkpoint)
   assert not report.missing and not report.unused
 
 
@@ -224,7 +224,7 @@ def test_lamb_checkpoints_its_moments_as_adam_slots_and_resumes_exactly(referenc
                          reference[2]["output_weights"], rtol=1e-3)
   expected = checkpoint_values(straight.checkpoint)
   assert set(expected) == set(checkpoint_values(reference[1].checkpoint))  # the same names
-  report = modeling.init_from_checkpoint(model_fn(), straight.checkpoint)
+  report = checkpoints.init_from_checkpoint(model_fn(), straight.checkpoint)
   assert not report.missing and not report.unused
   # A fresh optimizer of the same kind restores its moments from the adam_m/adam_v entries.
   model = model_fn()
