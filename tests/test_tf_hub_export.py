@@ -101,7 +101,7 @@ def hub_pair(tmp_path_factory):
   consumer = run_client(CONSUMER, root, {
       "encoder": encoder_dir, "preprocessor": preprocessor_dir, "texts": TEXTS,
       "texts_b": TEXTS_B, "seq_length": PACK_LENGTH, "train_texts": TRAIN_TEXTS,
-      "train_labels": [1, 0] * (len(TRAIN_TEXTS) // 2), "epochs": 12})
+      "train_labels": [1, 0] * (len(TRAIN_TEXTS) // 2), "epochs": 16})
   features = padded_ids(tokenizer, TEXTS, length=SEQ_LENGTH)
   hub_ids = extract_features.tf_hub_inputs(ids_inputs(features))
   served = run_cpp_client(root, [
@@ -158,10 +158,11 @@ def test_tutorial_classifier_fine_tunes_the_encoder(hub_pair):
   consumer = hub_pair["consumer"]
   assert consumer["trainable_weights"] == len(hub_pair["bert"].trainable_weights)
   assert consumer["max_weight_change"] > 1e-3
-  # Dropout stays on while it trains (a step's loss can jump), so the bar is the best of the
-  # last three steps, well below the first.
+  # At this rate (Adam, 1e-2) the loss hovers near log(2) for 6 to 10 steps, then falls to
+  # about 0.05 within three; with dropout on, a step's loss can jump, so the bar is the best of
+  # the last three steps against the first.
   losses = consumer["losses"]
-  assert min(losses[-3:]) < 0.7 * losses[0], losses
+  assert min(losses[-3:]) < 0.5 * losses[0], losses
 
 
 def test_cpp_loader_serves_both_handles(hub_pair):
