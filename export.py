@@ -408,47 +408,60 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
   bucket, then a batch of up to 8 rows.
 
   String inputs get texts of `module.warmup_text(num_words)` (shared between the inputs of a
-  pair); int32 id inputs (`module.id_inputs`) get the encoder's ids of the same texts, so every
-  request is valid for the model. An input of higher rank (multiple choice's [batch, endings])
-  gets each row twice, which counts twice against `limits.max_tokens`.
+  pair), each with as many words as fit its bucket with the texts beside it in the row (a word
+  can be several tokens, so the count comes from the encoder); int32 id inputs
+  (`module.id_inputs`) get the encoder's ids of the same texts, so every request is valid for the
+  model. An input of higher rank (multiple choice's [batch, endings]) gets each row twice, which
+  counts twice against `limits.max_tokens`.
   """
   encoder, limits = module.encoder, module.limits
   id_names = dict(zip(module.id_inputs, ID_INPUTS))
-  batches = []  # (signature name, its input specs, their ranks, the batch's texts)
+  texts_by_words = [module.warmup_text(num_words)
+                    for num_words in range(1, encoder.max_seq_length + 1)]
+  rows = _encoded_rows(encoder, texts_by_words)
+  # Tokens of the warmup text of n words at index n - 1, without [CLS] and [SEP].
+  text_tokens = [len(rows[text]["input_ids"]) - 2 for text in texts_by_words]
+  requests = []
   for name in sorted(signatures):
     specs = {spec.name: spec for spec in tf.nest.flatten(
         signatures[name].structured_input_signature)}
     ranks = {input_name: module.ids_rank if input_name in id_names else len(spec.shape)
              for input_name, spec in specs.items()}
-    num_texts = sum(spec.dtype == tf.string for spec in specs.values())
-    for batch in _warmup_batches(encoder, 2 if max(ranks.values()) > 2 else 1, limits):
-      texts = [module.warmup_text(max(1, (length - 3) // max(1, num_texts))) for length in batch]
-      batches.append((name, specs, ranks, texts))
-  rows = _encoded_rows(encoder, sorted({text for _, specs, _, texts in batches
-                                        if set(specs) & set(id_names) for text in texts}))
-  requests = []
-  for name, specs, ranks, texts in batches:
-    inputs = {}
-    for input_name, spec in specs.items():
-      if spec.dtype == tf.string:
-        value = np.array([text.encode("utf-8") for text in texts], dtype=object)
-      elif input_name in id_names:
-        value = _padded_rows(encoder, [rows[text][id_names[input_name]] for text in texts])
-      else:
-        raise ValueError("No warmup value for input %r of signature %r" % (input_name, name))
-      while value.ndim < ranks[input_name]:
-        value = np.stack([value, value], axis=1)
-      inputs[input_name] = value
-    requests.append((name, inputs))
+    num_texts = max(1, sum(spec.dtype == tf.string for spec in specs.values()))
+    # A row of rank 2 (ids) or 1 (strings) stands for one example; a higher rank repeats it twice.
+    copies = 2 if any(ranks[input_name] > (2 if input_name in id_names else 1)
+                      for input_name in specs) else 1
+    for batch in _warmup_batches(encoder, copies, limits):
+      texts = [texts_by_words[_words_that_fit(text_tokens, length, num_texts) - 1]
+               for length in batch]
+      inputs = {}
+      for input_name, spec in specs.items():
+        if spec.dtype == tf.string:
+          value = np.array([text.encode("utf-8") for text in texts], dtype=object)
+        elif input_name in id_names:
+          value = _padded_rows(encoder, [rows[text][id_names[input_name]] for text in texts])
+        else:
+          raise ValueError("No warmup value for input %r of signature %r" % (input_name, name))
+        while value.ndim < ranks[input_name]:
+          value = np.stack([value, value], axis=1)
+        inputs[input_name] = value
+      requests.append((name, inputs))
   return requests
+
+
+def _words_that_fit(text_tokens: Sequence[int], length: int, num_texts: int) -> int:
+  """The most words (at least one) for each of num_texts texts that share a row of `length`
+  positions with their special tokens ([CLS] and a [SEP] per text); text_tokens[n - 1] is the
+  number of tokens of the n-word text."""
+  fitting = [num_words for num_words, tokens in enumerate(text_tokens, start=1)
+             if num_texts * tokens + num_texts + 1 <= length]
+  return max(fitting, default=1)
 
 
 def _encoded_rows(encoder: tf.Module, texts: Sequence[str]) -> dict[str, dict[str, np.ndarray]]:
   """text -> feature name -> its row up to its last real token, from one encoder call on all
   texts: an eager call per batch costs about 0.3 s on the tokenizer's many small ops, and a row's
   values at its real positions do not depend on the rows beside it."""
-  if not texts:
-    return {}
   features = {name: value.numpy().astype(np.int32)
               for name, value in encoder(tf.constant(list(texts))).items()}
   lengths = features["input_mask"].sum(axis=1)

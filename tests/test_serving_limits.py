@@ -14,6 +14,8 @@ from conftest import shared_path
 from test_serving import ids_inputs, run_cpp_client, texts_input, tiny_config, warmup_requests
 import classifier
 import export
+import modeling
+import multiple_choice
 import squad
 import tokenization
 
@@ -23,6 +25,11 @@ CLASSIFIER_LENGTH = 16  # --max_seq_length of the classifier: buckets 4, 8, 12, 
 CLASSIFIER_LIMITS = export.RequestLimits(max_rows=4, max_tokens=48)  # 3 rows of 16, 12 of 4.
 SQUAD_LENGTH = 48
 SQUAD_LIMITS = export.RequestLimits(max_rows=4, max_tokens=96)  # 2 windows of 48.
+# Limits at a bucket of a longer model, whose warmup texts of bucket 48 must not tokenize past 48
+# positions (a word can be several tokens: "river." is two), nor multiple choice's pairs past 48
+# (each row counts twice there: 2 x 48 = 96).
+LONG_CLASSIFIER_LENGTH, LONG_CLASSIFIER_LIMITS = 128, export.RequestLimits(8, 48)
+CHOICE_LENGTH, CHOICE_LIMITS = 64, export.RequestLimits(8, 96)
 # 20 words of one sub-token each: [CLS] + 20 + [SEP] is cut to 16 positions.
 LONG = "the cat sat on the mat and the dog ran to the park with a red ball in its big mouth"
 # "Why?" is 2 sub-tokens, so a window holds 48 - 2 - 3 = 43 context tokens; 100 tokens every 16
@@ -108,8 +115,18 @@ def served(tmp_path_factory):
                                n_best_size=20, max_answer_length=10)
   squad_task = squad.SquadTask(config, tokenizer, options, str(root / "s"))
   squad_path = squad_task.export(squad_task.build_model(), str(root / "s"), limits=SQUAD_LIMITS)
+  long_config = modeling.BertConfig.from_dict(dict(config.to_dict(), max_position_embeddings=128))
+  long_task = classifier.ClassifierTask(long_config, processor, tokenizer, None, str(root / "l"),
+                                        LONG_CLASSIFIER_LENGTH)
+  long_path = long_task.export(long_task.build_model(), str(root / "l"),
+                               limits=LONG_CLASSIFIER_LIMITS)
+  choice_task = multiple_choice.MultipleChoiceTask(long_config, tokenizer, str(root),
+                                                   str(root / "m"), CHOICE_LENGTH)
+  choice_path = choice_task.export(choice_task.build_model(), str(root / "m"),
+                                   limits=CHOICE_LIMITS)
   jobs = {"classifier": (classifier_path, {**CLASSIFIER_REQUESTS, **RANK_REQUESTS}),
-          "squad": (squad_path, SQUAD_REQUESTS)}
+          "squad": (squad_path, SQUAD_REQUESTS), "long classifier": (long_path, {}),
+          "multiple choice": (choice_path, {})}
   warmups = {name: warmup_requests(path) for name, (path, _) in jobs.items()}
   results = run_cpp_client(str(root), [
       {"saved_model": path, "requests": [request for request, _ in requests.values()] +
@@ -137,7 +154,9 @@ def test_requests_over_a_limit_fail_naming_the_input_and_at_it_are_answered(serv
 
 def test_warmup_requests_stay_within_the_limits(served):
   """Every warmup request is answered, and holds at most the export's rows (ids: positions)."""
-  for name, limits in (("classifier", CLASSIFIER_LIMITS), ("squad", SQUAD_LIMITS)):
+  for name, limits in (("classifier", CLASSIFIER_LIMITS), ("squad", SQUAD_LIMITS),
+                       ("long classifier", LONG_CLASSIFIER_LIMITS),
+                       ("multiple choice", CHOICE_LIMITS)):
     warmup = served[name + " warmup"]
     assert len(warmup) > 4
     for request, answer in warmup:
