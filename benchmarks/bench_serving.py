@@ -44,8 +44,9 @@ flags.DEFINE_string("sst2_file", os.path.join(SHARED_DIR, "glue", "SST-2", "trai
                     "SST-2 training file (header `sentence\\tlabel`); the sentences are requests.")
 flags.DEFINE_string("vocab_file", os.path.join(SHARED_DIR, "fixtures", "uncased_vocab",
                                                "vocab.txt"), "Uncased WordPiece vocab.")
-flags.DEFINE_enum("model", "minilm", ["minilm", "base"],
-                  "Model shape: minilm = all-MiniLM-L6-v2's (L=6, H=384, A=12), base = BERT-Base.")
+flags.DEFINE_enum("model", "minilm", ["minilm", "base", "tiny"],
+                  "Model shape: minilm = all-MiniLM-L6-v2's (L=6, H=384, A=12), base = BERT-Base, "
+                  "tiny = L=2, H=64, A=4 (checks that the script runs; its times mean little).")
 flags.DEFINE_integer("max_seq_length", 128, "The export's max_seq_length.")
 flags.DEFINE_integer("num_requests", 200, "One-sentence requests per system (latency).")
 flags.DEFINE_integer("batch_size", 32, "Sentences per request for the throughput measurement.")
@@ -59,6 +60,10 @@ flags.DEFINE_string("export_root", "/tmp/bench_serving", "Where the exports are 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512,
               type_vocab_size=2)
+TINY = dict(MINILM, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+            intermediate_size=128)
+SHAPES = {"minilm": MINILM, "base": bench_model.BERT_BASE, "tiny": TINY}
+SHAPE_NAMES = {"minilm": "all-MiniLM-L6-v2", "base": "BERT-Base", "tiny": "tiny-BERT"}
 
 
 def read_sentences(path: str) -> list[str]:
@@ -128,7 +133,7 @@ def main(argv):
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(threads)
   sentences = read_sentences(FLAGS.sst2_file)
-  config = modeling.BertConfig.from_dict(bench_model.BERT_BASE if FLAGS.model == "base" else MINILM)
+  config = modeling.BertConfig.from_dict(SHAPES[FLAGS.model])
   task = classifier.ClassifierTask(config, classifier.get_processor("sst-2"),
                                    tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
                                    FLAGS.export_root, FLAGS.max_seq_length)
@@ -166,7 +171,7 @@ def main(argv):
         "thread(s) for each system, %d cores. Latency: %d one-sentence requests from SST-2 "
         "train.tsv (median %d words); throughput: %d batches of %d. Largest probability "
         "difference from the dynamic float32 export: padded %.1e%s." % (
-            "BERT-Base" if FLAGS.model == "base" else "all-MiniLM-L6-v2", config.num_hidden_layers,
+            SHAPE_NAMES[FLAGS.model], config.num_hidden_layers,
             config.hidden_size, config.num_attention_heads, FLAGS.max_seq_length, threads,
             os.cpu_count(), len(singles), int(np.median(tokens)), len(batches), FLAGS.batch_size,
             difference(before), ", bfloat16 %.1e" % difference("ours, dynamic padding, bfloat16")

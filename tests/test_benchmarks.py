@@ -22,6 +22,7 @@ def test_bench_serving_exports_and_serves_both_paddings_and_bfloat16(tmp_path):
   completed = subprocess.run(
       [sys.executable, os.path.join(REPO_ROOT, "benchmarks", "bench_serving.py"),
        "--num_requests=3", "--num_batches=1", "--batch_size=4", "--threads=1", "--nopeer",
+       "--model=tiny",
        "--export_root=" + str(tmp_path)], capture_output=True, text=True, timeout=600)
   assert completed.returncode == 0, completed.stderr[-2000:]
   rows = {line.split(" | ")[0].lstrip("| "): line for line in completed.stdout.splitlines()
