@@ -23,9 +23,13 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import checkpoints
 import errors
 import packing
 
+# The project's interface (../shared/checks/interface.py) names modeling.init_from_checkpoint beside
+# BertConfig and BertModel; the loading itself lives in checkpoints.py.
+init_from_checkpoint = checkpoints.init_from_checkpoint
 
 # Additive attention bias for masked positions, as in the original.
 _MASK_ADDER = -10000.0
