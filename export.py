@@ -474,9 +474,7 @@ def _padded_rows(encoder: tf.Module, rows: Sequence[np.ndarray]) -> np.ndarray:
   with `dynamic_padding` to the smallest length bucket that holds the longest row."""
   width = encoder.max_seq_length
   if encoder.dynamic_padding:
-    longest = max([1] + [len(row) for row in rows])
-    width = min(length for length in in_graph_tokenization.padded_length_buckets(width)
-                if length >= longest)
+    width = int(in_graph_tokenization.padded_length([len(row) for row in rows], width))
   padded = np.zeros([len(rows), width], np.int32)
   for index, row in enumerate(rows):
     padded[index, :len(row)] = row
