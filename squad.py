@@ -898,11 +898,23 @@ _SQUAD_WHITESPACE_RE = "[ \\t\\r\\n\\x{202F}]+"
 _SPACE = 32
 
 
+def _per_value(ragged: tf.RaggedTensor, row_values: tf.Tensor) -> tf.Tensor:
+  """row_values[i] for every value of row i of `ragged` (flat, like `ragged.values`).
+
+  Comparing a ragged tensor with a [B, 1] column directly broadcasts through ragged shapes, whose
+  graph is many times larger (each such op took about half a second to trace)."""
+  return tf.gather(row_values, ragged.value_rowids())
+
+
 def _ragged_take(ragged: tf.RaggedTensor, begin: tf.Tensor, end: tf.Tensor) -> tf.RaggedTensor:
   """Row i of the result is ragged[i, begin[i]:end[i] + 1] (inclusive end)."""
-  positions = tf.ragged.range(ragged.row_lengths())
-  keep = tf.logical_and(positions >= tf.expand_dims(begin, 1), positions <= tf.expand_dims(end, 1))
-  return tf.ragged.boolean_mask(ragged, keep)
+  position = (tf.range(tf.size(ragged.values, out_type=tf.int64)) -
+              _per_value(ragged, ragged.row_starts()))
+  keep = tf.logical_and(position >= _per_value(ragged, tf.cast(begin, tf.int64)),
+                        position <= _per_value(ragged, tf.cast(end, tf.int64)))
+  return tf.RaggedTensor.from_value_rowids(
+      tf.boolean_mask(ragged.values, keep), tf.boolean_mask(ragged.value_rowids(), keep),
+      nrows=ragged.nrows(), validate=False)
 
 
 def _row_values(ragged: tf.RaggedTensor, index: tf.Tensor) -> tf.Tensor:
@@ -1201,7 +1213,9 @@ class SquadServingModule(export.ServingModule):
 
     def context_offset(char_position):
       # Only the one word holding the position is located in the context: one prefix per row.
-      word = tf.reduce_sum(tf.cast(word_offsets <= char_position[:, None], tf.int64), axis=1) - 1
+      before = word_offsets.with_flat_values(tf.cast(
+          word_offsets.values <= _per_value(word_offsets, char_position), tf.int64))
+      word = tf.reduce_sum(before, axis=1) - 1
       begin_byte = _row_values(windows.word_begin_bytes, word_start + word)
       begin_char = tf.strings.length(tf.strings.substr(context, tf.zeros_like(begin_byte),
                                                        begin_byte), unit="UTF8_CHAR")
