@@ -515,6 +515,20 @@ class BertInputEncoder(tf.Module):
           max_bytes_per_word=_MAX_BYTES_PER_WORD, token_out_type=tf.int32,
           unknown_token=tokenization.UNK_TOKEN, no_pretokenization=True,
           support_detokenization=False)
+    # One function, traced once per encoder however often a signature tokenizes (both texts of a
+    # pair, a question and its context, the fallback of `tokenize_leading_words`): each use is a
+    # call of it, which TensorFlow inlines when it optimizes the graph it runs. Building the
+    # tokenizer's graph again for each use took most of an export's time on a small model. It
+    # reads only what is fixed above, so one trace serves every call. A plain function holds it:
+    # tf.saved_model.save would also save a tf.function attribute of the encoder, putting the
+    # tokenizer into exports that have no text input (the TF Hub encoder).
+    traced_tokenize = tf.function(self._tokenize_texts, autograph=False,
+                                  input_signature=[tf.TensorSpec([None], tf.string)])
+
+    def tokenize_once_traced(texts: tf.Tensor) -> tf.RaggedTensor:
+      return traced_tokenize(texts)
+
+    self._tokenize = tokenize_once_traced
 
   def tokenize(self, texts) -> tf.RaggedTensor:
     """UTF-8 strings [B] -> ragged int32 ids [B, (pieces)], as `FullTokenizer.tokenize_to_ids`
@@ -538,8 +552,8 @@ class BertInputEncoder(tf.Module):
     with_mask = _ragged_prefix(with_mask, with_mask.row_lengths() - tf.cast(is_last, tf.int64))
     return parts.with_flat_values(with_mask).merge_dims(1, 2)
 
-  def _tokenize(self, texts: tf.Tensor) -> tf.RaggedTensor:
-    """`tokenize` without `keep_mask_token`."""
+  def _tokenize_texts(self, texts: tf.Tensor) -> tf.RaggedTensor:
+    """`tokenize` without `keep_mask_token` (`_tokenize` runs it)."""
     if self._sentencepiece is not None:
       texts = lower_case(texts, self._tables) if self._do_lower_case else _reencode(texts)
       return self._sentencepiece.tokenize(texts)
