@@ -455,6 +455,17 @@ class _Evaluations:
     since = len(self.history) - 1 - (self.history.index(best) if best else -1)
     return since >= patience
 
+  def stops_early_at(self, step: int) -> bool:
+    """`should_stop` after the evaluation at `step`, saying so in the log when it does."""
+    if not self.should_stop():
+      return False
+    best = self.best() or {"step": None, "metrics": {}}
+    metric = self.config.early_stopping_metric
+    logging.info("Stopping early at step %d: %s did not improve in %d evaluations (best %s at "
+                 "step %s)", step, metric, self.config.early_stopping_patience,
+                 best["metrics"].get(metric), best["step"])
+    return True
+
   def run(self, model: keras.Model, step: int) -> None:
     """Evaluates, logs and writes the scalars, records the evaluation, keeps the best."""
     metrics = {name: float(value) for name, value in self.evaluate_fn(model).items()}
@@ -557,14 +568,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
   keras.utils.set_random_seed(config.random_seed)
   with strategy.scope():
     model = model_fn()
-    if optimizer_fn is None:
-      optimizer = optimization.create_optimizer(
-          config.learning_rate, config.num_train_steps - config.phase_start_step,
-          config.num_warmup_steps, compute_dtype=keras.mixed_precision.global_policy().name,
-          optimizer_name=config.optimizer, schedule_start_step=config.phase_start_step,
-          schedule=config.lr_schedule)
-    else:
-      optimizer = optimizer_fn()
+    optimizer = optimizer_fn() if optimizer_fn is not None else _optimizer(config)
     named_variables = checkpoints.training_state_variables(model, optimizer)
 
   step, restored = _restore_or_initialize(model, named_variables, config)
@@ -588,24 +592,11 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
                  ", stopped early" if step < config.num_train_steps else "")
     return TrainResult(model, step, restored, {}, 0.0, **evaluation_results())
 
-  # One stream for every run: a resumed run skips (reads, does not train on) the batches before.
-  dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
-      step - config.phase_start_step)
-  if config.pack_sequences:
-    dataset = _packed(dataset, strategy.num_replicas_in_sync * config.gradient_accumulation_steps)
-  if config.gradient_accumulation_steps > 1:
-    dataset = dataset.map(lambda features: _split_micro_batches(
-        features, config.gradient_accumulation_steps))
-  iterator = iter(_distribute(strategy, dataset))
+  iterator = _training_iterator(strategy, dataset_fn, config, step)
   trainer = _Trainer(strategy, model, optimizer,
                      _on_merged_groups(loss_fn) if config.pack_sequences else loss_fn,
                      config.use_xla, config.gradient_accumulation_steps)
-  try:
-    writer = (tf.summary.create_file_writer(config.output_dir) if chief else
-              tf.summary.create_noop_writer())
-  except tf.errors.OpError as error:
-    raise errors.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
-                               (config.output_dir, errors.first_line(error))) from error
+  writer = _summary_writer(config.output_dir, chief)
   try:
     first_step, metrics, prefix, loop_rates = step, {}, None, []
     seconds_per_step = None
@@ -624,27 +615,14 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
       loop_seconds = time.time() - loop_start
       seconds_per_step = loop_seconds / num_steps
       step += num_steps
-      if not all(math.isfinite(value) for value in metrics.values()):
-        last = checkpoints.latest_checkpoint(config.output_dir)
-        raise errors.TrainingError(
-            "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
-            (metrics.get("loss"), step - num_steps + 1, step, metrics, last or "(none)"))
+      _check_finite(metrics, step - num_steps + 1, step, config.output_dir)
       examples_per_second = num_steps * config.train_batch_size / max(loop_seconds, 1e-9)
       loop_rates.append(examples_per_second)
       _write_summaries(writer, step, metrics, _learning_rate(optimizer), examples_per_second)
-      progress.update(step, "loss %.4f%s, %.1f examples/s" % (
-          metrics["loss"],
-          "".join(", %s %.4f" % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
-          examples_per_second))
+      progress.update(step, _progress_line(metrics, examples_per_second))
       if step == next_eval:
         evaluations.run(model, step)
-        stop = evaluations.should_stop()
-        if stop:
-          best = evaluations.best() or {"step": None, "metrics": {}}
-          logging.info("Stopping early at step %d: %s did not improve in %d evaluations (best "
-                       "%s at step %s)", step, config.early_stopping_metric,
-                       config.early_stopping_patience,
-                       best["metrics"].get(config.early_stopping_metric), best["step"])
+        stop = evaluations.stops_early_at(step)
       if chief and (step % config.save_checkpoints_steps == 0 or step == config.num_train_steps
                     or stop):
         prefix = checkpoints.save_training_checkpoint(named_variables, config.output_dir, step,
@@ -657,6 +635,57 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
     if evaluations:
       evaluations.writer.close()
   return TrainResult(model, step, prefix, metrics, rate, loop_rates, **evaluation_results())
+
+
+def _optimizer(config: TrainConfig) -> keras.optimizers.Optimizer:
+  """The optimizer and learning rate schedule the config names, for this phase's steps."""
+  return optimization.create_optimizer(
+      config.learning_rate, config.num_train_steps - config.phase_start_step,
+      config.num_warmup_steps, compute_dtype=keras.mixed_precision.global_policy().name,
+      optimizer_name=config.optimizer, schedule_start_step=config.phase_start_step,
+      schedule=config.lr_schedule)
+
+
+def _training_iterator(strategy, dataset_fn, config: TrainConfig, step: int):
+  """The distributed iterator over the global batches from `step` on (packed, split into
+  micro-batches as the config says). One stream for every run: a resumed run skips (reads, does
+  not train on) the batches before its step."""
+  dataset = dataset_fn(config.train_batch_size, config.random_seed).skip(
+      step - config.phase_start_step)
+  if config.pack_sequences:
+    dataset = _packed(dataset, strategy.num_replicas_in_sync * config.gradient_accumulation_steps)
+  if config.gradient_accumulation_steps > 1:
+    dataset = dataset.map(lambda features: _split_micro_batches(
+        features, config.gradient_accumulation_steps))
+  return iter(_distribute(strategy, dataset))
+
+
+def _summary_writer(output_dir: str, chief: bool):
+  """TensorBoard's writer into output_dir on the chief (a no-op writer on the other workers)."""
+  try:
+    return (tf.summary.create_file_writer(output_dir) if chief else
+            tf.summary.create_noop_writer())
+  except tf.errors.OpError as error:
+    raise errors.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
+                               (output_dir, errors.first_line(error))) from error
+
+
+def _progress_line(metrics: dict, examples_per_second: float) -> str:
+  """The loss, the other metrics (by name) and the speed of the last call into the graph."""
+  return "loss %.4f%s, %.1f examples/s" % (
+      metrics["loss"],
+      "".join(", %s %.4f" % (k, v) for k, v in sorted(metrics.items()) if k != "loss"),
+      examples_per_second)
+
+
+def _check_finite(metrics: dict, first_step: int, last_step: int, output_dir: str) -> None:
+  """Stops training when the loss or a metric of steps first_step..last_step is NaN or Inf,
+  naming the last good checkpoint."""
+  if not all(math.isfinite(value) for value in metrics.values()):
+    last = checkpoints.latest_checkpoint(output_dir)
+    raise errors.TrainingError(
+        "loss is %s in steps %d-%d (metrics %s); stopped. The last good checkpoint is %s" %
+        (metrics.get("loss"), first_step, last_step, metrics, last or "(none)"))
 
 
 def _loop_steps(strategy, config: TrainConfig, step: int,
