@@ -902,7 +902,7 @@ def _per_value(ragged: tf.RaggedTensor, row_values: tf.Tensor) -> tf.Tensor:
   """row_values[i] for every value of row i of `ragged` (flat, like `ragged.values`).
 
   Comparing a ragged tensor with a [B, 1] column directly broadcasts through ragged shapes, whose
-  graph is many times larger (each such op took about half a second to trace)."""
+  graph is many times larger and slow to build; gathering each row's value is one op."""
   return tf.gather(row_values, ragged.value_rowids())
 
 
