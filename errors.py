@@ -211,11 +211,13 @@ DATA_FILE_FLAGS = ("input_file", "phase2_input_file", "train_file", "dev_file", 
 OUTPUT_FLAGS = {"output_file": OUTPUT_FILE, "output_dir": OUTPUT_CONTAINER,
                 "export_dir": OUTPUT_CONTAINER}
 # The names the scripts give what they write into an output directory (feature caches, results,
-# predictions, label lists, checkpoints): an input there under such a name would be replaced.
+# predictions, label lists, checkpoints, TensorBoard events): an input there under such a name
+# would be replaced, or read while the run writes it.
 NAMES_WRITTEN_IN_OUTPUT_DIRS = ("*.tf_record", "*_results.txt", "*_results.tsv",
                                 "*_predictions.txt", "*_conlleval.txt", "*predictions.json",
                                 "null_odds.json", "label_list.txt", "tag_list.txt", "checkpoint",
-                                "model.ckpt-*", "training_settings.json")
+                                "model.ckpt-*", "training_settings.json",
+                                "events.out.tfevents.*")
 
 # An output flag's kind, or a function of the flags giving (kind, paths) where the paths are not
 # the flag's value as it stands (shard suffixes).

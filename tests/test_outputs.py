@@ -396,6 +396,10 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
   squad_dir.mkdir()
   (ner_dir / "test_predictions.txt").write_text("alice B-PER\n\n")
   (squad_dir / "train.tf_record").write_text('{"version": "v1.1", "data": []}\n')
+  records_dir = tmp_path / "records"  # Records and the TensorBoard file of a run resumed there.
+  records_dir.mkdir()
+  (records_dir / "part-0.tfrecord").write_bytes(b"")
+  (records_dir / "events.out.tfevents.1700000000.host").write_bytes(b"")
   runs = {
       "run_ner.py test file named as its predictions, in output_dir": (
           "run_ner.py", ["--data_dir=%s" % ner_dir, "--test_file=test_predictions.txt",
@@ -431,6 +435,10 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
       "run_pretraining.py output_dir a file": (
           "run_pretraining.py", ["--do_eval", "--input_file=" + files["corpus"],
                                  "--max_predictions_per_seq=4", "--output_dir=%s" % a_file,
+                                 *model]),
+      "run_pretraining.py input glob covering its output_dir's TensorBoard file": (
+          "run_pretraining.py", ["--do_train", "--input_file=%s/*" % records_dir,
+                                 "--max_predictions_per_seq=4", "--output_dir=%s" % records_dir,
                                  *model]),
       "demo.py output_dir a file": ("demo.py", ["--output_dir=%s" % a_file, "--size=tiny"]),
   }
