@@ -31,7 +31,7 @@ import shutil
 import socket
 import stat
 import time
-from typing import Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Collection, Iterator, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -43,6 +43,18 @@ _TEMPORARY_MARK = ".tmp-"
 _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _ASIDE_SUFFIX = ".old"  # An old directory moved aside while a new one takes its name.
+
+# What an output names (`check_run_paths`): a file or a directory written whole (replacing what
+# was there), or a directory that outputs are written into.
+OUTPUT_FILE, OUTPUT_DIRECTORY, OUTPUT_CONTAINER = "file", "directory", "container"
+# The names the scripts give what they write into an output directory (feature caches, results,
+# predictions, label lists, checkpoints, TensorBoard events): a data file there under such a name
+# would be replaced, or read while the run writes it.
+NAMES_WRITTEN_IN_OUTPUT_DIRS = ("*.tf_record", "*_results.txt", "*_results.tsv",
+                                "*_predictions.txt", "*_conlleval.txt", "*predictions.json",
+                                "null_odds.json", "label_list.txt", "tag_list.txt", "checkpoint",
+                                "model.ckpt-*", "training_settings.json",
+                                "events.out.tfevents.*")
 
 
 def _tensorflow():
@@ -333,7 +345,7 @@ def _check_output_kind(what: str, kind: str, path: str) -> None:
   """An existing local `path` is of the kind the output is (a regular file for a file)."""
   if file_patterns.is_remote(path) or not os.path.exists(path):
     return
-  if kind == errors.OUTPUT_FILE:
+  if kind == OUTPUT_FILE:
     if os.path.isdir(path):
       raise errors.FlagError("%s=%s is a directory: it must name a file" % (what, path))
     if not stat.S_ISREG(os.stat(path).st_mode):
@@ -349,11 +361,11 @@ def _check_can_write(what: str, kind: str, path: str) -> None:
   is itself that place) is a directory this process can write in (not read-only)."""
   if file_patterns.is_remote(path):
     return
-  if kind == errors.OUTPUT_FILE and path.endswith(os.sep):
+  if kind == OUTPUT_FILE and path.endswith(os.sep):
     raise errors.FlagError("%s=%s ends in %s, naming a directory: it must name a file" %
                            (what, path, os.sep))
   place = os.path.abspath(path)
-  if kind != errors.OUTPUT_CONTAINER or not os.path.exists(place):
+  if kind != OUTPUT_CONTAINER or not os.path.exists(place):
     place = os.path.dirname(place)
   while not os.path.exists(place):
     place = os.path.dirname(place)
@@ -373,14 +385,16 @@ def _read_only(directory: str) -> bool:
 _RUN_INPUTS = []
 
 
-def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list) -> None:
-  """No data file lies in the output directory `path` under a name the scripts write there (a
-  checkpoint there is read, by design, to continue or predict)."""
+def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list,
+                               data_files: Collection[str]) -> None:
+  """No data file (an input named in `data_files`) lies in the output directory `path` under a
+  name the scripts write there (a checkpoint there is read, by design, to continue or
+  predict)."""
   for input_what, input_path, input_identity in read:
     name = os.path.basename(input_identity[0])
-    if (input_what.lstrip("-") in errors.DATA_FILE_FLAGS and
+    if (input_what in data_files and
         os.path.dirname(input_identity[0]) == identity[0] and
-        any(fnmatch.fnmatchcase(name, pattern) for pattern in errors.NAMES_WRITTEN_IN_OUTPUT_DIRS)):
+        any(fnmatch.fnmatchcase(name, pattern) for pattern in NAMES_WRITTEN_IN_OUTPUT_DIRS)):
       raise errors.FlagError("%s=%s is in %s=%s under a name the run writes there (%s): move it "
                              "or choose another %s" % (input_what, input_path, what, path, name,
                                                        what))
@@ -397,18 +411,21 @@ def _check_not_an_input(path: str) -> None:
 
 
 def check_run_paths(inputs: Mapping[str, Sequence[str]],
-                    outputs: Mapping[str, Tuple[str, Sequence[str]]]) -> None:
+                    outputs: Mapping[str, Tuple[str, Sequence[str]]],
+                    data_files: Collection[str] = ()) -> None:
   """Raises FlagError unless a run's outputs can be written without destroying anything else.
 
   `inputs` maps what names them (e.g. "--input_file") to the paths read; `outputs` maps what
-  names them to (kind, paths), the kind errors.OUTPUT_FILE, OUTPUT_DIRECTORY or OUTPUT_CONTAINER.
+  names them to (kind, paths), the kind OUTPUT_FILE, OUTPUT_DIRECTORY or OUTPUT_CONTAINER.
   Refused: an output of the other kind than an existing path (a file over a directory, a
   directory over a file, a FIFO or device); an output that cannot be written where it would be
   (below a file, on a read-only file system, without permission; checked without creating
   anything); a file or directory output that is an input (by resolved path or by inode, so
   symlinks and hard links count) or, for a directory replaced whole, holds one; two outputs
   that are the same path, or one inside a directory another replaces whole. Directories that
-  outputs are written into (errors.OUTPUT_CONTAINER) may be shared and may hold inputs.
+  outputs are written into (OUTPUT_CONTAINER) may be shared and may hold inputs, but not a data
+  file (an input whose name is in `data_files`) under a name written there
+  (NAMES_WRITTEN_IN_OUTPUT_DIRS).
   """
   read = [(what, path, _identity(path)) for what, paths in inputs.items() for path in paths]
   _RUN_INPUTS[:] = read
@@ -417,21 +434,21 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   for what, kind, path, identity in written:
     _check_output_kind(what, kind, path)
     _check_can_write(what, kind, path)
-    if kind == errors.OUTPUT_CONTAINER:
-      _check_inputs_in_container(what, path, identity, read)
+    if kind == OUTPUT_CONTAINER:
+      _check_inputs_in_container(what, path, identity, read, data_files)
       continue
     for input_what, input_path, input_identity in read:
       if _same(identity, input_identity) or (
-          kind == errors.OUTPUT_DIRECTORY and _inside(input_identity, identity)):
+          kind == OUTPUT_DIRECTORY and _inside(input_identity, identity)):
         raise errors.FlagError("%s=%s would overwrite input %s=%s" %
                                (what, path, input_what, input_path))
   for index, (what, kind, path, identity) in enumerate(written):
     for other_what, other_kind, other_path, other_identity in written[index + 1:]:
-      if kind == other_kind == errors.OUTPUT_CONTAINER:
+      if kind == other_kind == OUTPUT_CONTAINER:
         continue
       if _same(identity, other_identity) or (
-          kind == errors.OUTPUT_DIRECTORY and _inside(other_identity, identity)) or (
-          other_kind == errors.OUTPUT_DIRECTORY and _inside(identity, other_identity)):
+          kind == OUTPUT_DIRECTORY and _inside(other_identity, identity)) or (
+          other_kind == OUTPUT_DIRECTORY and _inside(identity, other_identity)):
         raise errors.FlagError("%s=%s and %s=%s are the same output or one holds the other" %
                                (what, path, other_what, other_path))
 

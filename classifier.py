@@ -1,22 +1,12 @@
-"""Sentence (pair) classification: task processors, features, TFRecord cache, model head, metrics.
+"""Sentence (pair) classification: the model head, its loss and metrics, the task and its export.
 
-`run_classifier.py` is a thin CLI over this module. The pieces keep the original run_classifier's
-names (`InputExample`, `InputFeatures`, `DataProcessor`, `convert_single_example`, ...) so its users
-find their way.
-
-Data files are read in the layouts GLUE and XNLI ship them in, by task_files.py's readers. A row
-that cannot be used (wrong number of columns, empty or unknown label, unparsable score) raises
-`task_files.BadInputError` naming the file and line, or, when the processor was built with
-`skip_bad_rows=True`, is skipped and counted in `processor.skipped_rows` (`task_files.BadRows`).
-A row of the test file is never skipped: test_results.tsv has one line per test row, in order,
-so an empty text is predicted like any other and a bad test row is always an error.
+`run_classifier.py` is a thin CLI over this module, `classifier_data.py` (the task processors that
+read the data) and `text_pairs.py` (features and their TFRecord cache). The pieces keep the
+original run_classifier's names (`InputExample`, `DataProcessor`, `convert_single_example`, ...)
+so its users find their way.
 """
 
-import collections
 import dataclasses
-import hashlib
-import json
-import math
 import os
 from typing import Callable, Optional, Sequence
 
@@ -25,426 +15,21 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import atomic_files
 import checkpoints
+import classifier_data
 import distribution
 import errors
 import export
 import feature_cache
 import fine_tuning
+import heads
 import in_graph_tokenization
 import modeling
-import progress_log
 import task_files
-import tfrecord_files
+import text_pairs
 import tokenization
 import training_loop
 import windowing
-
-# The name of the file in output_dir that fixes the label order of a run (see `GenericProcessor`).
-LABEL_LIST_FILE = "label_list.txt"
-
-
-@dataclasses.dataclass
-class InputExample:
-  """A single training/test example: one text (or a pair) and its label (None when unlabeled)."""
-  guid: str
-  text_a: str
-  text_b: Optional[str] = None
-  label: Optional[str] = None
-
-
-@dataclasses.dataclass
-class InputFeatures:
-  """The model inputs of one example."""
-  input_ids: list[int]
-  input_mask: list[int]
-  segment_ids: list[int]
-  label_id: float | list[int]  # A class index, the score (regression), or 0/1 per label.
-  is_real_example: bool = True
-  example_index: Optional[int] = None  # The example a window belongs to (with --doc_stride).
-
-
-class DataProcessor:
-  """Base class of the task processors: reads the train/dev/test splits of one task.
-
-  Subclasses set `labels` (class names; empty for regression) and `layouts` (split name ->
-  `SplitLayout`), or override `_layout`. `is_regression` tasks predict one float (STS-B).
-  `extra_metrics` names what `compute_metrics` reports besides accuracy ("f1", "matthews_corrcoef").
-  A multi-label task (`label_delimiter` set) has any number of labels per example, written in one
-  cell separated by the delimiter (an empty cell: none).
-  """
-  labels: Sequence[str] = ()
-  extra_metrics: tuple[str, ...] = ()
-  is_regression: bool = False
-  label_delimiter: Optional[str] = None
-  is_pair: bool = True
-  layouts: dict[str, task_files.SplitLayout] = {}
-
-  def __init__(self, skip_bad_rows: bool = False):
-    self.bad_rows = task_files.BadRows(skip_bad_rows)
-
-  @property
-  def skipped_rows(self) -> collections.Counter:
-    """Bad rows skipped per file (only grows with skip_bad_rows)."""
-    return self.bad_rows.skipped
-
-  def get_train_examples(self, data_dir: str) -> list[InputExample]:
-    """Returns the examples of the training split."""
-    return self._read_split(data_dir, "train")
-
-  def get_dev_examples(self, data_dir: str) -> list[InputExample]:
-    """Returns the examples of the dev (evaluation) split."""
-    return self._read_split(data_dir, "dev")
-
-  def get_test_examples(self, data_dir: str) -> list[InputExample]:
-    """Returns the examples of the test (prediction) split; labels may be placeholders."""
-    return self._read_split(data_dir, "test")
-
-  def get_labels(self) -> list[str]:
-    """Returns the class names in the order of the model's outputs (empty for regression)."""
-    return list(self.labels)
-
-  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
-    """Returns the class names, making them known first where a task has to learn them.
-
-    A fixed task knows them already (nothing is read or written); the generic task learns them from
-    the training file or reads them from output_dir (see `GenericProcessor`).
-    """
-    del data_dir, output_dir  # The labels of a fixed task are part of its definition.
-    return self.get_labels()
-
-  def describe_labels(self) -> str:
-    """The outputs the task expects and where their names come from, for error messages."""
-    if self.is_regression:
-      return "1 output (a score)"
-    return "%d labels (%s)" % (len(self.get_labels()), ", ".join(self.get_labels()))
-
-  def _unknown_label(self, name: str) -> task_files.BadInputError:
-    return task_files.BadInputError("unknown label %r; expected one of %s" %
-                                    (name, self.describe_labels()))
-
-  @property
-  def is_multi_label(self) -> bool:
-    """Whether an example has a set of labels (one sigmoid output each) instead of one class."""
-    return self.label_delimiter is not None
-
-  def label_names(self, label: str) -> list[str]:
-    """The labels of one label cell: itself, or for multi-label its non-empty parts."""
-    if not self.is_multi_label:
-      return [label]
-    return [part.strip() for part in label.split(self.label_delimiter) if part.strip()]
-
-  @property
-  def num_outputs(self) -> int:
-    """Number of model outputs: one per class, or one score for regression."""
-    return 1 if self.is_regression else len(self.get_labels())
-
-  def _layout(self, data_dir: str, split: str) -> task_files.SplitLayout:
-    del data_dir  # Fixed layouts do not depend on the directory's content.
-    return self.layouts[split]
-
-  def _read_split(self, data_dir: str, split: str,
-                  check_labels: bool = True) -> list[InputExample]:
-    """The split's examples; `check_labels=False` takes any label (to learn the class names)."""
-    task_files.check_data_dir(data_dir)
-    layout = self._layout(data_dir, split)
-    path = os.path.join(data_dir, layout.file_name)
-    if not os.path.isfile(path):
-      raise task_files.BadInputError("%s: no such file (the %s split of task %s)" %
-                                     (path, split, type(self).__name__))
-    examples = []
-    self.bad_rows.start_file(path, predicted=split == "test")
-    for line_number, row in task_files.read_rows(path, layout.file_format, layout.has_header,
-                                      layout.jsonl_keys):
-      try:
-        example = self._create_example(layout, row, "%s-%d" % (split, len(examples)),
-                                       check_labels)
-      except task_files.BadInputError as e:
-        self.bad_rows.reject(path, line_number, str(e))
-        continue
-      if example is not None:
-        examples.append(example)
-    return self.bad_rows.finish_file(path, examples, "%s split" % split)
-
-  def _create_example(self, layout: task_files.SplitLayout, row: task_files.Row, guid: str,
-                      check_labels: bool = True) -> Optional[InputExample]:
-    """The example of one row; None when `keep_if` leaves it out; BadInputError if unusable."""
-    row.check_columns(layout)
-    if layout.keep_if is not None and row.get(layout.keep_if[0]) != layout.keep_if[1]:
-      return None
-    text_a = row.get(layout.text_a)
-    text_b = None if layout.text_b is None else row.get(layout.text_b)
-    return InputExample(guid, text_a, text_b, self._label_of(layout, row, check_labels))
-
-  def _label_of(self, layout: task_files.SplitLayout, row: task_files.Row,
-                check_labels: bool = True) -> str:
-    if layout.label is None:
-      return "0" if self.is_regression else self.get_labels()[0]
-    label = row.get(layout.label).strip()
-    label = dict(layout.label_aliases).get(label, label)
-    if not label and not self.is_multi_label:  # A multi-label cell may list no label.
-      raise task_files.BadInputError("empty label: every training and evaluation row needs one")
-    if self.is_regression:
-      try:
-        score = float(label)
-      except ValueError:
-        score = math.nan
-      if not math.isfinite(score):
-        raise task_files.BadInputError("score %r is not a number" % label)
-    elif check_labels:
-      for name in self.label_names(label):
-        if name not in self.get_labels():
-          raise self._unknown_label(name)
-    return label
-
-
-
-
-def _glue_layouts(text_a: int, text_b: Optional[int], label: int, test_text_a: int,
-                  test_text_b: Optional[int]) -> dict[str, task_files.SplitLayout]:
-  """Layouts of a GLUE task whose train.tsv and dev.tsv share columns and test.tsv has no label."""
-  return {
-      "train": task_files.SplitLayout("train.tsv", text_a, text_b, label),
-      "dev": task_files.SplitLayout("dev.tsv", text_a, text_b, label),
-      "test": task_files.SplitLayout("test.tsv", test_text_a, test_text_b),
-  }
-
-
-class XnliProcessor(DataProcessor):
-  """XNLI: trains on the machine-translated MultiNLI of one language, evaluates on XNLI in it.
-
-  data_dir holds `multinli/multinli.train.<language>.tsv`, `xnli.dev.tsv` and `xnli.test.tsv` as
-  released (XNLI-MT-1.0 and XNLI-1.0 unpacked into one directory).
-  """
-  labels = ("contradiction", "entailment", "neutral")
-
-  def __init__(self, language: str = "zh", skip_bad_rows: bool = False):
-    super().__init__(skip_bad_rows)
-    evaluation = dict(text_a=6, text_b=7, label=1, keep_if=(0, language))
-    self.layouts = {
-        "train": task_files.SplitLayout("multinli/multinli.train.%s.tsv" % language, 0, 1, 2,
-                                        label_aliases=(("contradictory", "contradiction"),)),
-        "dev": task_files.SplitLayout("xnli.dev.tsv", **evaluation),
-        "test": task_files.SplitLayout("xnli.test.tsv", **evaluation),
-    }
-
-
-class MnliProcessor(DataProcessor):
-  """MultiNLI (GLUE), matched dev and test sets, as the original."""
-  labels = ("contradiction", "entailment", "neutral")
-  layouts = {
-      "train": task_files.SplitLayout("train.tsv", 8, 9, -1),
-      "dev": task_files.SplitLayout("dev_matched.tsv", 8, 9, -1),
-      "test": task_files.SplitLayout("test_matched.tsv", 8, 9),
-  }
-
-
-class MrpcProcessor(DataProcessor):
-  """Microsoft Research Paraphrase Corpus (GLUE)."""
-  labels = ("0", "1")
-  extra_metrics = ("f1",)
-  layouts = _glue_layouts(3, 4, 0, 3, 4)
-
-
-class ColaProcessor(DataProcessor):
-  """Corpus of Linguistic Acceptability (GLUE): train/dev have no header and 4 columns."""
-  labels = ("0", "1")
-  is_pair = False
-  extra_metrics = ("matthews_corrcoef",)
-  layouts = {
-      "train": task_files.SplitLayout("train.tsv", 3, label=1, has_header=False, num_columns=4),
-      "dev": task_files.SplitLayout("dev.tsv", 3, label=1, has_header=False, num_columns=4),
-      "test": task_files.SplitLayout("test.tsv", 1),
-  }
-
-
-class Sst2Processor(DataProcessor):
-  """Stanford Sentiment Treebank, binary (GLUE)."""
-  labels = ("0", "1")
-  is_pair = False
-  layouts = _glue_layouts(0, None, 1, 1, None)
-
-
-class QnliProcessor(DataProcessor):
-  """Question NLI (GLUE)."""
-  labels = ("entailment", "not_entailment")
-  layouts = _glue_layouts(1, 2, 3, 1, 2)
-
-
-class QqpProcessor(DataProcessor):
-  """Quora Question Pairs (GLUE)."""
-  labels = ("0", "1")
-  extra_metrics = ("f1",)
-  layouts = _glue_layouts(3, 4, 5, 1, 2)
-
-
-class RteProcessor(DataProcessor):
-  """Recognizing Textual Entailment (GLUE)."""
-  labels = ("entailment", "not_entailment")
-  layouts = _glue_layouts(1, 2, 3, 1, 2)
-
-
-class WnliProcessor(DataProcessor):
-  """Winograd NLI (GLUE)."""
-  labels = ("0", "1")
-  layouts = _glue_layouts(1, 2, 3, 1, 2)
-
-
-class StsbProcessor(DataProcessor):
-  """Semantic Textual Similarity Benchmark (GLUE): regression on a 0-5 score."""
-  is_regression = True
-  layouts = _glue_layouts(7, 8, 9, 7, 8)
-
-
-class GenericProcessor(DataProcessor):
-  """The user's own data (`--task_name=generic`): `train`, `dev` and `test` files (.tsv, .csv or
-  .jsonl) in data_dir.
-
-  Columns are named by header (or JSON key), or by 0-based index in files without header (the
-  `--text_a_column`, `--text_b_column`, `--label_column`, `--has_header` flags). Test files need no
-  label column. The class names are not fixed: they are the distinct labels of the training file,
-  sorted. `load_or_create_label_list` must be called before anything needs them (`get_labels`
-  raises until then): it learns them and saves them as output_dir/label_list.txt, or reads that
-  file, so that later predictions and exports (which may run without the training file) use the
-  same order. A label list that does not fit (a label of the data not in it, a checkpoint of
-  output_dir with another number of outputs) is an error naming it: output_dir belongs to other
-  labels, and a new one is needed.
-  With `label_delimiter` the task is multi-label: a label cell lists labels separated by it, and
-  the label list is every label used.
-  """
-
-  def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
-               label_column: str = "label", has_header: bool = True, skip_bad_rows: bool = False,
-               label_delimiter: Optional[str] = None):
-    super().__init__(skip_bad_rows)
-    if label_delimiter == "":
-      raise errors.FlagError("--label_delimiter must not be empty")
-    self.label_delimiter = label_delimiter
-    self.columns = {"text_a_column": text_a_column, "text_b_column": text_b_column or None,
-                    "label_column": label_column}
-    self.has_header = has_header
-    self.is_pair = bool(text_b_column)
-    self.labels = ()
-    self.label_list_path: Optional[str] = None  # Where the labels were read from or saved to.
-
-  def get_labels(self) -> list[str]:
-    if not self.labels:
-      raise ValueError("the generic task's labels are unknown: call load_or_create_label_list")
-    return list(self.labels)
-
-  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
-    """Reads output_dir's label list, or makes it from the training file and saves it there."""
-    path = os.path.join(output_dir, LABEL_LIST_FILE)
-    if os.path.exists(path):
-      self.labels = read_label_list(path)
-      self.label_list_path = path
-      return self.get_labels()
-    self.labels = ()
-    labels = sorted(set(name
-                        for example in self._read_split(data_dir, "train", check_labels=False)
-                        for name in self.label_names(example.label)))
-    if not labels:
-      raise task_files.BadInputError("%s: no labeled rows in the training file" % data_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    if distribution.is_chief():
-      task_files.write_label_list(path, labels)
-    self.labels = tuple(labels)
-    self.label_list_path = path
-    return self.get_labels()
-
-  def describe_labels(self) -> str:
-    if self.label_list_path is None:
-      return super().describe_labels()
-    return "%s from %s" % (super().describe_labels(), self.label_list_path)
-
-  def _unknown_label(self, name: str) -> task_files.BadInputError:
-    error = super()._unknown_label(name)
-    if self.label_list_path is None:
-      return error
-    return task_files.BadInputError("%s, which every run in its output_dir keeps: if the data's "
-                                    "labels changed, use a new --output_dir" % error)
-
-  def _layout(self, data_dir: str, split: str) -> task_files.SplitLayout:
-    path, file_format = self._file_of(data_dir, split)
-    wanted = [flag for flag, column in self.columns.items()
-              if column is not None and not (flag == "label_column" and split == "test")]
-    if file_format == "jsonl":
-      index = {flag: i for i, flag in enumerate(wanted)}
-      keys = tuple(self.columns[flag] for flag in wanted)
-      has_header = False
-    else:
-      header = task_files.read_header(path, file_format) if self.has_header else None
-      index = {flag: self._column_index(flag, header, path) for flag in wanted}
-      keys = ()
-      has_header = self.has_header
-    return task_files.SplitLayout(os.path.basename(path), index["text_a_column"],
-                                  index.get("text_b_column"), index.get("label_column"),
-                                  has_header=has_header, file_format=file_format, jsonl_keys=keys)
-
-  def _column_index(self, flag: str, header: Optional[list[str]], path: str) -> int:
-    column = self.columns[flag]
-    if header is not None and column in header:
-      return header.index(column)
-    if column.isdigit():
-      return int(column)
-    raise task_files.BadInputError("%s: no column %r (--%s); %s" % (
-        path, column, flag, "the header has %s" % header if header is not None
-        else "without header (--has_header=false) columns are 0-based indices"))
-
-  def _file_of(self, data_dir: str, split: str) -> tuple[str, str]:
-    """Returns (path, format) of the split's file, which must be unique."""
-    task_files.check_data_dir(data_dir)
-    found = [(os.path.join(data_dir, split + "." + fmt), fmt) for fmt in ("tsv", "csv", "jsonl")
-             if os.path.isfile(os.path.join(data_dir, split + "." + fmt))]
-    if len(found) != 1:
-      raise task_files.BadInputError(
-          "%s: expected exactly one of %s.tsv, %s.csv, %s.jsonl, found %s" % (
-              data_dir, split, split, split, [os.path.basename(p) for p, _ in found] or "none"))
-    return found[0]
-
-
-def read_label_list(path: str) -> tuple[str, ...]:
-  """The labels of a label_list.txt (`task_files.read_label_list`)."""
-  return task_files.read_label_list(path)
-
-
-PROCESSORS = {
-    "xnli": XnliProcessor,
-    "mnli": MnliProcessor,
-    "mrpc": MrpcProcessor,
-    "cola": ColaProcessor,
-    "sst-2": Sst2Processor,
-    "qnli": QnliProcessor,
-    "qqp": QqpProcessor,
-    "rte": RteProcessor,
-    "wnli": WnliProcessor,
-    "sts-b": StsbProcessor,
-    "generic": GenericProcessor,
-}
-
-
-def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "zh",
-                  text_a_column: str = "text_a", text_b_column: Optional[str] = None,
-                  label_column: str = "label", has_header: bool = True,
-                  label_delimiter: Optional[str] = None) -> DataProcessor:
-  """Returns the processor of a task (case-insensitive; "sst2" and "stsb" are accepted too).
-
-  `skip_bad_rows` applies to every task, `language` only to "xnli", the column options
-  (run_classifier's flags of the same names) and `label_delimiter` (multi-label) only to
-  "generic"; other tasks ignore them, so a script can pass its flags whatever the task.
-  """
-  name = task_name.lower()
-  name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
-  if name not in PROCESSORS:
-    raise errors.FlagError("--task_name=%s: unknown task (known: %s)" %
-                           (task_name, ", ".join(PROCESSORS)))
-  if name == "generic":
-    return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows,
-                            label_delimiter)
-  if name == "xnli":
-    return XnliProcessor(language, skip_bad_rows)
-  return PROCESSORS[name](skip_bad_rows)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -527,7 +112,7 @@ def multi_label_metrics(label_ids: np.ndarray, predicted: np.ndarray,
   return results
 
 
-def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
+def compute_metrics(processor: classifier_data.DataProcessor, label_ids: np.ndarray,
                     logits: np.ndarray, multi_label_threshold: float = 0.5) -> dict[str, float]:
   """Returns the task's metrics ("eval_accuracy", "eval_f1", ...) for real examples' outputs.
 
@@ -554,206 +139,11 @@ def compute_metrics(processor: DataProcessor, label_ids: np.ndarray,
   return results
 
 
-
-# --------------------------------------------------------------------------------------------------
-# Features and the TFRecord cache.
-
-
-def check_max_seq_length(max_seq_length: int, is_pair: bool) -> None:
-  """Raises ValueError unless --max_seq_length leaves room for at least one token of each text.
-
-  `[CLS] a [SEP]` needs 3 positions, `[CLS] a [SEP] b [SEP]` 5; below that every example would be
-  truncated to its special tokens and the model would learn nothing.
-  """
-  minimum = 5 if is_pair else 3
-  if max_seq_length < minimum:
-    raise errors.FlagError("--max_seq_length=%d is too short for a %s task: at least %d, for %s"
-                           % (max_seq_length, "sentence-pair" if is_pair else "single-sentence",
-                              minimum, "[CLS] a [SEP] b [SEP]" if is_pair else "[CLS] a [SEP]"))
-
-
-def convert_single_example(ex_index: int, example, label_list: Sequence[str], max_seq_length: int,
-                           tokenizer, is_regression: bool = False,
-                           label_delimiter: Optional[str] = None) -> InputFeatures:
-  """Tokenizes one example into `[CLS] a [SEP] (b [SEP])` features, truncating longest-first.
-
-  Empty texts are fine (they contribute no tokens). Batches are padded for devices by
-  `training_loop.evaluate`/`training_loop.predict`, so no padding examples are written.
-  With `label_delimiter` (multi-label) the label is 0/1 per entry of `label_list`.
-  """
-  return convert_example_windows(ex_index, example, label_list, max_seq_length, tokenizer,
-                                 is_regression, label_delimiter)[0]
-
-
-def convert_example_windows(ex_index: int, example, label_list: Sequence[str],
-                            max_seq_length: int, tokenizer, is_regression: bool = False,
-                            label_delimiter: Optional[str] = None,
-                            doc_stride: Optional[int] = None) -> list[InputFeatures]:
-  """The features of one example: one, truncated, or with `doc_stride` one per window of
-  `window_inputs`, each with the example's label and `example_index=ex_index`."""
-  if doc_stride is None:
-    windows = [tokenizer.encode(example.text_a, example.text_b, max_seq_length)]
-  else:
-    windows = window_inputs(tokenizer, example.text_a, example.text_b, max_seq_length, doc_stride)
-  if is_regression:
-    label_id = float(example.label)
-  elif label_delimiter is not None:
-    names = set(part.strip() for part in example.label.split(label_delimiter))
-    label_id = [int(label in names) for label in label_list]
-  else:
-    label_id = label_list.index(example.label)
-  if ex_index < 3:
-    input_ids, input_mask, _ = windows[0]
-    logging.info("*** Example %s ***\ntokens: %s\ninput_ids: %s\nlabel: %s (id = %s)%s",
-                 example.guid,
-                 " ".join(tokenizer.convert_ids_to_tokens(input_ids[:sum(input_mask)])),
-                 " ".join(map(str, input_ids)), example.label, label_id,
-                 "" if doc_stride is None else "\nwindows: %d" % len(windows))
-  example_index = None if doc_stride is None else ex_index
-  return [InputFeatures(*window, label_id, example_index=example_index) for window in windows]
-
-
-def window_inputs(tokenizer, text_a: str, text_b: Optional[str], max_seq_length: int,
-                  doc_stride: int) -> list[tuple[list[int], list[int], list[int]]]:
-  """`tokenizer.encode` for a text longer than one input: one (input_ids, input_mask,
-  segment_ids) per window over text_a's tokens (`windowing.doc_spans_for`, a window starting
-  every `doc_stride` tokens).
-
-  text_b (for pairs) is in every window, cut as `truncate_seq_pair` cuts the pair, and text_a's
-  windows take the rest of the room. So the first window is exactly what the original's
-  truncation gives, and a pair that fits is one window equal to it.
-  """
-  if doc_stride <= 0:
-    raise errors.FlagError("--doc_stride must be positive, got %d" % doc_stride)
-  ids_a = tokenizer.tokenize_to_ids(text_a)
-  ids_b = None if text_b is None else tokenizer.tokenize_to_ids(text_b)
-  budget = max_seq_length - 2
-  if ids_b is not None:
-    budget -= 1
-    ids_b = list(ids_b)
-    tokenization.truncate_seq_pair(list(ids_a), ids_b, budget)
-  window_length = budget - len(ids_b or ())
-  spans = (windowing.doc_spans_for(len(ids_a), window_length, doc_stride) or
-           [windowing.DocSpan(0, 0)])
-  cls_id = tokenizer.special_token_id(tokenization.CLS_TOKEN)
-  sep_id = tokenizer.special_token_id(tokenization.SEP_TOKEN)
-  return [tokenization.build_inputs(list(ids_a[span.start:span.start + span.length]), ids_b,
-                                    max_seq_length, cls_id, sep_id) for span in spans]
-
-
-def features_to_tf_example(features: InputFeatures, is_regression: bool) -> tf.train.Example:
-  """The original's record: input_ids, input_mask, segment_ids, label_ids, is_real_example
-  (label_ids holds one 0/1 per label for multi-label; a window also has `example_index`)."""
-  if is_regression:
-    label = tfrecord_files.float_feature([features.label_id])
-  elif isinstance(features.label_id, list):
-    label = tfrecord_files.int64_feature(features.label_id)
-  else:
-    label = tfrecord_files.int64_feature([int(features.label_id)])
-  feature = {
-      "input_ids": tfrecord_files.int64_feature(features.input_ids),
-      "input_mask": tfrecord_files.int64_feature(features.input_mask),
-      "segment_ids": tfrecord_files.int64_feature(features.segment_ids),
-      "label_ids": label,
-      "is_real_example": tfrecord_files.int64_feature([int(features.is_real_example)]),
-  }
-  if features.example_index is not None:
-    feature["example_index"] = tfrecord_files.int64_feature([features.example_index])
-  return tf.train.Example(features=tf.train.Features(feature=feature))
-
-
-def file_based_convert_examples_to_features(examples: Sequence, label_list: Sequence[str],
-                                            max_seq_length: int, tokenizer, output_file: str,
-                                            is_regression: bool = False,
-                                            label_delimiter: Optional[str] = None,
-                                            doc_stride: Optional[int] = None) -> None:
-  """Tokenizes `examples` into a TFRecord file (one record per example, or per window with
-  `doc_stride`), logging progress (rate and ETA)."""
-  progress = progress_log.Progress("Writing %s" % output_file, len(examples), "examples")
-  with tf.io.TFRecordWriter(output_file) as writer:
-    for index, example in enumerate(examples):
-      for features in convert_example_windows(index, example, label_list, max_seq_length,
-                                              tokenizer, is_regression, label_delimiter,
-                                              doc_stride):
-        writer.write(features_to_tf_example(features, is_regression).SerializeToString())
-      progress.update(index + 1)
-  progress.finish()
-
-
-def feature_settings(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
-                     tokenizer, is_regression: bool, label_delimiter: Optional[str] = None,
-                     doc_stride: Optional[int] = None) -> dict:
-  """Everything the content of a features file depends on, to detect a stale cache.
-
-  The examples and the vocab enter as digests, so a changed data file, column flag, vocab or casing
-  invalidates the cache as surely as a changed max_seq_length.
-  """
-  examples_digest = hashlib.sha256()
-  for example in examples:
-    fields = (example.text_a, example.text_b, example.label)
-    examples_digest.update(json.dumps(fields).encode("utf-8"))
-  settings = dict(feature_cache.tokenizer_settings(tokenizer), **{
-      "max_seq_length": max_seq_length,
-      "label_list": list(label_list),
-      "is_regression": is_regression,
-      "num_examples": len(examples),
-      "examples_sha256": examples_digest.hexdigest(),
-  })
-  # Only when set, so that the caches of runs without these options stay valid.
-  for name, value in (("label_delimiter", label_delimiter), ("doc_stride", doc_stride)):
-    if value is not None:
-      settings[name] = value
-  return settings
-
-
-def cached_features_file(examples: Sequence, label_list: Sequence[str], max_seq_length: int,
-                         tokenizer, output_file: str, is_regression: bool = False,
-                         label_delimiter: Optional[str] = None,
-                         doc_stride: Optional[int] = None) -> bool:
-  """Writes the examples' TFRecord file unless `output_file` already holds exactly these features.
-
-  `feature_cache`'s rule, with `feature_settings` (examples and vocab by content); the note is
-  `<output_file>.json`. Returns True when the cache was reused.
-  """
-
-  def write(path: str) -> dict:
-    file_based_convert_examples_to_features(examples, label_list, max_seq_length, tokenizer, path,
-                                            is_regression, label_delimiter, doc_stride)
-    return {"num_examples": len(examples)}
-
-  settings = feature_settings(examples, label_list, max_seq_length, tokenizer, is_regression,
-                              label_delimiter, doc_stride)
-  return feature_cache.reuse_or_write(output_file, settings, write)[1]
-
-
-def features_dataset(input_file: str, seq_length: int, is_regression: bool = False,
-                     num_multi_labels: int = 0, windowed: bool = False) -> tf.data.Dataset:
-  """The unbatched feature dicts of a TFRecord file, in file order (int32 ids).
-
-  `num_multi_labels`: label_ids is that many 0/1 values (multi-label); `windowed`: the records are
-  windows with their `example_index`.
-  """
-  name_to_features = dict(
-      tfrecord_files.id_features_spec(seq_length),
-      label_ids=tf.io.FixedLenFeature([num_multi_labels] if num_multi_labels else [],
-                                      tf.float32 if is_regression else tf.int64),
-      is_real_example=tf.io.FixedLenFeature([], tf.int64))
-  if windowed:
-    name_to_features["example_index"] = tf.io.FixedLenFeature([], tf.int64)
-
-  @tf.autograph.experimental.do_not_convert
-  def decode(record):
-    example = tf.io.parse_single_example(record, name_to_features)
-    return {name: tf.cast(t, tf.int32) if t.dtype == tf.int64 else t for name, t in example.items()}
-
-  return tf.data.TFRecordDataset(input_file).map(decode, num_parallel_calls=tf.data.AUTOTUNE)
-
-
 # --------------------------------------------------------------------------------------------------
 # Model, loss, predictions.
 
 
-class BertClassifier(modeling.BertTaskModel):
+class BertClassifier(heads.BertTaskModel):
   """BERT with the original's classification head: dropout + dense on the pooled output.
 
   Its checkpoints hold `bert/...`, `output_weights` and `output_bias` exactly as the original's.
@@ -881,16 +271,6 @@ def window_inputs_in_graph(encoder: "in_graph_tokenization.BertInputEncoder", do
   return encoder.pack(windows_a, windows_b), starts
 
 
-def write_test_results(path: str, probabilities: np.ndarray) -> None:
-  """Writes test_results.tsv as the original: a tab-separated line of probabilities per example.
-  Only the chief writes."""
-  if not distribution.is_chief():
-    return
-  atomic_files.write_text(path, "".join("\t".join(repr(float(p)) for p in row) + "\n"
-                                   for row in probabilities))
-  logging.info("Wrote %d predictions to %s", len(probabilities), path)
-
-
 @dataclasses.dataclass
 class ClassifierTask(fine_tuning.Task):
   """Sentence (pair) classification, multi-label classification or regression on a processor's
@@ -904,7 +284,7 @@ class ClassifierTask(fine_tuning.Task):
   weighs each single-label training example's loss by its class's weight.
   """
   bert_config: modeling.BertConfig
-  processor: DataProcessor
+  processor: classifier_data.DataProcessor
   tokenizer: tokenization.FullTokenizer
   data_dir: Optional[str]
   output_dir: str
@@ -996,9 +376,9 @@ class ClassifierTask(fine_tuning.Task):
 
   def _features_file(self, split: str, examples: Sequence) -> str:
     path = os.path.join(self.output_dir, split + ".tf_record")
-    cached_features_file(examples, self.processor.get_labels(), self.max_seq_length,
-                         self.tokenizer, path, self.processor.is_regression,
-                         self.processor.label_delimiter, self.doc_stride)
+    text_pairs.cached_features_file(examples, self.processor.get_labels(), self.max_seq_length,
+                                    self.tokenizer, path, self.processor.is_regression,
+                                    self.processor.label_delimiter, self.doc_stride)
     return path
 
   def train_data(self) -> fine_tuning.TrainData:
@@ -1012,8 +392,8 @@ class ClassifierTask(fine_tuning.Task):
       logging.info("Class weights (--class_weights=auto): %s", ", ".join(
           "%s %.4g" % item for item in zip(labels, self.class_weight_values)))
     path = self._features_file("train", examples)
-    rows = features_dataset(path, self.max_seq_length, self.processor.is_regression,
-                            self.num_multi_labels)
+    rows = text_pairs.features_dataset(path, self.max_seq_length, self.processor.is_regression,
+                                       self.num_multi_labels)
     return fine_tuning.TrainData(
         fine_tuning.training_dataset_fn(rows, feature_cache.noted_records(path),
                                         self.bucket_by_length, self.group_by_length),
@@ -1025,8 +405,8 @@ class ClassifierTask(fine_tuning.Task):
     """Outputs per example (windows aggregated), in input order."""
     path = self._features_file(split, examples)
     windowed = self.doc_stride is not None
-    dataset = features_dataset(path, self.max_seq_length, self.processor.is_regression,
-                               self.num_multi_labels, windowed)
+    dataset = text_pairs.features_dataset(path, self.max_seq_length, self.processor.is_regression,
+                                          self.num_multi_labels, windowed)
     outputs = self.predict_dataset(strategy, model, dataset, batch_size, [path])
     if not windowed:
       return outputs
@@ -1059,8 +439,8 @@ class ClassifierTask(fine_tuning.Task):
     example, in order."""
     outputs = self._predict_split(strategy, model, "predict",
                                   self.processor.get_test_examples(self.data_dir), batch_size)
-    write_test_results(os.path.join(self.output_dir, "test_results.tsv"),
-                       outputs["probabilities"])
+    text_pairs.write_test_results(os.path.join(self.output_dir, "test_results.tsv"),
+                                  outputs["probabilities"])
     return "predicted %d examples" % len(outputs["probabilities"])
 
   def _head_outputs(self, logits: tf.Tensor) -> dict:

@@ -1,43 +1,49 @@
 # coding=utf-8
-"""The preamble every script shares: its flags, and the setup they describe.
+"""The command line every script shares: its flags, the validation pass, and how a script runs.
 
-The original's scripts each defined the same flags and repeated the same setup. Here a script
-defines its flags in `define_flags()`, called from `if __name__ == "__main__"` (so several scripts
-can be imported into one process, as the tests do), from the shared groups below plus its own; its
-`main` then builds what the flags describe with `setup_strategy`, `bert_config`, `tokenizer` and
-`train_config`; `run_script` runs it after the validation pass (`errors.check_flags` plus the
-checks here that read the config, checkpoint and TF_CONFIG) and ends a bad flag, a bad input file
-or a failed run in one line (`<script>: error: <message>`) instead of a traceback.
+The original's scripts each defined the same flags. Here a script defines its flags in
+`define_flags()`, called from `if __name__ == "__main__"` (so several scripts can be imported into
+one process, as the tests do), from the shared groups below plus its own. `run_script` then runs
+its `main` after the validation pass: every numeric flag against `FLAG_RULES`, the flags that go
+together, the files the flags name (plus a script's own checks, e.g. `cli_setup`'s of the config,
+checkpoint and TF_CONFIG), and the outputs against the inputs (`atomic_files.check_run_paths`).
+A bad flag, a bad input file or a failed run (any `errors.InputError`, an `OSError` on a named file
+or of a full disk) ends the script in one line (`<script>: error: <message>`, exit status 1)
+instead of a traceback, before anything was written when the validation pass finds it. Anything
+else is a bug and keeps its traceback; BERT_TRACEBACK=1 shows the traceback of a one-line error too.
+
+This module is the only one below the scripts that reads absl's FLAGS besides `cli_setup`, which
+builds what the flags describe (strategy, config, tokenizer, training config). It imports no
+TensorFlow, so that the data scripts (create_pretraining_data.py, create_vocab.py) can run the
+validation pass and still fork their workers.
 
 Shared definitions are idempotent per name (`_define`), so a test importing two scripts, or a
 script calling two groups that share a flag, defines each flag once.
 """
 
-import hashlib
+import dataclasses
+import errno
+import glob
+import math
 import os
-from typing import Any, Callable, Optional
+import sys
+from typing import Any, Callable, Optional, Union
 
+from absl import app
 from absl import flags
-import tensorflow as tf
 
-import checkpoints
-import distribution
+import atomic_files
+import choices
 import errors
-import export
-import file_patterns
-import fine_tuning
-import modeling
-import optimization
-import tokenization
-import training_loop
 
 FLAGS = flags.FLAGS
+# Set to 1 to see the traceback behind a one-line error (for debugging; users need not).
+TRACEBACK_VARIABLE = "BERT_TRACEBACK"
 
 
 # ------------------------------------------------------------------------------------------------
 # Flag groups.
 # ------------------------------------------------------------------------------------------------
-
 
 def _define(flag_values: flags.FlagValues, kind: str, name: str, default, help_text: str,
             **kwargs) -> None:
@@ -75,14 +81,14 @@ def define_runtime_flags(flag_values: flags.FlagValues = FLAGS) -> None:
           "How to spread training over devices. auto: tpu with --use_tpu, multi_worker_mirrored "
           "when TF_CONFIG names several tasks, mirrored with several GPUs, else one_device. "
           "mirrored uses all GPUs, or all logical CPU devices when there is no GPU.",
-          enum_values=distribution.STRATEGIES)
+          enum_values=choices.STRATEGIES)
   _define(fv, "bool", "use_xla", False,
           "Compile the forward and backward pass with XLA (one replica only; TPUs always "
           "compile).")
   _define(fv, "enum", "mixed_precision", "float32",
           "Compute dtype. float16 adds dynamic loss scaling; bfloat16 suits TPUs and CPUs with "
           "AVX512-BF16. Variables and checkpoints stay float32.",
-          enum_values=distribution.PRECISIONS)
+          enum_values=choices.TRAINING_PRECISIONS)
   _define(fv, "integer", "keep_checkpoint_max", 5,
           "How many of the most recent training checkpoints to keep.")
   _define(fv, "integer", "random_seed", 12345,
@@ -139,14 +145,14 @@ def define_common_flags(max_seq_length: int = 128,
           "Hugging Face's AdamW), for rates tuned for it. lamb: LAMB, AdamW scaled per variable "
           "by a trust ratio, for large-batch pretraining. All three decay weights except "
           "LayerNorm and bias variables and save their moments as <name>/adam_m, <name>/adam_v.",
-          enum_values=optimization.OPTIMIZERS)
+          enum_values=choices.OPTIMIZERS)
   _define(fv, "enum", "lr_schedule", "original",
           "Learning rate schedule: linear warmup to --learning_rate, then linear decay to 0 at the "
           "last step. original: the decay counts from step 0 (the original's; at the end of "
           "warmup the rate is already below the peak). linear: the decay counts from the end of "
           "warmup (Hugging Face's get_linear_schedule_with_warmup; with --optimizer=adamw it "
           "reproduces a Hugging Face recipe).",
-          enum_values=optimization.SCHEDULES)
+          enum_values=choices.SCHEDULES)
   _define(fv, "integer", "save_checkpoints_steps", 1000, "How often to save a checkpoint.")
   _define(fv, "integer", "iterations_per_loop", 1000,
           "How many steps to run per call into the graph (and per progress line); on one "
@@ -288,24 +294,14 @@ def define_export_flag(what: str, flag_values: flags.FlagValues = FLAGS) -> None
           "Compute dtype of the export: bfloat16 runs the matmuls in bfloat16 (weights stay "
           "float32 in the SavedModel, outputs float32); faster on CPUs with AVX512_BF16 or AMX, "
           "slower where bfloat16 is emulated (AVX2 only). README: Serving.",
-          enum_values=export.PRECISIONS)
-  _define(flag_values, "integer", "max_request_rows", export.DEFAULT_MAX_REQUEST_ROWS,
+          enum_values=choices.EXPORT_PRECISIONS)
+  _define(flag_values, "integer", "max_request_rows", choices.DEFAULT_MAX_REQUEST_ROWS,
           "The most rows (texts, questions, id rows) one request to the export may hold; more "
           "fail with InvalidArgument. README: Serving.")
-  _define(flag_values, "integer", "max_request_tokens", export.DEFAULT_MAX_REQUEST_TOKENS,
+  _define(flag_values, "integer", "max_request_tokens", choices.DEFAULT_MAX_REQUEST_TOKENS,
           "The most token positions (rows x padded sequence length) one request to the export "
           "may make the model compute on; more fail with InvalidArgument. Memory per request "
           "grows with it: benchmarks/RESULTS.md.")
-
-
-def request_limits() -> export.RequestLimits:
-  """The export's `RequestLimits` from `--max_request_rows` and `--max_request_tokens`."""
-  return export.RequestLimits(FLAGS.max_request_rows, FLAGS.max_request_tokens)
-
-
-# ------------------------------------------------------------------------------------------------
-# Checks and setup.
-# ------------------------------------------------------------------------------------------------
 
 
 def require(*names: str, reason: str = "") -> None:
@@ -346,162 +342,220 @@ def define_data_file_flags(what: str, train_file: str, dev_file: str, test_file:
   _define(fv, "string", "test_file", test_file,
           "Prediction (--do_predict) file name in --data_dir; labels not needed.")
 
+# ------------------------------------------------------------------------------------------------
+# The validation pass.
+# ------------------------------------------------------------------------------------------------
 
-def setup_task_script() -> tuple:
-  """A fine-tuning script's setup: (strategy, tokenizer, BERT config). The strategy comes first
-  (a multi-worker strategy must exist before other ops run); `--output_dir` and one of the
-  script's actions (`--do_train`, `--do_eval`, `--do_predict`, `--export_dir`) are required."""
-  strategy = setup_strategy()
-  require("output_dir")
-  require_one_of(*(name for name in ("do_train", "do_eval", "do_predict", "export_dir")
-                   if name in FLAGS))
-  return strategy, tokenizer(), bert_config()
-
-
-def setup_strategy():
-  """Applies `--mixed_precision` and returns the strategy the flags ask for.
-
-  Call it first in a script's main(): a multi-worker strategy must exist before other ops run.
-  """
-  strategy = distribution.make_strategy(
-      FLAGS.distribution_strategy,
-      use_tpu=FLAGS.use_tpu,
-      tpu_address=FLAGS.tpu_name or FLAGS.master,
-      tpu_zone=FLAGS.tpu_zone,
-      gcp_project=FLAGS.gcp_project,
-      num_tpu_cores=FLAGS.num_tpu_cores)
-  distribution.set_precision(FLAGS.mixed_precision)
-  return strategy
+@dataclasses.dataclass(frozen=True)
+class FlagRule:
+  """What a numeric flag's value must be: `allowed(value)` is true; `what` describes it."""
+  allowed: Callable[[Any], bool]
+  what: str
 
 
-def bert_config() -> modeling.BertConfig:
-  """`--bert_config_file`, checked against `--max_seq_length` where the script has it."""
-  require("bert_config_file")
-  config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
-  if errors.flag_value("max_seq_length") is None:
-    return config
-  try:
-    config.check_max_seq_length(FLAGS.max_seq_length)
-  except ValueError as error:
-    raise errors.FlagError("--max_seq_length: %s" % error) from None
-  return config
+_POSITIVE = FlagRule(lambda v: v >= 1, "an integer >= 1")
+_NON_NEGATIVE = FlagRule(lambda v: v >= 0, "an integer >= 0")
+_POSITIVE_NUMBER = FlagRule(lambda v: math.isfinite(v) and v > 0, "a finite number > 0")
+_FRACTION = FlagRule(lambda v: 0 <= v <= 1, "a number in [0, 1]")  # NaN fails every comparison.
+_OPEN_PROBABILITY = FlagRule(lambda v: 0 < v < 1, "a number strictly between 0 and 1")
+_FINITE = FlagRule(math.isfinite, "a finite number")
+_SEED = FlagRule(lambda v: 0 <= v < 2**32, "an integer in [0, 2**32)")
+_SEQ_LENGTH = FlagRule(lambda v: v >= 3, "an integer >= 3 (room for [CLS], a token and [SEP])")
+
+# The rule of every numeric flag of every script, by name: one name means one thing in all of them
+# (tests/test_validation.py fails for a numeric flag missing here: it would accept -1). A flag whose
+# value is None (not given, no default) is not checked.
+FLAG_RULES = {
+    "batch_size": _POSITIVE, "train_batch_size": _POSITIVE, "eval_batch_size": _POSITIVE,
+    "predict_batch_size": _POSITIVE, "phase2_train_batch_size": _POSITIVE,
+    "gradient_accumulation_steps": _POSITIVE, "save_checkpoints_steps": _POSITIVE,
+    "iterations_per_loop": _POSITIVE, "keep_checkpoint_max": _POSITIVE,
+    "num_tpu_cores": _POSITIVE, "max_eval_steps": _POSITIVE, "num_train_steps": _POSITIVE,
+    "num_warmup_steps": _NON_NEGATIVE, "phase2_steps": _NON_NEGATIVE,
+    "phase2_num_warmup_steps": _NON_NEGATIVE, "eval_every_steps": _NON_NEGATIVE,
+    "early_stopping_patience": _NON_NEGATIVE,
+    "max_seq_length": _SEQ_LENGTH, "phase2_max_seq_length": _SEQ_LENGTH,
+    "max_predictions_per_seq": _POSITIVE, "phase2_max_predictions_per_seq": _POSITIVE,
+    "doc_stride": _POSITIVE, "max_query_length": _POSITIVE, "max_answer_length": _POSITIVE,
+    "n_best_size": _POSITIVE, "fill_mask_top_k": _POSITIVE, "random_seed": _SEED,
+    "learning_rate": _POSITIVE_NUMBER, "phase2_learning_rate": _POSITIVE_NUMBER,
+    "num_train_epochs": _POSITIVE_NUMBER, "warmup_proportion": _FRACTION,
+    "multi_label_threshold": _OPEN_PROBABILITY, "null_score_diff_threshold": _FINITE,
+    "masked_lm_prob": _FRACTION, "short_seq_prob": _FRACTION,
+    "dupe_factor": _POSITIVE, "num_workers": _POSITIVE, "num_shards": _POSITIVE,
+    "shard_index": _NON_NEGATIVE, "chunk_size_kb": _POSITIVE, "shuffle_buffer_size": _POSITIVE,
+    "vocab_size": _POSITIVE, "max_unique_chars": _POSITIVE, "max_token_length": _POSITIVE,
+    "max_input_words": _POSITIVE, "num_iterations": _POSITIVE,
+    "slack_ratio": FlagRule(lambda v: 0 <= v < 1, "a number in [0, 1)"),
+    "max_request_rows": _POSITIVE, "max_request_tokens": _POSITIVE,
+}
 
 
-def tokenizer() -> tokenization.FullTokenizer:
-  """The tokenizer of `--vocab_file` or `--spm_model_file`, after checking `--do_lower_case`
-  against `--init_checkpoint`'s name as the original did."""
-  if not (FLAGS.vocab_file or FLAGS.spm_model_file):
-    raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
-  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
+def flag_value(name: str) -> Any:
+  """The value of the flag `name`, or None where the running script does not define it."""
+  return flags.FLAGS[name].value if name in flags.FLAGS else None
 
 
-def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
-  """The training config the shared flags describe. Fine-tuning scripts give epochs and a warmup
-  proportion (the loop turns them into steps from the number of examples); pretraining gives
-  steps (`schedule_in_steps`: --num_train_steps, --num_warmup_steps)."""
-  return training_loop.TrainConfig(
-      output_dir=FLAGS.output_dir,
-      num_train_steps=FLAGS.num_train_steps if schedule_in_steps else None,
-      num_warmup_steps=FLAGS.num_warmup_steps if schedule_in_steps else None,
-      num_train_epochs=None if schedule_in_steps else FLAGS.num_train_epochs,
-      warmup_proportion=None if schedule_in_steps else FLAGS.warmup_proportion,
-      learning_rate=FLAGS.learning_rate,
-      optimizer=FLAGS.optimizer,
-      lr_schedule=FLAGS.lr_schedule,
-      train_batch_size=FLAGS.train_batch_size,
-      gradient_accumulation_steps=FLAGS.gradient_accumulation_steps,
-      init_checkpoint=FLAGS.init_checkpoint,
-      save_checkpoints_steps=FLAGS.save_checkpoints_steps,
-      iterations_per_loop=FLAGS.iterations_per_loop,
-      keep_checkpoint_max=FLAGS.keep_checkpoint_max,
-      use_xla=FLAGS.use_xla,
-      random_seed=FLAGS.random_seed,
-      allow_partial_init_checkpoint=FLAGS.allow_partial_init_checkpoint,
-      allow_changed_settings=FLAGS.allow_changed_settings,
-      model_settings=_model_settings(),
-      pack_sequences="pack_sequences" in FLAGS and FLAGS.pack_sequences,
-      **{name: FLAGS[name].value for name in _EVAL_DURING_TRAINING_FLAGS if name in FLAGS})
+def _check_flag_values() -> None:
+  """Each flag of FLAG_RULES that has a value obeys its rule."""
+  for name, rule in FLAG_RULES.items():
+    value = flag_value(name)
+    if value is not None and not rule.allowed(value):
+      raise errors.FlagError("--%s=%s: must be %s" % (name, value, rule.what))
 
 
-def _model_settings() -> dict:
-  """What shapes the trained model besides the training config: `--bert_config_file`'s values,
-  `--max_seq_length` and the vocab's content (`vocab`: its SHA-256; recorded with the run; a
-  resume must match them, and evaluation, prediction and export must use the run's vocab)."""
-  settings = {"max_seq_length": FLAGS.max_seq_length}
-  if FLAGS.bert_config_file:
-    settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
-  vocab = errors.flag_value("vocab_file") or errors.flag_value("spm_model_file")
-  if vocab:
-    with tf.io.gfile.GFile(vocab, "rb") as reader:
-      settings["vocab"] = "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
-  return settings
+def _check_flag_combinations() -> None:
+  """The rules that tie two flags together."""
+  steps = flag_value("gradient_accumulation_steps")
+  for batch_flag in ("train_batch_size", "phase2_train_batch_size"):
+    batch = flag_value(batch_flag)
+    if steps and batch and batch % steps:
+      raise errors.FlagError("--gradient_accumulation_steps=%d must divide --%s=%d (each update "
+                             "is that many equal micro-batches)" % (steps, batch_flag, batch))
+  shard_index, num_shards = flag_value("shard_index"), flag_value("num_shards")
+  if shard_index is not None and shard_index >= num_shards:
+    raise errors.FlagError("--shard_index=%d must be below --num_shards=%d" %
+                           (shard_index, num_shards))
+  for prefix in ("", "phase2_"):
+    predictions = flag_value(prefix + "max_predictions_per_seq")
+    length = flag_value(prefix + "max_seq_length")
+    if predictions and length and predictions > length:
+      raise errors.FlagError("--%smax_predictions_per_seq=%d must not exceed "
+                             "--%smax_seq_length=%d" % (prefix, predictions, prefix, length))
+  _check_request_tokens()
 
 
-_EVAL_DURING_TRAINING_FLAGS = ("eval_every_steps", "early_stopping_patience",
-                               "early_stopping_metric", "keep_best_checkpoint")
+def _check_request_tokens() -> None:
+  """An export (--export_dir) serves at least one row of --max_seq_length tokens."""
+  tokens, length = flag_value("max_request_tokens"), flag_value("max_seq_length")
+  if flag_value("export_dir") and tokens and length and tokens < length:
+    raise errors.FlagError("--max_request_tokens=%d must be at least --max_seq_length=%d (one "
+                           "row of the longest length) for --export_dir" % (tokens, length))
 
 
-def run_task(task: fine_tuning.Task, strategy) -> list:
-  """Runs a fine-tuning task as the flags ask (`fine_tuning.run`); returns the summary. A script
-  without --do_eval (run_squad) evaluates during training with --predict_batch_size."""
-  has_eval = "do_eval" in FLAGS
-  return fine_tuning.run(
-      task, strategy, train_config(), do_train=FLAGS.do_train,
-      do_eval=has_eval and FLAGS.do_eval, do_predict=FLAGS.do_predict,
-      eval_batch_size=FLAGS.eval_batch_size if has_eval else FLAGS.predict_batch_size,
-      predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir,
-      export_precision=FLAGS.export_precision, export_limits=request_limits())
+def _check_vocab_paths() -> None:
+  """`--vocab_file` and `--spm_model_file`, where a script has them, are readable files."""
+  for name in ("vocab_file", "spm_model_file"):
+    path = flag_value(name)
+    if path:
+      errors.check_regular_file(path, "--" + name)
+
+
+def check_flags(check_input_paths: Optional[Callable[[], None]] = None) -> None:
+  """The validation pass `run_script` runs before `main`: every numeric flag in range, the flags
+  that go together consistent, the vocab readable, then `check_input_paths` (the script's other
+  files). Raises FlagError (or a reader's InputError) naming the first flag or file at fault."""
+  _check_flag_values()
+  _check_flag_combinations()
+  _check_vocab_paths()
+  if check_input_paths:
+    check_input_paths()
 
 
 # ------------------------------------------------------------------------------------------------
-# The validation pass and the one-line errors.
+# The run's inputs and outputs.
+# ------------------------------------------------------------------------------------------------
+
+# The flags that name what a run reads, in every script (a flag a script lacks is skipped).
+INPUT_FLAGS = ("input_file", "phase2_input_file", "vocab_file", "spm_model_file",
+               "bert_config_file", "init_checkpoint", "hf_model_path", "keras_hub_preset",
+               "data_dir", "stdlib_dir", "train_file", "dev_file", "test_file", "predict_file")
+# Input flags whose value is a file name in --data_dir where the script has that flag.
+DATA_DIR_FILE_FLAGS = ("train_file", "dev_file", "test_file")
+# Input flags naming data files (not models): none may lie in an output directory under a name
+# the run writes there (`atomic_files.NAMES_WRITTEN_IN_OUTPUT_DIRS`).
+DATA_FILE_FLAGS = ("input_file", "phase2_input_file", "train_file", "dev_file", "test_file",
+                   "predict_file")
+# The flags that name what a run writes, and their kind (`atomic_files.OUTPUT_FILE`, ...); a
+# script whose flag means another kind says so to `run_script`.
+OUTPUT_FLAGS = {"output_file": atomic_files.OUTPUT_FILE,
+                "output_dir": atomic_files.OUTPUT_CONTAINER,
+                "export_dir": atomic_files.OUTPUT_CONTAINER}
+
+# An output flag's kind, or a function of the flags giving (kind, paths) where the paths are not
+# the flag's value as it stands (shard suffixes).
+OutputFlag = Union[str, Callable[[], tuple]]
+
+
+def _input_paths(name: str, value: str) -> list:
+  """The paths an input flag names: its comma-separated parts, glob patterns expanded; a
+  checkpoint prefix's files."""
+  if name == "init_checkpoint":
+    return [value] + glob.glob(glob.escape(value) + ".*")
+  if name in DATA_DIR_FILE_FLAGS and flag_value("data_dir"):
+    value = os.path.join(flag_value("data_dir"), value)
+  paths = []
+  for part in (part.strip() for part in value.split(",")):
+    if part:
+      paths.extend(([] if "://" in part else glob.glob(part)) or [part])
+  return paths
+
+
+def _output_paths(value: str, declared: OutputFlag) -> tuple:
+  """(kind, paths) of an output flag's value."""
+  if callable(declared):
+    return declared()
+  if declared == atomic_files.OUTPUT_FILE:
+    return declared, [part.strip() for part in value.split(",") if part.strip()]
+  return declared, [value]
+
+
+def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> None:
+  """Checks the running script's outputs against its inputs and each other
+  (`atomic_files.check_run_paths`): `outputs` overrides OUTPUT_FLAGS by flag name."""
+  inputs = {"--" + name: _input_paths(name, flag_value(name))
+            for name in INPUT_FLAGS if flag_value(name)}
+  declared = dict(OUTPUT_FLAGS, **(outputs or {}))
+  written = {"--" + name: _output_paths(flag_value(name), kind)
+             for name, kind in declared.items() if flag_value(name)}
+  atomic_files.check_run_paths(inputs, written,
+                               data_files=["--" + name for name in DATA_FILE_FLAGS])
+
+
+# ------------------------------------------------------------------------------------------------
+# Running a script.
 # ------------------------------------------------------------------------------------------------
 
 
-def _check_input_paths() -> None:
-  """The files the flags of TensorFlow's scripts name: the config (read, and checked against
-  --max_seq_length where the script has it), the init checkpoint, the input file patterns, the
-  data directory, the export directory (`export.check_export_dir`), and the TF_CONFIG variable."""
-  distribution.check_tf_config()
-  if errors.flag_value("bert_config_file"):
-    errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
-    _check_vocab_fits_model(bert_config())
-  if errors.flag_value("init_checkpoint"):
-    checkpoints.resolve_checkpoint_path(errors.flag_value("init_checkpoint"))
-  for name in ("input_file", "phase2_input_file"):
-    if errors.flag_value(name):
-      file_patterns.expand(errors.flag_value(name), "--" + name)
-  data_dir = errors.flag_value("data_dir")
-  if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
-    raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
-  if errors.flag_value("export_dir"):
-    export.check_export_dir(errors.flag_value("export_dir"), errors.flag_value("output_dir"))
+def _exit_with_error(message: str) -> None:
+  """Ends the script with `<script>: error: <message>` on one line and exit status 1."""
+  raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]),
+                                      " ".join(str(message).split("\n"))))
 
 
-def _check_vocab_fits_model(config: modeling.BertConfig) -> None:
-  """`--vocab_file` (or `--spm_model_file`), where given with the config, is the model's vocab
-  (`tokenization.check_vocab_fits_model`) with the special tokens the flags need: [MASK] too for
-  --dynamic_masking and for run_pretraining's fill-mask export."""
-  vocab_file, spm_model_file = errors.flag_value("vocab_file"), errors.flag_value("spm_model_file")
-  if not (vocab_file or spm_model_file):
-    return
-  special_tokens = tokenization.INPUT_SPECIAL_TOKENS
-  if errors.flag_value("dynamic_masking") or (
-      "fill_mask_top_k" in FLAGS and errors.flag_value("export_dir")):
-    special_tokens += (tokenization.MASK_TOKEN,)
+def _parse_flags(argv: list[str]) -> list[str]:
+  """absl's parse of argv, with a value of the wrong type (or an unknown flag) ended as one line
+  naming the flag, like every other bad input."""
   try:
-    tokenization.check_vocab_fits_model(vocab_file, config.vocab_size, spm_model_file,
-                                        special_tokens)
-  except tokenization.VocabError as error:
-    raise errors.FlagError("--%s: %s (--bert_config_file=%s)" % (
-        "spm_model_file" if spm_model_file else "vocab_file", error,
-        FLAGS.bert_config_file)) from None
+    return flags.FLAGS(argv)
+  except flags.Error as error:
+    _exit_with_error(str(error).replace("flag --", "--", 1))
+
+
+def _is_disk_full(error: OSError) -> bool:
+  """A full disk or quota: the user's to fix (`atomic_files` names the output in the message)."""
+  return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
 def run_script(main: Callable[[list], Any],
-               outputs: Optional[dict[str, errors.OutputFlag]] = None) -> None:
-  """`errors.run_script` for a script that uses these flags: the validation pass also reads
-  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs;
-  `outputs` are the script's output flags of another kind than `errors.OUTPUT_FLAGS` says."""
-  errors.run_script(main, check_input_paths=_check_input_paths, outputs=outputs)
+               check_input_paths: Optional[Callable[[], None]] = None,
+               outputs: Optional[dict[str, OutputFlag]] = None) -> None:
+  """`app.run(main)` after the validation pass (`check_flags(check_input_paths)`). An
+  `InputError` from anywhere, or an `OSError` on a named file or of a full disk, ends
+  the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
+  traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback. The pass
+  ends with `check_run_paths(outputs)`: no output may replace an input, another output or a path
+  of the other kind."""
+
+  def main_with_clear_errors(argv):
+    try:
+      check_flags(check_input_paths)
+      check_run_paths(outputs)
+      return main(argv)
+    except (errors.InputError, OSError) as error:
+      if (isinstance(error, OSError) and not (error.filename or _is_disk_full(error)) or
+          os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")):
+        raise
+      _exit_with_error(str(error))
+
+  app.run(main_with_clear_errors, flags_parser=_parse_flags)

@@ -12,14 +12,17 @@ files. With `--runner=beam` the same chunks and algorithm run as an Apache Beam 
 (pretraining_data_beam.py). Prints a JSON summary at the end.
 """
 
+import dataclasses
 import os
 
 from absl import flags
 from absl import logging
 
 import atomic_files
+import cli
 import errors
 import pretraining_data
+import pretraining_instances
 
 FLAGS = flags.FLAGS
 
@@ -77,7 +80,7 @@ def _run_beam(config: pretraining_data.RunConfig) -> dict:
 
 def _output_files() -> tuple:
   """--output_file's files as this run names them (a shard's suffix added)."""
-  return errors.OUTPUT_FILE, pretraining_data.shard_output_files(
+  return atomic_files.OUTPUT_FILE, pretraining_data.shard_output_files(
       FLAGS.output_file, FLAGS.shard_index, FLAGS.num_shards)
 
 
@@ -93,13 +96,9 @@ def main(_):
       vocab_file=FLAGS.vocab_file,
       do_lower_case=FLAGS.do_lower_case,
       spm_model_file=FLAGS.spm_model_file,
-      options=pretraining_data.InstanceOptions(
-          max_seq_length=FLAGS.max_seq_length,
-          max_predictions_per_seq=FLAGS.max_predictions_per_seq,
-          masked_lm_prob=FLAGS.masked_lm_prob,
-          short_seq_prob=FLAGS.short_seq_prob,
-          dupe_factor=FLAGS.dupe_factor,
-          do_whole_word_mask=FLAGS.do_whole_word_mask),
+      options=pretraining_instances.InstanceOptions(**{
+          field.name: FLAGS[field.name].value
+          for field in dataclasses.fields(pretraining_instances.InstanceOptions)}),
       random_seed=FLAGS.random_seed,
       num_workers=num_workers,
       shard_index=FLAGS.shard_index,
@@ -120,4 +119,4 @@ if __name__ == "__main__":
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
   flags.mark_flag_as_required("vocab_file")
-  errors.run_script(main, outputs={"output_file": _output_files})
+  cli.run_script(main, outputs={"output_file": _output_files})

@@ -27,6 +27,7 @@ from absl import flags
 from absl import logging
 
 import atomic_files
+import cli
 import errors
 import file_patterns
 import progress_log
@@ -237,4 +238,4 @@ if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
-  errors.run_script(main)
+  cli.run_script(main)

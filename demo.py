@@ -33,7 +33,7 @@ from typing import Iterator, Optional
 from absl import app
 from absl import flags
 
-import errors
+import cli
 
 FLAGS = flags.FLAGS
 
@@ -433,4 +433,4 @@ def main(argv: list[str]) -> None:
 
 if __name__ == "__main__":
   define_flags()
-  errors.run_script(main)
+  cli.run_script(main)

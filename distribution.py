@@ -29,10 +29,8 @@ from absl import logging
 import keras
 import tensorflow as tf
 
+import choices
 import errors
-
-STRATEGIES = ("auto", "one_device", "mirrored", "multi_worker_mirrored", "tpu")
-PRECISIONS = ("float32", "float16", "bfloat16")
 
 
 class DistributionError(errors.InputError):
@@ -99,8 +97,9 @@ def make_strategy(name: str = "auto",
   """Creates a `tf.distribute` strategy. Call it before any other TensorFlow op.
 
   Args:
-    name: one of STRATEGIES. `auto` picks tpu with use_tpu, multi_worker_mirrored when TF_CONFIG
-      names several tasks, mirrored with several GPUs, else one_device (the default strategy).
+    name: one of choices.STRATEGIES. `auto` picks tpu with use_tpu, multi_worker_mirrored when
+      TF_CONFIG names several tasks, mirrored with several GPUs, else one_device (the default
+      strategy).
     devices: the mirrored strategy's devices (default: all GPUs, else all logical CPUs).
     use_tpu, tpu_address, tpu_zone, gcp_project: where the TPU is (the original's flags).
     num_tpu_cores: cores expected on the TPU; a mismatch is logged.
@@ -108,9 +107,9 @@ def make_strategy(name: str = "auto",
   Returns:
     The strategy. Batch sizes given to `train`, `evaluate` and `predict` are global.
   """
-  if name not in STRATEGIES:
+  if name not in choices.STRATEGIES:
     raise DistributionError("--distribution_strategy must be one of %s, got %r" %
-                            (STRATEGIES, name))
+                            (choices.STRATEGIES, name))
   if name == "auto":
     if use_tpu:
       name = "tpu"
@@ -146,10 +145,32 @@ def make_strategy(name: str = "auto",
 
 def set_precision(precision: str) -> None:
   """Sets Keras's global dtype policy: float32, or mixed float16/bfloat16 (float32 variables)."""
-  if precision not in PRECISIONS:
-    raise DistributionError("--mixed_precision must be one of %s, got %r" % (PRECISIONS, precision))
+  if precision not in choices.TRAINING_PRECISIONS:
+    raise DistributionError("--mixed_precision must be one of %s, got %r" %
+                            (choices.TRAINING_PRECISIONS, precision))
   keras.mixed_precision.set_global_policy(
       "float32" if precision == "float32" else "mixed_" + precision)
+
+
+def distribute_dataset(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
+  """Distributes a dataset of global batches so that each global batch is split over replicas.
+
+  Unless the dataset chose a sharding policy itself, every worker reads the same stream and keeps
+  its part of each batch (DATA sharding): the global batches are the ones one device would see.
+
+  tf.data's autotuner is off: its thread sleeps in periods that double up to 60 s, and in
+  TensorFlow 2.21 deleting an iterator while the cores are busy often waits out the current
+  period (the cancellation wakes the thread before the iterator counts as cancelled, so it sleeps
+  again). Every evaluation, prediction and training run lost up to a minute when its iterator
+  ended (`benchmarks/bench_iterator_teardown.py` measures it). Without the autotuner an AUTOTUNE
+  map keeps its starting parallelism, one call per core (at most 16), and prefetching still runs.
+  """
+  options = tf.data.Options()
+  options.autotune.enabled = False
+  if dataset.options().experimental_distribute.auto_shard_policy == (
+      tf.data.experimental.AutoShardPolicy.AUTO):
+    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+  return strategy.experimental_distribute_dataset(dataset.with_options(options))
 
 
 def is_chief() -> bool:

@@ -52,6 +52,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 import atomic_files
+import choices
 import distribution
 import errors
 import file_patterns
@@ -65,17 +66,15 @@ ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
 # The most bytes of text one request may hold (all its string inputs together). Memory per request
 # grows linearly with its bytes; this bounds it. A SQuAD context is ~1 KB, a long article ~100 KB.
 MAX_REQUEST_TEXT_BYTES = 4 * 2**20
-DEFAULT_MAX_REQUEST_ROWS = 1024
-DEFAULT_MAX_REQUEST_TOKENS = 65536
 WARMUP_FILE = "tf_serving_warmup_requests"  # In assets.extra/, where TF Serving looks for it.
 WARMUP_SENTENCE = ("The quick brown fox jumps over the lazy dog while a small bird sings in an old "
                    "tree near the river.")
 
 OutputsFn = Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
-# --export_precision: the Keras dtype policy an exported model computes in. bfloat16 is Keras's
-# mixed policy: float32 variables (so the SavedModel keeps the float32 weights), matmuls and
-# activations in bfloat16, softmax, LayerNorm and the logits in float32 (modeling.py).
-PRECISIONS = ("float32", "bfloat16")
+# --export_precision (choices.EXPORT_PRECISIONS): the Keras dtype policy an exported model
+# computes in. bfloat16 is Keras's mixed policy: float32 variables (so the SavedModel keeps the
+# float32 weights), matmuls and activations in bfloat16, softmax, LayerNorm and the logits in
+# float32 (modeling.py).
 _PRECISION_POLICIES = {"float32": "float32", "bfloat16": "mixed_bfloat16"}
 
 
@@ -112,8 +111,8 @@ class RequestLimits:
     features for text. Activation memory grows linearly with it (benchmarks/RESULTS.md has
     BERT-Base's numbers).
   """
-  max_rows: int = DEFAULT_MAX_REQUEST_ROWS
-  max_tokens: int = DEFAULT_MAX_REQUEST_TOKENS
+  max_rows: int = choices.DEFAULT_MAX_REQUEST_ROWS
+  max_tokens: int = choices.DEFAULT_MAX_REQUEST_TOKENS
 
 
 def existing_versions(export_dir: str) -> list[int]:
@@ -648,7 +647,7 @@ _EXPORT_LOCK = threading.Lock()
 @contextlib.contextmanager
 def _naming_full_disk(export_dir: str) -> Iterator[None]:
   """TensorFlow's error for a full disk in the block, raised as the OSError (ENOSPC) that
-  `errors.run_script` prints in one line naming `export_dir`."""
+  `cli.run_script` prints in one line naming `export_dir`."""
   try:
     yield
   except tf.errors.OpError as error:

@@ -38,6 +38,7 @@ import tensorflow as tf
 import atomic_files
 import checkpoints
 import cli
+import cli_setup
 import errors
 import export
 import in_graph_tokenization
@@ -557,15 +558,15 @@ def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: O
 
 def _output_file() -> tuple:
   """--output_file is a file, or with --output_format=npz a directory written whole."""
-  kind = errors.OUTPUT_DIRECTORY if FLAGS.output_format == "npz" else errors.OUTPUT_FILE
+  kind = atomic_files.OUTPUT_DIRECTORY if FLAGS.output_format == "npz" else atomic_files.OUTPUT_FILE
   return kind, [FLAGS.output_file]
 
 
 def main(_):
   cli.require("input_file", "init_checkpoint", "output_file")
-  bert_config = cli.bert_config()
+  bert_config = cli_setup.bert_config()
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
-  tokenizer = cli.tokenizer()
+  tokenizer = cli_setup.tokenizer()
   if FLAGS.use_tpu:
     raise errors.FlagError("extract_features.py runs on the local CPU or GPU; --use_tpu is not "
                            "supported")
@@ -584,12 +585,12 @@ def main(_):
   extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
   if FLAGS.export_dir and FLAGS.export_format == "tf_hub":
     export_tf_hub(FLAGS.export_dir, bert, tokenizer, FLAGS.max_seq_length,
-                  FLAGS.export_precision, cli.request_limits())
+                  FLAGS.export_precision, cli_setup.request_limits())
   elif FLAGS.export_dir:
     export_encoder(FLAGS.export_dir, extractor, tokenizer, FLAGS.max_seq_length,
-                   FLAGS.export_precision, cli.request_limits())
+                   FLAGS.export_precision, cli_setup.request_limits())
 
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main, outputs={"output_file": _output_file})
+  cli_setup.run_script(main, outputs={"output_file": _output_file})

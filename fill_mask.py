@@ -94,7 +94,7 @@ def _is_mask(features: Mapping[str, tf.Tensor], mask_id: int) -> tf.Tensor:
 
 
 class FillMaskServing(export.EncodedTextServing):
-  """The fill-mask export of a `modeling.BertPretrainingModel` (see the module docstring)."""
+  """The fill-mask export of a `heads.BertPretrainingModel` (see the module docstring)."""
 
   def __init__(self, model: keras.Model, tokenizer: tokenization.FullTokenizer,
                max_seq_length: int, top_k: int):

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 import checkpoints
+import evaluation
 import export
 import length_buckets
 import tfrecord_files
@@ -88,7 +89,15 @@ class Task(abc.ABC):
 
   @abc.abstractmethod
   def loss(self, model: keras.Model, features: Mapping[str, tf.Tensor], training: bool) -> tuple:
-    """`training_loop.LossFn`: (this replica's loss share, {metric name: share})."""
+    """`training_loop.LossFn`: (this replica's loss share, {metric name: share}).
+
+    Every mean over examples (or tokens) in it must be `distribution.replica_weighted_mean`, called
+    the same number of times and in the same order on every batch, whatever the batch holds (no
+    call inside a data-dependent branch). Gradient accumulation relies on it: the loop first runs
+    the loss to record each call's denominator over the whole effective batch, then matches those
+    totals to the calls of each micro-batch by their order (`distribution.recording_denominators`,
+    `effective_batch_denominators`; a different number of calls is an error).
+    """
 
   @abc.abstractmethod
   def predict_outputs(self, model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
@@ -132,13 +141,13 @@ class Task(abc.ABC):
                       dataset: tf.data.Dataset, batch_size: int,
                       feature_files: Sequence[str] = ()) -> dict:
     """`predict_outputs` over an unbatched, finite dataset of features, one row per example in
-    input order (`training_loop.predict`, by length bucket as `bucket_by_length` says). The one
+    input order (`evaluation.predict`, by length bucket as `bucket_by_length` says). The one
     prediction path of every task's evaluation and prediction: a corrupt record in one of the
     cached `feature_files` the dataset reads is an error naming the file and how to rebuild it."""
     with tfrecord_files.naming_corrupt_records(list(feature_files),
                                                tfrecord_files.REBUILD_CACHE_HINT):
-      return training_loop.predict(strategy, model, self.predict_outputs, dataset, batch_size,
-                                   self.bucket_by_length)
+      return evaluation.predict(strategy, model, self.predict_outputs, dataset, batch_size,
+                                self.bucket_by_length)
 
 
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,

@@ -2,17 +2,18 @@
 """The BERT model of Google's original TF1 code, on TensorFlow 2 and Keras 3.
 
 The architecture is exactly the original's (post-LayerNorm Transformer encoder, learned position
-embeddings, additive attention mask, tanh pooler on the first token, masked-LM and next-sentence
-heads). Layers are named after the original's TF1 variable scopes, so every Keras variable path
-*is* its Google checkpoint name (`bert/encoder/layer_3/attention/self/query/kernel`, ...):
-checkpoints written by Google's code load by name and checkpoints written here are read by Google's
-tools. See DESIGN.md, "Checkpoint names".
+embeddings, additive attention mask, tanh pooler on the first token; heads.py adds the masked-LM
+and next-sentence heads and the tasks' output layer). Layers are named after the original's TF1
+variable scopes, so every Keras variable path *is* its Google checkpoint name
+(`bert/encoder/layer_3/attention/self/query/kernel`, ...): checkpoints written by Google's code
+load by name and checkpoints written here are read by Google's tools. See DESIGN.md, "Checkpoint
+names".
 
 Also provided, with the original's names for users porting code: `gelu`, `get_activation`,
-`get_shape_list`, `create_attention_mask_from_input_mask` and `attention_layer`.
+`get_shape_list`, `create_attention_mask_from_input_mask`, `attention_layer` and
+`create_initializer`.
 """
 
-import contextlib
 import copy
 import difflib
 import json
@@ -137,7 +138,7 @@ def create_attention_mask_from_input_mask(from_tensor: tf.Tensor, to_mask: tf.Te
   return tf.ones([from_shape[0], from_shape[1], 1], tf.float32) * to_mask
 
 
-def _truncated_normal(initializer_range: float) -> keras.initializers.Initializer:
+def create_initializer(initializer_range: float) -> keras.initializers.Initializer:
   """The original's weight initializer (truncated at two standard deviations)."""
   return keras.initializers.TruncatedNormal(stddev=initializer_range)
 
@@ -355,7 +356,7 @@ class ScopedDense(keras.layers.Layer):
                layer_norm: bool = False, **kwargs):
     super().__init__(**kwargs)
     self.dense = Dense(units, activation=get_activation(activation),
-                       kernel_initializer=_truncated_normal(initializer_range), name="dense")
+                       kernel_initializer=create_initializer(initializer_range), name="dense")
     self.layer_norm = LayerNorm() if layer_norm else None
 
   def build(self, input_shape):
@@ -375,7 +376,7 @@ class ResidualOutput(keras.layers.Layer):
 
   def __init__(self, hidden_size: int, dropout_prob: float, initializer_range: float, **kwargs):
     super().__init__(**kwargs)
-    self.dense = Dense(hidden_size, kernel_initializer=_truncated_normal(initializer_range),
+    self.dense = Dense(hidden_size, kernel_initializer=create_initializer(initializer_range),
                        name="dense")
     self.dropout = keras.layers.Dropout(dropout_prob)
     self.layer_norm = LayerNorm()
@@ -405,7 +406,7 @@ class SelfAttention(keras.layers.Layer):
 
     def projection(name, activation):
       return Dense(width, activation=get_activation(activation),
-                   kernel_initializer=_truncated_normal(initializer_range), name=name)
+                   kernel_initializer=create_initializer(initializer_range), name=name)
 
     self.query = projection("query", query_act)
     self.key = projection("key", key_act)
@@ -612,7 +613,7 @@ class Embeddings(keras.layers.Layer):
 
   def build(self, input_shape=None):
     config = self.config
-    initializer = _truncated_normal(config.initializer_range)
+    initializer = create_initializer(config.initializer_range)
 
     def table(name, rows):
       return self.add_weight(name=name, shape=(rows, config.hidden_size), initializer=initializer)
@@ -647,7 +648,7 @@ def packed_attention_mask(packed_sequence_ids: tf.Tensor, input_mask: tf.Tensor)
   return tf.cast(same & real_key, tf.float32)
 
 
-def _unpack_features(input_ids, input_mask, token_type_ids, extra_keys=()):
+def unpack_features(input_ids, input_mask, token_type_ids, extra_keys=()):
   """Accepts either separate tensors or one feature dict (TFRecord names, as the original).
 
   A dict may name the type ids `segment_ids` (TFRecord feature) or `token_type_ids`.
@@ -704,7 +705,7 @@ class BertModel(keras.Model):
 
   def call(self, input_ids, input_mask=None, token_type_ids=None, training=False):
     packed = packing.is_packed(input_ids)
-    input_ids, input_mask, token_type_ids, position_ids, sequence_ids, starts = _unpack_features(
+    input_ids, input_mask, token_type_ids, position_ids, sequence_ids, starts = unpack_features(
         input_ids, input_mask, token_type_ids, extra_keys=packing.PACKED_FEATURES)
     if input_mask is None:
       input_mask = tf.ones_like(input_ids)
@@ -738,174 +739,3 @@ class BertModel(keras.Model):
     return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert"))
 
 
-# ----------------------------------------------------------------------------------------------
-# Pretraining heads.
-# ----------------------------------------------------------------------------------------------
-
-
-class BertTaskModel(keras.Model):
-  """BERT plus one linear output layer: the model of every fine-tuning task.
-
-  `logits = dropout(bert output) @ output_weights^T + output_bias`, float32, where the BERT output
-  is `pooled_output` ([B, H] -> logits [B, N]: classification, multiple choice) or
-  `sequence_output` ([B, T, H] -> [B, T, N]: tagging, SQuAD spans). The two variables keep the
-  original's names and layout: `output_weights` [N, H] (transposed relative to a Keras Dense
-  kernel) and `output_bias` [N], at the top of the checkpoint (the original run_classifier's
-  `output_weights`) or under `head_scope` (run_squad's `cls/squad/output_weights`).
-
-  Call with a feature dict (`input_ids`, `input_mask`, `segment_ids`); subclasses turn the logits
-  into the task's outputs.
-  """
-
-  def __init__(self, config: BertConfig, num_outputs: int, bert_output: str,
-               dropout_rate: float, head_scope: str = "", name: str = "bert_task", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.config = config
-    self.num_outputs = num_outputs
-    self.bert_output = bert_output
-    self.head_scope = head_scope
-    self.bert = BertModel(config, name="bert")
-    self.dropout = keras.layers.Dropout(dropout_rate) if dropout_rate else None
-    # Keras names a variable after the layer that creates it: the model itself for top-level
-    # names, else a plain layer named after the scope's last part.
-    self.scoped_head = (keras.layers.Layer(name=head_scope.rsplit("/", 1)[-1]) if head_scope
-                        else None)
-
-  def build(self, input_shape=None):
-    """Creates every variable (their shapes do not depend on the input)."""
-    self.bert.build()
-    with contextlib.ExitStack() as scopes:
-      for part in self.head_scope.split("/")[:-1]:
-        scopes.enter_context(keras.name_scope(part))
-      owner = self.scoped_head or self
-      # The original's heads start from stddev 0.02 whatever the config's initializer_range.
-      self.output_weights = owner.add_weight(
-          name="output_weights", shape=(self.num_outputs, self.config.hidden_size),
-          initializer=keras.initializers.TruncatedNormal(stddev=0.02))
-      self.output_bias = owner.add_weight(name="output_bias", shape=(self.num_outputs,),
-                                          initializer="zeros")
-    self.built = True
-
-  def logits(self, features, training=False) -> tf.Tensor:
-    """float32 logits [B, N] or [B, T, N]. On packed rows (`packing`) B counts sequences: one
-    row of logits per sequence's [CLS], or its tokens laid out as a padded row of the packed
-    width (zero past its end)."""
-    hidden = self.bert(features, training=training)[self.bert_output]
-    if self.dropout is not None:
-      hidden = self.dropout(hidden, training=training)
-    weights = tf.cast(self.output_weights, hidden.dtype)  # bfloat16/float16 under mixed precision
-    if hidden.shape.rank == 2:
-      logits = tf.matmul(hidden, weights, transpose_b=True)
-    else:
-      logits = tf.einsum("bth,nh->btn", hidden, weights)
-    logits = tf.cast(logits + tf.cast(self.output_bias, hidden.dtype), tf.float32)
-    if hidden.shape.rank == 3 and packing.is_packed(features):
-      logits = packing.unpack_tokens(logits, features[packing.SEQUENCE_STARTS],
-                                     features[packing.SEQUENCE_IDS])
-    return logits
-
-  def call(self, features, training=False):
-    return self.logits(features, training=training)
-
-
-class MaskedLMHead(keras.layers.Layer):
-  """The original's `cls/predictions`: transform (dense + activation + LayerNorm), then logits
-  against the tied word embedding table plus `output_bias`, only at the masked positions."""
-
-  def __init__(self, config: BertConfig, **kwargs):
-    # No autocasting: the bias is added to float32 logits at full precision.
-    super().__init__(autocast=False, **kwargs)
-    self.config = config
-    self.transform = ScopedDense(config.hidden_size, config.hidden_act, config.initializer_range,
-                                 layer_norm=True, name="transform")
-
-  def build(self, input_shape=None):
-    self.transform.build((None, None, self.config.hidden_size))
-    self.output_bias = self.add_weight(name="output_bias", shape=(self.config.vocab_size,),
-                                       initializer="zeros")
-
-  def call(self, sequence_output, embedding_table, masked_lm_positions=None):
-    """Returns float32 logits [B, P, vocab] (P = positions per example; all T if None)."""
-    hidden = sequence_output
-    if masked_lm_positions is not None:
-      hidden = tf.gather(sequence_output, tf.cast(masked_lm_positions, tf.int32), batch_dims=1)
-    hidden = self.transform(tf.cast(hidden, self.compute_dtype))
-    logits = tf.matmul(hidden, tf.cast(embedding_table, hidden.dtype), transpose_b=True)
-    return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
-
-
-class NextSentenceHead(keras.layers.Layer):
-  """The original's `cls/seq_relationship`: `output_weights` [2, H] and `output_bias` [2]."""
-
-  def __init__(self, config: BertConfig, **kwargs):
-    # No autocasting: the bias is added to float32 logits at full precision.
-    super().__init__(autocast=False, **kwargs)
-    self.config = config
-
-  def build(self, input_shape=None):
-    self.output_weights = self.add_weight(
-        name="output_weights", shape=(2, self.config.hidden_size),
-        initializer=_truncated_normal(self.config.initializer_range))
-    self.output_bias = self.add_weight(name="output_bias", shape=(2,), initializer="zeros")
-
-  def call(self, pooled_output):
-    """Returns float32 logits [B, 2] (0 = is next, 1 = random, as the original's labels)."""
-    pooled_output = tf.cast(pooled_output, self.compute_dtype)
-    logits = tf.matmul(pooled_output, tf.cast(self.output_weights, self.compute_dtype),
-                       transpose_b=True)
-    return tf.cast(logits, tf.float32) + tf.cast(self.output_bias, tf.float32)
-
-
-class PretrainingHeads(keras.layers.Layer):
-  """The original's `cls` scope: `predictions` (masked LM), `seq_relationship` (next sentence)."""
-
-  def __init__(self, config: BertConfig, **kwargs):
-    super().__init__(**kwargs)
-    self.predictions = MaskedLMHead(config, name="predictions")
-    self.seq_relationship = NextSentenceHead(config, name="seq_relationship")
-
-  def build(self, input_shape=None):
-    self.predictions.build()
-    self.seq_relationship.build()
-
-
-class BertPretrainingModel(keras.Model):
-  """BERT with the masked-LM and next-sentence heads; variables `bert/...` and `cls/...`.
-
-  Call as `model(input_ids, input_mask=None, token_type_ids=None, masked_lm_positions=None,
-  training=False)` or with one dict of the pretraining TFRecord features (`input_ids`,
-  `input_mask`, `segment_ids`, `masked_lm_positions`). Returns the `BertModel` outputs plus
-    masked_lm_logits float32 [B, P, vocab] at `masked_lm_positions` [B, P] (all T if None),
-    next_sentence_logits float32 [B, 2].
-  """
-
-  def __init__(self, config: BertConfig, name: str = "bert_pretraining", **kwargs):
-    super().__init__(name=name, **kwargs)
-    self.config = copy.deepcopy(config)
-    self.bert = BertModel(self.config, name="bert")
-    self.cls = PretrainingHeads(self.config, name="cls")
-
-  def build(self, input_shape=None):
-    """Creates every variable; their shapes do not depend on the input shape."""
-    self.bert.build()
-    self.cls.build()
-
-  def call(self, input_ids, input_mask=None, token_type_ids=None, masked_lm_positions=None,
-           training=False):
-    input_ids, input_mask, token_type_ids, positions = _unpack_features(
-        input_ids, input_mask, token_type_ids, extra_keys=("masked_lm_positions",))
-    if masked_lm_positions is None:
-      masked_lm_positions = positions
-    outputs = dict(self.bert(input_ids, input_mask=input_mask, token_type_ids=token_type_ids,
-                             training=training))
-    outputs["masked_lm_logits"] = self.cls.predictions(
-        outputs["sequence_output"], self.bert.get_embedding_table(), masked_lm_positions)
-    outputs["next_sentence_logits"] = self.cls.seq_relationship(outputs["pooled_output"])
-    return outputs
-
-  def get_config(self):
-    return {"config": self.config.to_dict(), "name": self.name}
-
-  @classmethod
-  def from_config(cls, config):
-    return cls(BertConfig.from_dict(config["config"]), name=config.get("name", "bert_pretraining"))

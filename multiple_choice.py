@@ -21,7 +21,7 @@ needs a non-empty ending, its label pointing at one; an unlabeled (test) row wit
 probability 0 for each, as the export answers it. A test row is never skipped (see
 `task_files.BadRows`): test_results.tsv has one line per test row, in order.
 
-Features reuse the classifier's pair records and cache (`classifier.cached_features_file`): one
+Features are the classifier's pair records and cache (`text_pairs.cached_features_file`): one
 record per (context, ending) pair, an example's pairs consecutive, every example padded to the
 split's largest number of endings with padding pairs; `label_ids` is 1 for the right ending, 0 for
 the others (and for every ending of an unlabeled example), 2 for a padding pair. Reading groups the
@@ -40,14 +40,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-import classifier
 import distribution
 import export
 import fine_tuning
+import heads
 import in_graph_tokenization
 import modeling
 import packing
 import task_files
+import text_pairs
 import tokenization
 import training_loop
 
@@ -198,7 +199,7 @@ def _jsonl_example(line: bytes, guid: str) -> MultipleChoiceExample:
 
 
 def pair_examples(examples: Sequence[MultipleChoiceExample],
-                  num_choices: int) -> list[classifier.InputExample]:
+                  num_choices: int) -> list[text_pairs.InputExample]:
   """The classifier pair examples of `examples`, each padded to num_choices pairs; a missing
   (empty) ending is a padding pair in its place."""
   pairs = []
@@ -209,15 +210,15 @@ def pair_examples(examples: Sequence[MultipleChoiceExample],
         pairs.append(_padding_pair(example))
         continue
       label = RIGHT if index == example.label else WRONG
-      pairs.append(classifier.InputExample("%s-%d" % (example.guid, index), example.context,
+      pairs.append(text_pairs.InputExample("%s-%d" % (example.guid, index), example.context,
                                            text_b, label))
     pairs.extend(_padding_pair(example) for _ in range(num_choices - len(example.endings)))
   return pairs
 
 
-def _padding_pair(example: MultipleChoiceExample) -> classifier.InputExample:
+def _padding_pair(example: MultipleChoiceExample) -> text_pairs.InputExample:
   """A pair that is no choice: a missing ending, or a place past the example's endings."""
-  return classifier.InputExample("%s-pad" % example.guid, "", "", PADDING)
+  return text_pairs.InputExample("%s-pad" % example.guid, "", "", PADDING)
 
 
 def group_choices(records: tf.data.Dataset, num_choices: int) -> tf.data.Dataset:
@@ -241,7 +242,7 @@ def group_choices(records: tf.data.Dataset, num_choices: int) -> tf.data.Dataset
 # Model, loss, outputs.
 
 
-class BertMultipleChoice(modeling.BertTaskModel):
+class BertMultipleChoice(heads.BertTaskModel):
   """BERT with one shared scoring head on the pooled output of every (context, ending) pair.
 
   Variables: `bert/...`, `cls/multiple_choice/output_weights` [1, H], `.../output_bias` [1].
@@ -310,7 +311,7 @@ class MultipleChoiceTask(fine_tuning.Task):
   group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
 
   def __post_init__(self):
-    classifier.check_max_seq_length(self.max_seq_length, is_pair=True)
+    text_pairs.check_max_seq_length(self.max_seq_length, is_pair=True)
     self.files = {"train": self.train_file, "dev": self.dev_file, "test": self.test_file}
     self.bad_rows = task_files.BadRows(self.skip_bad_rows)
 
@@ -345,9 +346,9 @@ class MultipleChoiceTask(fine_tuning.Task):
     dataset of grouped examples and the file."""
     num_choices = num_choices_of(examples)
     path = os.path.join(self.output_dir, record_name + ".tf_record")
-    classifier.cached_features_file(pair_examples(examples, num_choices), PAIR_LABELS,
+    text_pairs.cached_features_file(pair_examples(examples, num_choices), PAIR_LABELS,
                                     self.max_seq_length, self.tokenizer, path)
-    return group_choices(classifier.features_dataset(path, self.max_seq_length), num_choices), path
+    return group_choices(text_pairs.features_dataset(path, self.max_seq_length), num_choices), path
 
   def train_data(self) -> fine_tuning.TrainData:
     examples = self.read_split("train")
@@ -394,7 +395,7 @@ class MultipleChoiceTask(fine_tuning.Task):
     outputs = self._predict_split(strategy, model, "predict", examples, batch_size)
     rows = [row[:len(example.endings)]
             for row, example in zip(outputs["probabilities"], examples)]
-    classifier.write_test_results(os.path.join(self.output_dir, "test_results.tsv"), rows)
+    text_pairs.write_test_results(os.path.join(self.output_dir, "test_results.tsv"), rows)
     return "predicted %d examples" % len(rows)
 
   def serving_module(self, model) -> "MultipleChoiceServing":

@@ -10,7 +10,7 @@ textbook Adam that matter when continuing from Google's checkpoints or reproduci
   `LayerNorm`, `layer_norm` or `bias`.
 
 Two alternatives share everything else (clipping, schedule, exclusions, slot names), chosen with
-`--optimizer` (`OPTIMIZERS`):
+`--optimizer` (`choices.OPTIMIZERS`):
 
 - `AdamW` (`adamw`): the same with bias correction, i.e. Keras's and Hugging Face's AdamW. Without
   bias correction the first updates are several times the learning rate, so rates tuned for
@@ -20,11 +20,11 @@ Two alternatives share everything else (clipping, schedule, exclusions, slot nam
 
 Gradients are clipped by their global norm (1.0) before the update, as the original did. The
 learning rate warms up linearly, then decays linearly to 0, chosen with `--lr_schedule`
-(`SCHEDULES`): `WarmupLinearDecay` (`original`, the default) measures the decay from step 0 as the
-original did; `LinearDecayAfterWarmup` (`linear`) from the end of warmup, as Hugging Face's
-`get_linear_schedule_with_warmup`, so a Hugging Face recipe gets its rates. `create_optimizer`
-assembles all of this the way the original's `create_optimizer` did, and wraps it in a
-loss-scaling optimizer for float16 training.
+(`choices.SCHEDULES`): `WarmupLinearDecay` (`original`, the default) measures the decay from step
+0 as the original did; `LinearDecayAfterWarmup` (`linear`) from the end of warmup, as Hugging
+Face's `get_linear_schedule_with_warmup`, so a Hugging Face recipe gets its rates.
+`create_optimizer` assembles all of this the way the original's `create_optimizer` did, and wraps
+it in a loss-scaling optimizer for float16 training.
 
 Optimizer slots are saved under the original's checkpoint names (`<variable>/adam_m`,
 `<variable>/adam_v`; `checkpoints.named_slot_variables`): all three optimizers keep their first and
@@ -40,13 +40,10 @@ import keras
 import tensorflow as tf
 
 import checkpoints
+import choices
 
 # Substrings of a variable's Google name that exempt it from weight decay (as the original).
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
-# `--optimizer` values: the original's optimizer (the default), AdamW, LAMB.
-OPTIMIZERS = ("bert_adam", "adamw", "lamb")
-# `--lr_schedule` values: the original's schedule (the default), Hugging Face's linear one.
-SCHEDULES = ("original", "linear")
 # Peak learning rate above which `bert_adam` warns that results may collapse: the original's
 # largest fine-tuning rate was 5e-5 and its pretraining rate 1e-4.
 BERT_ADAM_WARNING_LEARNING_RATE = 1e-4
@@ -336,13 +333,13 @@ def create_optimizer(init_lr: float,
       LossScaleOptimizer`: scale the loss with `optimizer.scale_loss(loss)` before taking gradients.
       `bfloat16` has float32's range and needs no loss scaling.
     clip_norm: global gradient norm to clip to (1.0 in the original); None disables clipping.
-    optimizer_name: one of OPTIMIZERS: `bert_adam` (the original's AdamWeightDecay), `adamw`
-      (`AdamW`: with bias correction) or `lamb` (`Lamb`). `bert_adam` above
+    optimizer_name: one of choices.OPTIMIZERS: `bert_adam` (the original's AdamWeightDecay),
+      `adamw` (`AdamW`: with bias correction) or `lamb` (`Lamb`). `bert_adam` above
       BERT_ADAM_WARNING_LEARNING_RATE logs a warning that names `--optimizer=adamw`.
     schedule_start_step: the step the schedule starts at (`WarmupLinearDecay`'s `start_step`):
       warmup and decay then span steps `schedule_start_step` to that plus `num_train_steps`.
-    schedule: one of SCHEDULES: `original` (`WarmupLinearDecay`: decay from step 0) or `linear`
-      (`LinearDecayAfterWarmup`: decay from the end of warmup, as Hugging Face's).
+    schedule: one of choices.SCHEDULES: `original` (`WarmupLinearDecay`: decay from step 0) or
+      `linear` (`LinearDecayAfterWarmup`: decay from the end of warmup, as Hugging Face's).
 
   Returns:
     An optimizer whose `apply(grads, variables)` applies one step, inside or outside a
@@ -353,10 +350,11 @@ def create_optimizer(init_lr: float,
     raise ValueError("compute_dtype must be float32, float16 or bfloat16 (optionally mixed_...), "
                      "got %r" % (compute_dtype,))
   if optimizer_name not in _OPTIMIZER_CLASSES:
-    raise ValueError("--optimizer must be one of %s, got %r" % (", ".join(OPTIMIZERS),
-                                                               optimizer_name))
+    raise ValueError("--optimizer must be one of %s, got %r" % (", ".join(choices.OPTIMIZERS),
+                                                                optimizer_name))
   if schedule not in _SCHEDULE_CLASSES:
-    raise ValueError("--lr_schedule must be one of %s, got %r" % (", ".join(SCHEDULES), schedule))
+    raise ValueError("--lr_schedule must be one of %s, got %r" % (", ".join(choices.SCHEDULES),
+                                                                  schedule))
   if optimizer_name == "bert_adam" and init_lr > BERT_ADAM_WARNING_LEARNING_RATE:
     logging.warning(
         "--learning_rate=%g with --optimizer=bert_adam, the original's optimizer: it has no bias "

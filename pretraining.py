@@ -24,9 +24,11 @@ import tensorflow as tf
 import checkpoints
 import distribution
 import errors
+import evaluation
 import file_patterns
+import heads
 import modeling
-import pretraining_data
+import pretraining_instances
 import tfrecord_files
 import tokenization
 import training_loop
@@ -185,7 +187,7 @@ def train_dataset(input_files: list, batch_size: int, seed: int, max_seq_length:
 
 def eval_dataset(input_files: list, max_seq_length: int, max_predictions_per_seq: int,
                  record_limits: Optional[list] = None) -> tf.data.Dataset:
-  """Unbatched records of the files in their given order (for `training_loop.evaluate`)."""
+  """Unbatched records of the files in their given order (for `evaluation.evaluate`)."""
   files = _files_dataset(input_files, record_limits)
   records = files.flat_map(_with_filename).batch(EVAL_DECODE_BATCH)
   return records.map(lambda names, serialized: decode_records(
@@ -194,7 +196,7 @@ def eval_dataset(input_files: list, max_seq_length: int, max_predictions_per_seq
 
 def build_model(bert_config: modeling.BertConfig) -> keras.Model:
   """The pretraining model with all its variables (`bert/...`, `cls/...`)."""
-  model = modeling.BertPretrainingModel(bert_config)
+  model = heads.BertPretrainingModel(bert_config)
   model.build()
   return model
 
@@ -240,7 +242,7 @@ def loss_fn(model: keras.Model, features: Mapping[str, tf.Tensor], training: boo
 
 
 def metric_fn(model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
-  """The original's eval metrics as (numerator, denominator) sums for `training_loop.evaluate`.
+  """The original's eval metrics as (numerator, denominator) sums for `evaluation.evaluate`.
 
   masked_lm_* are weighted by `masked_lm_weights` over all predictions, next_sentence_* averaged
   over examples, and `loss` is the mean over batches of each batch's total loss (the Estimator's).
@@ -344,7 +346,7 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
         allow_partial_init_checkpoint)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
   with tfrecord_files.naming_corrupt_records(input_files, SKIP_HINT), naming_length_mismatches():
-    results = training_loop.evaluate(
+    results = evaluation.evaluate(
         strategy, model, metric_fn,
         eval_dataset(input_files, max_seq_length, max_predictions_per_seq, record_limits),
         eval_batch_size, max_steps=max_eval_steps, drop_remainder=True)
@@ -429,20 +431,20 @@ class DynamicMasking:
 
   Any pretraining records work (the original's, ours, any `masked_lm_prob`): the stored masks are
   undone first, since `masked_lm_ids` holds the true ids at the weighted `masked_lm_positions`.
-  Then, as `pretraining_data.create_masked_lm_predictions`: `min(max_predictions_per_seq,
+  Then, as `pretraining_instances.create_masked_lm_predictions`: `min(max_predictions_per_seq,
   max(1, round(length * masked_lm_prob)))` positions other than `[CLS]`, `[SEP]` and padding,
   chosen by scanning candidates (whole words with `do_whole_word_mask`) in random order and taking
   each that still fits; each becomes `[MASK]` (80%), a random vocab token (10%) or stays (10%).
 
   Attributes:
     masked_lm_prob, max_predictions_per_seq, do_whole_word_mask: the data tool's flags.
-    vocab: `pretraining_data.VocabIds` of the vocab the records were made with (special ids, the
-      ids random replacements come from, which tokens continue a word).
+    vocab: `pretraining_instances.VocabIds` of the vocab the records were made with (special ids,
+      the ids random replacements come from, which tokens continue a word).
   """
   masked_lm_prob: float
   max_predictions_per_seq: int
   do_whole_word_mask: bool
-  vocab: pretraining_data.VocabIds
+  vocab: pretraining_instances.VocabIds
 
   @classmethod
   def from_vocab_file(cls, vocab_file: str, masked_lm_prob: float, max_predictions_per_seq: int,
@@ -450,7 +452,7 @@ class DynamicMasking:
     """Reads the vocab; a missing special token or a bad probability is an InputError."""
     if not 0.0 <= masked_lm_prob <= 1.0:
       raise errors.FlagError("--masked_lm_prob must be in [0, 1], got %r" % masked_lm_prob)
-    vocab = pretraining_data.VocabIds.from_tokenizer(
+    vocab = pretraining_instances.VocabIds.from_tokenizer(
         tokenization.FullTokenizer(vocab_file), "--vocab_file %s" % vocab_file,
         is_sentencepiece=False)
     return cls(masked_lm_prob, max_predictions_per_seq, do_whole_word_mask, vocab)

@@ -16,8 +16,11 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import classifier
+import classifier_data
 import cli
+import cli_setup
 import errors
+import text_pairs
 
 FLAGS = flags.FLAGS
 
@@ -28,7 +31,7 @@ def define_flags() -> None:
                         "tasks) and `token_ids` on token ids")
   cli.define_data_dir_flag("the task's .tsv files, or other data files")
   flags.DEFINE_string("task_name", None, "The name of the task to train: %s." %
-                      ", ".join(classifier.PROCESSORS))
+                      ", ".join(classifier_data.PROCESSORS))
   cli.define_skip_bad_rows_flag()
   cli.define_packing_flag()
   flags.DEFINE_string("xnli_language", "zh", "The XNLI language to train and evaluate on.")
@@ -62,15 +65,15 @@ def define_flags() -> None:
 
 def main(_):
   cli.require("task_name")
-  strategy, tokenizer, bert_config = cli.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   if FLAGS.multi_label and FLAGS.task_name.lower() != "generic":
     raise errors.FlagError("--multi_label needs --task_name=generic (labels from your own files)")
-  processor = classifier.get_processor(
+  processor = classifier_data.get_processor(
       FLAGS.task_name, skip_bad_rows=FLAGS.skip_bad_rows, language=FLAGS.xnli_language,
       text_a_column=FLAGS.text_a_column, text_b_column=FLAGS.text_b_column,
       label_column=FLAGS.label_column, has_header=FLAGS.has_header,
       label_delimiter=FLAGS.label_delimiter if FLAGS.multi_label else None)
-  classifier.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
+  text_pairs.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
   processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
   task = classifier.ClassifierTask(
       bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
@@ -78,10 +81,10 @@ def main(_):
       group_by_length=FLAGS.group_by_length,
       doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
       multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
-  cli.run_task(task, strategy)
+  cli_setup.run_task(task, strategy)
   processor.bad_rows.log_summary()
 
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main)
+  cli_setup.run_script(main)

@@ -17,6 +17,7 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
+import cli_setup
 import multiple_choice
 
 FLAGS = flags.FLAGS
@@ -38,16 +39,16 @@ def define_flags() -> None:
 
 
 def main(_):
-  strategy, tokenizer, bert_config = cli.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   task = multiple_choice.MultipleChoiceTask(
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
       train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
       bucket_by_length=cli.bucket_by_length(), skip_bad_rows=FLAGS.skip_bad_rows,
       group_by_length=FLAGS.group_by_length)
-  cli.run_task(task, strategy)
+  cli_setup.run_task(task, strategy)
   task.bad_rows.log_summary()
 
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main)
+  cli_setup.run_script(main)

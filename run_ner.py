@@ -18,6 +18,7 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
+import cli_setup
 import tagging
 
 FLAGS = flags.FLAGS
@@ -36,15 +37,15 @@ def define_flags() -> None:
 
 
 def main(_):
-  strategy, tokenizer, bert_config = cli.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   task = tagging.TaggingTask(bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
                              FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),
                              group_by_length=FLAGS.group_by_length,
                              doc_stride=FLAGS.doc_stride)
-  cli.run_task(task, strategy)
+  cli_setup.run_task(task, strategy)
 
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main)
+  cli_setup.run_script(main)

@@ -26,6 +26,7 @@ from absl import flags
 from absl import logging
 
 import cli
+import cli_setup
 import errors
 import fill_mask
 import modeling
@@ -140,23 +141,23 @@ def _export_tokenizer(bert_config: modeling.BertConfig) -> Optional[tokenization
   training; None without --export_dir."""
   if not FLAGS.export_dir:
     return None
-  tokenizer = cli.tokenizer()
+  tokenizer = cli_setup.tokenizer()
   fill_mask.check_settings(bert_config, tokenizer, FLAGS.fill_mask_top_k)
   return tokenizer
 
 
 def main(_):
   logging.set_verbosity(logging.INFO)
-  strategy = cli.setup_strategy()
+  strategy = cli_setup.setup_strategy()
   cli.require_one_of("do_train", "do_eval", "export_dir")
-  bert_config = cli.bert_config()
+  bert_config = cli_setup.bert_config()
   tokenizer = _export_tokenizer(bert_config)
   if FLAGS.do_train or FLAGS.do_eval:
     cli.require("output_dir")
     input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:
-    config = cli.train_config(schedule_in_steps=True)
+    config = cli_setup.train_config(schedule_in_steps=True)
     phase2_files = _phase2_input_files(bert_config)
     config2 = _phase2_config(config) if phase2_files else None
     masking = _dynamic_masking()
@@ -191,9 +192,9 @@ def main(_):
         FLAGS.allow_partial_init_checkpoint)
     fill_mask.export_fill_mask(FLAGS.export_dir, model, tokenizer, FLAGS.max_seq_length,
                                FLAGS.fill_mask_top_k, FLAGS.export_precision,
-                               cli.request_limits())
+                               cli_setup.request_limits())
 
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main)
+  cli_setup.run_script(main)

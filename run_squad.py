@@ -19,7 +19,9 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
+import cli_setup
 import squad
+import squad_data
 
 FLAGS = flags.FLAGS
 
@@ -54,13 +56,13 @@ def define_flags() -> None:
 
 
 def main(_):
-  strategy, tokenizer, bert_config = cli.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   if FLAGS.do_train:
     cli.require("train_file", reason=" with --do_train")
   if FLAGS.do_predict:
     cli.require("predict_file", reason=" with --do_predict")
-  squad.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
-  options = squad.SquadOptions(
+  squad_data.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
+  options = squad_data.SquadOptions(
       max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
       max_query_length=FLAGS.max_query_length, n_best_size=FLAGS.n_best_size,
       max_answer_length=FLAGS.max_answer_length,
@@ -70,11 +72,11 @@ def main(_):
   task = squad.SquadTask(bert_config, tokenizer, options, FLAGS.output_dir, FLAGS.train_file,
                          FLAGS.predict_file, bucket_by_length=cli.bucket_by_length(),
                          group_by_length=FLAGS.group_by_length)
-  if FLAGS.do_train and cli.train_config().evaluates_during_training:
+  if FLAGS.do_train and cli_setup.train_config().evaluates_during_training:
     cli.require("predict_file", reason=" to evaluate during training (the dev set, with answers)")
-  cli.run_task(task, strategy)
+  cli_setup.run_task(task, strategy)
 
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main)
+  cli_setup.run_script(main)

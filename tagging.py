@@ -29,6 +29,7 @@ import errors
 import export
 import feature_cache
 import fine_tuning
+import heads
 import in_graph_tokenization
 import modeling
 import task_files
@@ -463,7 +464,7 @@ def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
 # Model: BERT's sequence output -> one softmax over tags per token.
 # ---------------------------------------------------------------------------------------------
 
-class BertTagger(modeling.BertTaskModel):
+class BertTagger(heads.BertTaskModel):
   """BERT with a token-level softmax layer, in the original run_classifier's style.
 
   Variables (checkpoint names, DESIGN.md's rule): `bert/...`, `output_weights` [num_tags, hidden]
@@ -497,31 +498,23 @@ def features_dataset(features: Sequence[TaggingFeature]) -> tf.data.Dataset:
   return tf.data.Dataset.from_tensor_slices(features_to_arrays(features))
 
 
-def write_features_tfrecord(features: Iterable[TaggingFeature], path: str) -> int:
-  """Writes the model inputs and `label_ids` of features as tf.train.Examples; returns how many
+def record_features(seq_length: int) -> list[tfrecord_files.RecordFeature]:
+  """A tagging record: the model inputs and one `label_ids` per token."""
+  return tfrecord_files.id_features(seq_length) + [
+      tfrecord_files.RecordFeature("label_ids", seq_length)]
+
+
+def write_features_tfrecord(features: Iterable[TaggingFeature], path: str, seq_length: int) -> int:
+  """Writes features of `seq_length` tokens as records of `record_features`; returns how many
   (the file appears under `path` only when complete)."""
-  count = 0
-  with atomic_files.atomic_output(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
-    for feature in features:
-      record = {name: tfrecord_files.int64_feature(getattr(feature, name))
-                for name in tfrecord_files.ID_FEATURES + ("label_ids",)}
-      writer.write(tf.train.Example(features=tf.train.Features(feature=record))
-                   .SerializeToString())
-      count += 1
-  return count
+  rows = ({name: getattr(feature, name) for name in tfrecord_files.ID_FEATURES + ("label_ids",)}
+          for feature in features)
+  return tfrecord_files.write_records(path, record_features(seq_length), rows)
 
 
 def records_dataset(path: str, seq_length: int) -> tf.data.Dataset:
   """One pass over a features file of `write_features_tfrecord`, in order: int32 feature dicts."""
-  spec = dict(tfrecord_files.id_features_spec(seq_length),
-              label_ids=tf.io.FixedLenFeature([seq_length], tf.int64))
-
-  @tf.autograph.experimental.do_not_convert
-  def parse(record):
-    return {name: tf.cast(value, tf.int32)
-            for name, value in tf.io.parse_single_example(record, spec).items()}
-
-  return tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+  return tfrecord_files.records_dataset(path, record_features(seq_length))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -702,7 +695,7 @@ class TaggingTask(fine_tuning.Task):
                       max_seq_length=self.max_seq_length, doc_stride=self.doc_stride)
       feature_cache.reuse_or_write(record_path, settings, lambda temporary: {
           "num_sentences": len(sentences),
-          "num_windows": write_features_tfrecord(features, temporary)})
+          "num_windows": write_features_tfrecord(features, temporary, self.max_seq_length)})
       self._split_cache[split] = sentences, features, record_path
     return self._split_cache[split]
 

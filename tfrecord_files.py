@@ -1,8 +1,10 @@
-"""TFRecord files with TensorFlow: the features of their `tf.train.Example`s, and corrupt records.
+"""TFRecord files with TensorFlow: the fine-tuning tasks' feature files, and corrupt records.
 
-The fine-tuning tasks build their records' features with `int64_feature` and `float_feature` and
-parse their model inputs with `id_features_spec`. (Records written without TensorFlow, as by the
-pretraining data's workers, are tfrecord_encoding.py's.)
+Each fine-tuning task describes its records' features once, as a list of `RecordFeature`s (name,
+number of values, dtype); `write_records` writes rows as `tf.train.Example`s of exactly those
+features and `records_dataset` reads them back by the parsing spec built from the same list
+(`parse_spec`), so a task's writer and reader cannot disagree. (Records written without
+TensorFlow, as by the pretraining data's workers, are tfrecord_encoding.py's.)
 
 tf.data stops at a corrupt record with `DataLossError: corrupted record at <offset>`, naming
 neither the file nor the record, and a record that fails its checksum also ends its file for
@@ -16,12 +18,13 @@ tf.data (it cannot find the next record boundary it can trust). So:
 
 import contextlib
 import dataclasses
-from typing import Iterable, Iterator, Optional, Sequence
+from typing import Any, Iterable, Iterator, Mapping, Optional, Sequence
 
 from absl import logging
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import errors
 
 # Bytes of framing around each record: length (8), its checksum (4), the data's checksum (4).
@@ -36,19 +39,64 @@ REBUILD_CACHE_HINT = "delete it and its .json note to rebuild it from the data"
 ID_FEATURES = ("input_ids", "input_mask", "segment_ids")
 
 
-def int64_feature(values: Iterable[int]) -> tf.train.Feature:
-  """A `tf.train.Feature` of int64 values."""
-  return tf.train.Feature(int64_list=tf.train.Int64List(value=list(values)))
+@dataclasses.dataclass(frozen=True)
+class RecordFeature:
+  """One feature of a task's records: its name, its number of values (None: a single value, read
+  as a scalar) and its dtype (tf.int64 or tf.float32)."""
+  name: str
+  length: Optional[int] = None
+  dtype: tf.DType = tf.int64
 
 
-def float_feature(values: Iterable[float]) -> tf.train.Feature:
-  """A `tf.train.Feature` of float values."""
-  return tf.train.Feature(float_list=tf.train.FloatList(value=list(values)))
+def id_features(seq_length: int) -> list[RecordFeature]:
+  """The `ID_FEATURES` of records of `seq_length` tokens (a task adds its labels and ids)."""
+  return [RecordFeature(name, seq_length) for name in ID_FEATURES]
 
 
-def id_features_spec(seq_length: int) -> dict[str, tf.io.FixedLenFeature]:
-  """The parsing spec of a record's `ID_FEATURES` (the task adds its labels' and ids')."""
-  return {name: tf.io.FixedLenFeature([seq_length], tf.int64) for name in ID_FEATURES}
+def _example_bytes(features: Sequence[RecordFeature], row: Mapping[str, Any]) -> bytes:
+  """The serialized `tf.train.Example` of one row (feature name -> its value or its values)."""
+  entries = {}
+  for feature in features:
+    values = [row[feature.name]] if feature.length is None else list(row[feature.name])
+    if feature.dtype == tf.float32:
+      entries[feature.name] = tf.train.Feature(float_list=tf.train.FloatList(value=values))
+    else:
+      entries[feature.name] = tf.train.Feature(
+          int64_list=tf.train.Int64List(value=[int(value) for value in values]))
+  return tf.train.Example(features=tf.train.Features(feature=entries)).SerializeToString()
+
+
+def write_records(path: str, features: Sequence[RecordFeature],
+                  rows: Iterable[Mapping[str, Any]]) -> int:
+  """Writes each row as a `tf.train.Example` of `features` to the TFRecord file `path` (which
+  appears only when complete, `atomic_files`); returns the number of records."""
+  count = 0
+  with atomic_files.atomic_output(path) as temporary, tf.io.TFRecordWriter(temporary) as writer:
+    for row in rows:
+      writer.write(_example_bytes(features, row))
+      count += 1
+  return count
+
+
+def parse_spec(features: Sequence[RecordFeature]) -> dict[str, tf.io.FixedLenFeature]:
+  """The parsing spec of records of `features`."""
+  return {feature.name: tf.io.FixedLenFeature([] if feature.length is None else [feature.length],
+                                              feature.dtype)
+          for feature in features}
+
+
+def records_dataset(path: str, features: Sequence[RecordFeature],
+                    int64_names: Sequence[str] = ()) -> tf.data.Dataset:
+  """One pass over a file of `write_records`, in file order: unbatched dicts of `features`, int64
+  values as int32 (the models' id dtype) except the features named in `int64_names`."""
+  spec = parse_spec(features)
+
+  @tf.autograph.experimental.do_not_convert
+  def parse(record):
+    return {name: tf.cast(value, tf.int32) if value.dtype == tf.int64 and name not in int64_names
+            else value for name, value in tf.io.parse_single_example(record, spec).items()}
+
+  return tf.data.TFRecordDataset(path).map(parse, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 class CorruptRecordError(errors.InputError):

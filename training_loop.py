@@ -26,7 +26,6 @@ from typing import Any, Callable, Mapping, Optional
 
 from absl import logging
 import keras
-import numpy as np
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
@@ -34,7 +33,6 @@ import atomic_files
 import checkpoints
 import distribution
 import errors
-import length_buckets
 import optimization
 import packing
 import progress_log
@@ -73,8 +71,8 @@ class TrainConfig:
   num_train_steps: Optional[int] = None
   num_warmup_steps: Optional[int] = None
   learning_rate: float = 5e-5
-  optimizer: str = "bert_adam"  # one of optimization.OPTIMIZERS
-  lr_schedule: str = "original"  # one of optimization.SCHEDULES
+  optimizer: str = "bert_adam"  # one of choices.OPTIMIZERS
+  lr_schedule: str = "original"  # one of choices.SCHEDULES
   train_batch_size: int = 32  # examples per optimizer update (the effective batch)
   # Micro-batches per update: each update sums the gradients of this many micro-batches of
   # train_batch_size / gradient_accumulation_steps examples (same result, less memory).
@@ -176,35 +174,6 @@ class TrainResult:
   # Evaluations during training, this run's and the resumed ones': [{"step", "metrics"}].
   evaluations: list = dataclasses.field(default_factory=list)
   best_checkpoint: Optional[str] = None  # output_dir/best/model.ckpt-<step> when kept
-
-
-def _distribute(strategy: tf.distribute.Strategy, dataset: tf.data.Dataset):
-  """Distributes a dataset of global batches so that each global batch is split over replicas.
-
-  Unless the dataset chose a sharding policy itself, every worker reads the same stream and keeps
-  its part of each batch (DATA sharding): the global batches are the ones one device would see.
-
-  tf.data's autotuner is off: its thread sleeps in periods that double up to 60 s, and in
-  TensorFlow 2.21 deleting an iterator while the cores are busy often waits out the current
-  period (the cancellation wakes the thread before the iterator counts as cancelled, so it sleeps
-  again). Every evaluation, prediction and training run lost up to a minute when its iterator
-  ended (`benchmarks/bench_iterator_teardown.py` measures it). Without the autotuner an AUTOTUNE
-  map keeps its starting parallelism, one call per core (at most 16), and prefetching still runs.
-  """
-  options = tf.data.Options()
-  options.autotune.enabled = False
-  if dataset.options().experimental_distribute.auto_shard_policy == (
-      tf.data.experimental.AutoShardPolicy.AUTO):
-    options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-  return strategy.experimental_distribute_dataset(dataset.with_options(options))
-
-
-def _row_multiple(strategy: tf.distribute.Strategy, batch_size: int) -> int:
-  """What evaluation and prediction pad a last partial batch to a multiple of: the whole batch
-  under TPUStrategy (static shapes), else the number of replicas (an even split)."""
-  if isinstance(strategy, tf.distribute.TPUStrategy):
-    return batch_size
-  return strategy.num_replicas_in_sync
 
 
 # Room in a seed generator's counter for the draws of one step (one per call of a dropout layer).
@@ -523,7 +492,7 @@ def train(strategy: tf.distribute.Strategy,
   """Trains (or resumes training) to the last step of the schedule, checkpointing as it goes.
 
   Args:
-    strategy: from `cli.setup_strategy` or `distribution.make_strategy`.
+    strategy: from `cli_setup.setup_strategy` or `distribution.make_strategy`.
     model_fn: builds the task model with all its variables created (e.g. `model.build()`); it is
       called under the strategy's scope. Variable paths follow DESIGN.md's naming rule.
     loss_fn: `(model, features, training) -> (loss, {name: metric})`, every value this replica's
@@ -657,7 +626,7 @@ def _training_iterator(strategy, dataset_fn, config: TrainConfig, step: int):
   if config.gradient_accumulation_steps > 1:
     dataset = dataset.map(lambda features: _split_micro_batches(
         features, config.gradient_accumulation_steps))
-  return iter(_distribute(strategy, dataset))
+  return iter(distribution.distribute_dataset(strategy, dataset))
 
 
 def _summary_writer(output_dir: str, chief: bool):
@@ -855,162 +824,6 @@ def _write_summaries(writer, step, metrics, learning_rate, examples_per_second) 
   with writer.as_default(step=step):
     for name, value in scalars.items():
       tf.summary.write(name, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
-
-
-# ------------------------------------------------------------------------------------------------
-# Evaluation and prediction over fixed-order data.
-# ------------------------------------------------------------------------------------------------
-
-
-# Key under which each example's position in the input rides along with its features.
-_INDEX_KEY = "__index__"
-
-
-def _padded_batches(dataset: tf.data.Dataset, batch_size: int, drop_remainder: bool,
-                    bucket_by_length: bool, row_multiple: int):
-  """Batches (features, index) pairs; a partial batch is padded with zero rows, index -1.
-
-  A partial batch is padded to a multiple of `row_multiple` rows (see `_row_multiple`): with
-  `batch_size` every batch has exactly that many rows, the static shapes TPUs need; with the
-  number of replicas a last batch of a few examples costs a few rows, split evenly.
-  `features[REAL_EXAMPLE_KEY]` is 0 on padding rows (and multiplies an existing value). With
-  `bucket_by_length` each batch holds examples of one length bucket (`length_buckets`), trimmed
-  to it; `index` gives each row's position in `dataset`.
-  """
-  static_rows = batch_size if row_multiple == batch_size else None
-
-  @tf.autograph.experimental.do_not_convert
-  def pad(features):
-    features = dict(features)
-    index = features.pop(_INDEX_KEY)
-    real = tf.shape(index)[0]
-    rows = (real + row_multiple - 1) // row_multiple * row_multiple
-
-    def pad_rows(tensor, value=0):
-      paddings = [[0, rows - real]] + [[0, 0]] * (len(tensor.shape) - 1)
-      padded = tf.pad(tensor, paddings, constant_values=tf.cast(value, tensor.dtype))
-      return tf.ensure_shape(padded, [static_rows] + tensor.shape[1:])
-
-    features = {name: pad_rows(value) for name, value in features.items()}
-    index = pad_rows(index, -1)
-    is_real = tf.cast(index >= 0, tf.float32)
-    existing = features.get(REAL_EXAMPLE_KEY)
-    if existing is not None:
-      is_real = tf.cast(is_real, existing.dtype) * tf.reshape(existing, [rows])
-    features[REAL_EXAMPLE_KEY] = is_real
-    return features, index
-
-  @tf.autograph.experimental.do_not_convert
-  def add_index(index, features):
-    return dict(features, **{_INDEX_KEY: tf.cast(index, tf.int32)})
-
-  indexed = dataset.enumerate().map(add_index)
-  return length_buckets.batch(indexed, batch_size, drop_remainder, bucket_by_length).map(pad)
-
-
-def evaluate(strategy: tf.distribute.Strategy,
-             model: keras.Model,
-             metric_fn: MetricFn,
-             dataset: tf.data.Dataset,
-             batch_size: int,
-             max_steps: Optional[int] = None,
-             drop_remainder: bool = False,
-             bucket_by_length: bool = False) -> dict:
-  """Evaluates a model over an unbatched, finite dataset of feature dicts.
-
-  Args:
-    strategy: the strategy the model was built under.
-    model: a built model.
-    metric_fn: `(model, features) -> {name: (numerator, denominator)}` summed over the replica's
-      examples; weight by `features[REAL_EXAMPLE_KEY]` so padding rows count for nothing.
-    dataset: unbatched examples in a fixed order (it is batched here to `batch_size`, global).
-    batch_size: global batch size.
-    max_steps: evaluate at most this many batches (all when None).
-    drop_remainder: drop a last partial batch instead of padding it (the original pretraining
-      eval did this); with `bucket_by_length`, the last partial batch of every bucket.
-    bucket_by_length: batch examples of similar length, padded only to their length bucket
-      (`length_buckets`); the results are the same up to float rounding.
-
-  Returns:
-    {name: numerator / denominator over all evaluated examples} as floats.
-  """
-  batches = _padded_batches(dataset, batch_size, drop_remainder, bucket_by_length,
-                            _row_multiple(strategy, batch_size))
-  if max_steps:
-    batches = batches.take(max_steps)
-  distributed = _distribute(strategy, batches)
-
-  # Traced once for the element spec (length buckets leave the sequence dimension unknown).
-  @tf.function(input_signature=[distributed.element_spec], autograph=False)
-  def step(inputs):
-    features, _ = inputs
-    shares = strategy.run(lambda f: dict(metric_fn(model, f)), args=(features,))
-    return {name: (strategy.reduce(tf.distribute.ReduceOp.SUM, numerator, axis=None),
-                   strategy.reduce(tf.distribute.ReduceOp.SUM, denominator, axis=None))
-            for name, (numerator, denominator) in shares.items()}
-
-  totals, num_batches = {}, 0
-  for inputs in distributed:
-    for name, (numerator, denominator) in step(inputs).items():
-      previous = totals.get(name, (0.0, 0.0))
-      totals[name] = (previous[0] + float(numerator), previous[1] + float(denominator))
-    num_batches += 1
-  if not num_batches:
-    raise ValueError("evaluation dataset is empty (batch size %d%s)" %
-                     (batch_size, ", partial batch dropped" if drop_remainder else ""))
-  logging.info("Evaluated %d batches of %d", num_batches, batch_size)
-  return {name: numerator / denominator if denominator else float("nan")
-          for name, (numerator, denominator) in totals.items()}
-
-
-def _concatenate_rows(arrays: list) -> np.ndarray:
-  """Concatenates batches of outputs along rows; batches narrower than the widest (per-position
-  outputs of shorter length buckets) are filled with -inf (floats) or -1 (other types)."""
-  widest = tuple(np.max([array.shape[1:] for array in arrays], axis=0).tolist())
-  if all(array.shape[1:] == widest for array in arrays):
-    return np.concatenate(arrays)
-  fill = -np.inf if np.issubdtype(arrays[0].dtype, np.floating) else -1
-  return np.concatenate([
-      np.pad(array, [(0, 0)] + [(0, w - n) for w, n in zip(widest, array.shape[1:])],
-             constant_values=fill) for array in arrays])
-
-
-def predict(strategy: tf.distribute.Strategy,
-            model: keras.Model,
-            predict_fn: PredictFn,
-            dataset: tf.data.Dataset,
-            batch_size: int,
-            bucket_by_length: bool = False) -> dict:
-  """Runs a model over an unbatched, finite dataset; one output row per example, in input order.
-
-  With `bucket_by_length` examples of similar length are batched together and padded only to
-  their length bucket (`length_buckets`). Outputs per position ([batch, length, ...]) then come
-  back as wide as the longest bucket that occurred: positions below an example's bucket length
-  hold what the padded path computes there, positions past it -inf (floats) or -1.
-
-  Returns:
-    {name: np.ndarray with one row per input example}, without padding rows, on every worker.
-  """
-  distributed = _distribute(strategy, _padded_batches(
-      dataset, batch_size, False, bucket_by_length, _row_multiple(strategy, batch_size)))
-
-  @tf.function(input_signature=[distributed.element_spec], autograph=False)
-  def step(inputs):
-    features, index = inputs
-    outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), **{_INDEX_KEY: i}),
-                           args=(features, index))
-    return {name: strategy.gather(value, axis=0) for name, value in outputs.items()}
-
-  collected = {}
-  for inputs in distributed:
-    for name, value in step(inputs).items():
-      collected.setdefault(name, []).append(value.numpy())
-  if not collected:
-    return {}
-  outputs = {name: _concatenate_rows(values) for name, values in collected.items()}
-  index = outputs.pop(_INDEX_KEY)
-  order = np.argsort(index[index >= 0], kind="stable")
-  return {name: value[index >= 0][order] for name, value in outputs.items()}
 
 
 def write_eval_results(path: str, results: Mapping[str, Any]) -> None:

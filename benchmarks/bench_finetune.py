@@ -74,13 +74,17 @@ import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
+import classifier_data  # pylint: disable=g-import-not-at-top
 import length_buckets  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import multiple_choice  # pylint: disable=g-import-not-at-top
 import multiple_choice_data  # pylint: disable=g-import-not-at-top
 import packing  # pylint: disable=g-import-not-at-top
 import squad  # pylint: disable=g-import-not-at-top
+import squad_data  # pylint: disable=g-import-not-at-top
 import tagging  # pylint: disable=g-import-not-at-top
+import text_pairs  # pylint: disable=g-import-not-at-top
+import tfrecord_files  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
 import training_loop  # pylint: disable=g-import-not-at-top
 
@@ -251,11 +255,11 @@ class Setup:
           tagging.read_conll(os.path.join(self.data_dir, "train.txt")))
     else:
       self.train_file, self.dev_file = squad_split(self.data_dir)
-      self.options = squad.SquadOptions(max_seq_length=self.max_seq_length, doc_stride=128)
+      self.options = squad_data.SquadOptions(max_seq_length=self.max_seq_length, doc_stride=128)
 
   def task(self, output_dir: str, bucket: bool, group: bool):
     if self.name.startswith("sst2"):
-      return classifier.ClassifierTask(self.config, classifier.get_processor("sst-2"),
+      return classifier.ClassifierTask(self.config, classifier_data.get_processor("sst-2"),
                                        self.tokenizer, self.data_dir, output_dir,
                                        self.max_seq_length, bucket_by_length=bucket,
                                        group_by_length=group)
@@ -330,7 +334,7 @@ def measure_export(setup: Setup, task, model, precision: str) -> dict:
   path = task.export(model, os.path.join(task.output_dir, "export_" + precision), precision)
   serve = tf.saved_model.load(path).signatures["serving_default"]
   if setup.name == "squad":
-    data = squad.load_squad_json(setup.dev_file)
+    data = squad_data.load_squad_json(setup.dev_file)
     questions = [(qa["id"], qa["question"], paragraph["context"]) for article in data
                  for paragraph in article["paragraphs"] for qa in paragraph["qas"]]
     rows = [{"question": [question], "context": [context]} for _, question, context in questions]
@@ -578,7 +582,7 @@ def mc_arrays(task, split: str) -> dict:
   arrays and the right ending's index."""
   examples = task.read_split(split)
   num_choices = multiple_choice.num_choices_of(examples)
-  features = [classifier.convert_single_example(i, pair, multiple_choice.PAIR_LABELS,
+  features = [text_pairs.convert_single_example(i, pair, multiple_choice.PAIR_LABELS,
                                                 task.max_seq_length, task.tokenizer)
               for i, pair in enumerate(multiple_choice.pair_examples(examples, num_choices))]
   arrays = {name: np.array([getattr(f, name) for f in features]).reshape(
@@ -600,15 +604,12 @@ def run_hf(setup: Setup) -> dict:
     processor = task.processor
     path = task._features_file(  # pylint: disable=protected-access
         "train", processor.get_train_examples(setup.data_dir))
-    arrays = records(path, {"input_ids": tf.io.FixedLenFeature([length], tf.int64),
-                            "input_mask": tf.io.FixedLenFeature([length], tf.int64),
-                            "segment_ids": tf.io.FixedLenFeature([length], tf.int64),
-                            "label_ids": tf.io.FixedLenFeature([], tf.int64)})
+    arrays = records(path, tfrecord_files.parse_spec(text_pairs.record_features(length)))
     row["train_n"], row["train_s"] = timed(peer.train, arrays, [("labels", "label_ids")],
                                            training_order(task, arrays))
 
     def classify(examples):
-      features = [classifier.convert_single_example(i, e, processor.get_labels(), length,
+      features = [text_pairs.convert_single_example(i, e, processor.get_labels(), length,
                                                     tokenizer) for i, e in enumerate(examples)]
       arrays = {name: np.array([getattr(f, name) for f in features])
                 for name in ("input_ids", "input_mask", "segment_ids")}
@@ -651,9 +652,9 @@ def run_hf(setup: Setup) -> dict:
     row["metric"] = 100 * accuracy
     row["predict_s"], row["predict_n"] = row["eval_s"], row["eval_n"]  # test = dev here
   else:
-    path, num_questions, _ = squad.cached_train_features(
+    path, num_questions, _ = squad_data.cached_train_features(
         setup.train_file, task.output_dir, tokenizer, setup.options)
-    arrays = records(path, squad.feature_spec(length, True))
+    arrays = records(path, tfrecord_files.parse_spec(squad_data.record_features(length, True)))
     order = training_order(task, arrays,
                            num_questions if FLAGS.hf_squad_steps == "questions" else None)
     row["train_n"], row["train_s"] = timed(
@@ -662,9 +663,9 @@ def run_hf(setup: Setup) -> dict:
 
     def answer():
       options = setup.options
-      data = squad.load_squad_json(setup.dev_file)
-      examples, _ = squad.examples_from_data(data, False)
-      features = list(squad.convert_examples_to_features(
+      data = squad_data.load_squad_json(setup.dev_file)
+      examples, _ = squad_data.examples_from_data(data, False)
+      features = list(squad_data.convert_examples_to_features(
           examples, tokenizer, length, options.doc_stride, options.max_query_length, False))
       arrays = {name: np.array([getattr(f, name) for f in features])
                 for name in ("input_ids", "input_mask", "segment_ids")}

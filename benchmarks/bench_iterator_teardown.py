@@ -1,12 +1,13 @@
-r"""How long ending a tf.data pass takes: TensorFlow's default options against training_loop's.
+r"""How long ending a tf.data pass takes: TensorFlow's default options against the loops'.
 
 Every evaluation, prediction and training run reads its input through one tf.data iterator and
 deletes it at the end. With tf.data's autotuner on (TensorFlow's default), TensorFlow 2.21 often
 blocks that deletion until the autotuner's thread wakes from its current sleep; the sleeps double
-from 10 ms up to 60 s, so a pass of 11 s can end with a wait of 9 s. `training_loop._distribute`
-turns the autotuner off. This measures both in one run, alternating, on the same pipeline (an
-AUTOTUNE map, a batch and an AUTOTUNE prefetch, as in our input functions) while a consumer keeps
-the cores busy with matmuls for `--pass_seconds`, then deletes the iterator and times that.
+from 10 ms up to 60 s, so a pass of 11 s can end with a wait of 9 s.
+`distribution.distribute_dataset` turns the autotuner off. This measures both in one run,
+alternating, on the same pipeline (an AUTOTUNE map, a batch and an AUTOTUNE prefetch, as in our
+input functions) while a consumer keeps the cores busy with matmuls for `--pass_seconds`, then
+deletes the iterator and times that.
 
 Quick run:
   python benchmarks/bench_iterator_teardown.py --pass_seconds=11 --repeats=1
@@ -23,7 +24,7 @@ import benchmark_paths  # pylint: disable=unused-import  (puts the project on sy
 
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
-import training_loop  # pylint: disable=g-import-not-at-top
+import distribution  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("pass_seconds", ["5", "11", "25"],
@@ -69,10 +70,10 @@ def main(argv):
   del argv
   step = consumer(FLAGS.matrix_size)
   strategy = tf.distribute.get_strategy()
-  distribute = training_loop._distribute  # pylint: disable=protected-access
+  distribute = distribution.distribute_dataset
   settings = [
       ("tf.data defaults (autotuner on)", lambda: iter(input_pipeline())),
-      ("training_loop._distribute (autotuner off)",
+      ("distribution.distribute_dataset (autotuner off)",
        lambda: iter(distribute(strategy, input_pipeline()))),
   ]
   one_pass(settings[0][1], step, 1.0)  # traces the consumer

@@ -2,7 +2,7 @@ r"""Speed of BERT inference and of one pretraining step, against this machine's 
 
 Measures, in one run:
   - TensorFlow's (and PyTorch's, if installed) fp32 matmul peak on this machine, in GFLOP/s;
-  - `modeling.BertModel` inference and a `modeling.BertPretrainingModel` training step (forward,
+  - `modeling.BertModel` inference and a `heads.BertPretrainingModel` training step (forward,
     pretraining.py's masked-LM + next-sentence loss, backward, the original's AdamW from
     optimization.py) in
     sequences/s, achieved GFLOP/s and % of the TensorFlow peak, through the default path (plain
@@ -20,6 +20,7 @@ Quick run:
 Full run (the issue's shapes):
   python benchmarks/bench_model.py
 """
+import heads
 import os
 import statistics
 import time
@@ -169,7 +170,7 @@ class OursRunner:
     self.config = config
     self.encoder = modeling.BertModel(config)
     self.encoder.build()
-    self.pretraining = modeling.BertPretrainingModel(config)
+    self.pretraining = heads.BertPretrainingModel(config)
     self.pretraining.build()
     self.optimizer_name, self.optimizer = make_optimizer()
     self.optimizer.build(self.pretraining.trainable_variables)

@@ -35,9 +35,11 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import bench_model  # pylint: disable=g-import-not-at-top  (this directory: BERT_BASE)
 import classifier  # pylint: disable=g-import-not-at-top
+import classifier_data  # pylint: disable=g-import-not-at-top
 import export  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import squad  # pylint: disable=g-import-not-at-top
+import squad_data  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
 
 FLAGS = flags.FLAGS
@@ -99,7 +101,7 @@ def requests_for(limits: export.RequestLimits, long_text: str, default: bool) ->
 def classifier_rows(context) -> list:
   """(limits, request, answer, seconds, growth) for each --limits pair."""
   config = modeling.BertConfig.from_dict(bench_model.BERT_BASE)
-  task = classifier.ClassifierTask(config, classifier.get_processor("sst-2"),
+  task = classifier.ClassifierTask(config, classifier_data.get_processor("sst-2"),
                                    tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
                                    FLAGS.export_root, FLAGS.max_seq_length)
   model = task.build_model()
@@ -160,7 +162,7 @@ def squad_rows(context) -> list:
   config = modeling.BertConfig(vocab_size=len(tokenizer.vocab), hidden_size=32,
                                num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                max_position_embeddings=64)
-  options = squad.SquadOptions(max_seq_length=32, doc_stride=16, max_query_length=10)
+  options = squad_data.SquadOptions(max_seq_length=32, doc_stride=16, max_query_length=10)
   export_dir = os.path.join(FLAGS.export_root, "squad")
   shutil.rmtree(export_dir, ignore_errors=True)
   task = squad.SquadTask(config, tokenizer, options, export_dir)

@@ -34,6 +34,7 @@ from benchmark_paths import SHARED_DIR
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
+import classifier_data  # pylint: disable=g-import-not-at-top
 import export  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
@@ -134,7 +135,7 @@ def main(argv):
   tf.config.threading.set_inter_op_parallelism_threads(threads)
   sentences = read_sentences(FLAGS.sst2_file)
   config = modeling.BertConfig.from_dict(SHAPES[FLAGS.model])
-  task = classifier.ClassifierTask(config, classifier.get_processor("sst-2"),
+  task = classifier.ClassifierTask(config, classifier_data.get_processor("sst-2"),
                                    tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
                                    FLAGS.export_root, FLAGS.max_seq_length)
   model = task.build_model()

@@ -115,7 +115,7 @@ def test_an_export_dir_that_is_a_file(tmp_path):
 
 def _check_outputs(**paths) -> None:
   """The validation pass's check of outputs named `--<flag>=<path>` (directories written into)."""
-  atomic_files.check_run_paths({}, {"--" + flag: (errors.OUTPUT_CONTAINER, [path])
+  atomic_files.check_run_paths({}, {"--" + flag: (atomic_files.OUTPUT_CONTAINER, [path])
                                     for flag, path in paths.items()})
 
 

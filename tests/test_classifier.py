@@ -10,7 +10,9 @@ import pytest
 
 import checkpoints
 import classifier
+import classifier_data
 import task_files
+import text_pairs
 from conftest import shared_path
 
 T = "\t"
@@ -179,7 +181,7 @@ def triples(examples):
 def test_processor_reads_its_real_layout(task, tmp_path):
   files, expected = SAMPLES[task]
   data_dir = write_files(tmp_path, files)
-  processor = classifier.get_processor(task)
+  processor = classifier_data.get_processor(task)
   assert triples(processor.get_train_examples(data_dir)) == expected["train"]
   assert triples(processor.get_dev_examples(data_dir)) == expected["dev"]
   assert triples(processor.get_test_examples(data_dir)) == expected["test"]
@@ -202,7 +204,7 @@ def test_processor_reads_its_real_layout(task, tmp_path):
 ])
 def test_processor_reads_the_shared_glue_training_file(task, directory, rows, first, labels):
   data_dir = os.path.dirname(shared_path("glue", directory, "train.tsv"))
-  examples = classifier.get_processor(task).get_train_examples(data_dir)
+  examples = classifier_data.get_processor(task).get_train_examples(data_dir)
   assert len(examples) == rows
   assert triples(examples[:1]) == [first]
   assert {e.label for e in examples} == labels
@@ -212,13 +214,13 @@ def test_wrong_column_count_names_file_and_line(tmp_path):
   data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["good", "1"],
                                                      ["bad", "0", "extra"], ["fine", "0"])})
   with pytest.raises(task_files.BadInputError, match=r"train\.tsv:3: 3 columns, expected 2"):
-    classifier.get_processor("sst-2").get_train_examples(data_dir)
+    classifier_data.get_processor("sst-2").get_train_examples(data_dir)
 
 
 def test_unknown_label_names_file_and_line(tmp_path):
   data_dir = write_files(tmp_path, {"dev.tsv": tsv(["x", "0", "", "a"], ["x", "2", "", "b"])})
   with pytest.raises(task_files.BadInputError, match=r"dev\.tsv:2: unknown label '2'"):
-    classifier.get_processor("cola").get_dev_examples(data_dir)
+    classifier_data.get_processor("cola").get_dev_examples(data_dir)
 
 
 def test_bad_score_names_file_and_line(tmp_path):
@@ -226,19 +228,19 @@ def test_bad_score_names_file_and_line(tmp_path):
   for bad in ("high", "nan"):
     data_dir = write_files(tmp_path, {"train.tsv": tsv(["h"] * 10, row + ["4.2"], row + [bad])})
     with pytest.raises(task_files.BadInputError, match=r"train\.tsv:3: score '%s' is not a" % bad):
-      classifier.get_processor("sts-b").get_train_examples(data_dir)
+      classifier_data.get_processor("sts-b").get_train_examples(data_dir)
 
 
 def test_bad_rows_are_skipped_and_counted_on_request(tmp_path):
   data_dir = write_files(tmp_path, {"train.tsv": tsv(["sentence", "label"], ["a", "1"], ["b"],
                                                      ["c", "7"], ["d", "0"])})
-  processor = classifier.get_processor("sst-2", skip_bad_rows=True)
+  processor = classifier_data.get_processor("sst-2", skip_bad_rows=True)
   assert triples(processor.get_train_examples(data_dir)) == [("a", None, "1"), ("d", None, "0")]
   assert processor.skipped_rows[os.path.join(data_dir, "train.tsv")] == 2
 
 
 def test_missing_or_empty_data_dir_is_a_clear_error(tmp_path):
-  processor = classifier.get_processor("mrpc")
+  processor = classifier_data.get_processor("mrpc")
   with pytest.raises(task_files.BadInputError, match="no such directory"):
     processor.get_train_examples(str(tmp_path / "absent"))
   with pytest.raises(task_files.BadInputError, match="the directory is empty"):
@@ -252,7 +254,7 @@ def test_missing_or_empty_data_dir_is_a_clear_error(tmp_path):
 
 def test_unknown_task_is_a_clear_error():
   with pytest.raises(ValueError, match="--task_name=glue9: unknown task"):
-    classifier.get_processor("glue9")
+    classifier_data.get_processor("glue9")
 
 
 def test_generic_tsv_with_named_columns_saves_the_label_list(tmp_path):
@@ -262,21 +264,21 @@ def test_generic_tsv_with_named_columns_saves_the_label_list(tmp_path):
       "test.tsv": tsv(["id", "review"], ["9", "nice"]),
   })
   output_dir = str(tmp_path / "out")
-  processor = classifier.get_processor("generic", text_a_column="review", label_column="stars")
+  processor = classifier_data.get_processor("generic", text_a_column="review", label_column="stars")
   assert processor.load_or_create_label_list(data_dir, output_dir) == ["mid", "neg", "pos"]
-  with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
+  with open(os.path.join(output_dir, classifier_data.LABEL_LIST_FILE)) as f:
     assert f.read() == "mid\nneg\npos\n"
   assert triples(processor.get_test_examples(data_dir)) == [("nice", None, "mid")]
   # A later run (e.g. predict or export only) reads the saved order, even without the training file.
   os.remove(os.path.join(data_dir, "train.tsv"))
-  again = classifier.get_processor("generic", text_a_column="review", label_column="stars")
+  again = classifier_data.get_processor("generic", text_a_column="review", label_column="stars")
   assert again.load_or_create_label_list(data_dir, output_dir) == ["mid", "neg", "pos"]
 
 
 def test_generic_csv_quoting_and_pairs(tmp_path):
   data_dir = write_files(tmp_path, {"dev.csv": 'q,a,y\n"Hi, you","multi\nline",yes\nx,"",no\n'})
-  processor = classifier.get_processor("generic", text_a_column="q", text_b_column="a",
-                                       label_column="y")
+  processor = classifier_data.get_processor("generic", text_a_column="q", text_b_column="a",
+                                            label_column="y")
   processor.labels = ("no", "yes")
   assert triples(processor.get_dev_examples(data_dir)) == [("Hi, you", "multi\nline", "yes"),
                                                            ("x", "", "no")]
@@ -285,8 +287,8 @@ def test_generic_csv_quoting_and_pairs(tmp_path):
 
 def test_generic_without_header_uses_column_indices(tmp_path):
   data_dir = write_files(tmp_path, {"train.tsv": tsv(["b", "text one"], ["a", "text two"])})
-  processor = classifier.get_processor("generic", text_a_column="1", label_column="0",
-                                       has_header=False)
+  processor = classifier_data.get_processor("generic", text_a_column="1", label_column="0",
+                                            has_header=False)
   assert processor.load_or_create_label_list(data_dir, str(tmp_path / "out")) == ["a", "b"]
   assert triples(processor.get_train_examples(data_dir)) == [("text one", None, "b"),
                                                              ("text two", None, "a")]
@@ -296,11 +298,11 @@ def test_generic_jsonl_and_its_errors(tmp_path):
   lines = [{"text": "good", "label": 1}, {"text": None, "label": 0}, "not json", {"label": 1}]
   data_dir = write_files(tmp_path, {"train.jsonl": "".join(
       (json.dumps(x) if isinstance(x, dict) else x) + "\n" for x in lines)})
-  processor = classifier.get_processor("generic", text_a_column="text", skip_bad_rows=True)
+  processor = classifier_data.get_processor("generic", text_a_column="text", skip_bad_rows=True)
   assert processor.load_or_create_label_list(data_dir, str(tmp_path / "out")) == ["0", "1"]
   assert triples(processor.get_train_examples(data_dir)) == [("good", None, "1"), ("", None, "0")]
   assert processor.skipped_rows[os.path.join(data_dir, "train.jsonl")] == 2
-  strict = classifier.get_processor("generic", text_a_column="text")
+  strict = classifier_data.get_processor("generic", text_a_column="text")
   strict.labels = ("0", "1")
   with pytest.raises(task_files.BadInputError, match=r"train\.jsonl:3: invalid JSON"):
     strict.get_train_examples(data_dir)
@@ -308,7 +310,7 @@ def test_generic_jsonl_and_its_errors(tmp_path):
 
 def test_generic_column_and_file_errors(tmp_path):
   data_dir = write_files(tmp_path, {"train.csv": "a,b\nx,y\n", "dev.csv": "a\n", "dev.tsv": "a\n"})
-  processor = classifier.get_processor("generic", text_a_column="text")
+  processor = classifier_data.get_processor("generic", text_a_column="text")
   with pytest.raises(task_files.BadInputError,
                      match=r"train\.csv: no column 'text' \(--text_a_column\)"):
     processor.load_or_create_label_list(data_dir, str(tmp_path / "out"))
@@ -320,31 +322,31 @@ def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
   data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", " "],
                                                              ["c", "x"])})
   output_dir = tmp_path / "out"
-  strict = classifier.get_processor("generic", text_a_column="t", label_column="y")
+  strict = classifier_data.get_processor("generic", text_a_column="t", label_column="y")
   with pytest.raises(task_files.BadInputError,
                      match=r"train\.tsv:3: empty label: .*--skip_bad_rows"):
     strict.load_or_create_label_list(data_dir, str(output_dir))
   assert not output_dir.exists()  # No label list was written.
-  skipping = classifier.get_processor("generic", text_a_column="t", label_column="y",
-                                      skip_bad_rows=True)
+  skipping = classifier_data.get_processor("generic", text_a_column="t", label_column="y",
+                                           skip_bad_rows=True)
   assert skipping.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
-  assert (output_dir / classifier.LABEL_LIST_FILE).read_text() == "x\nz\n"
+  assert (output_dir / classifier_data.LABEL_LIST_FILE).read_text() == "x\nz\n"
   assert triples(skipping.get_train_examples(data_dir)) == [("a", None, "z"), ("c", None, "x")]
   assert skipping.skipped_rows[os.path.join(data_dir, "train.tsv")] == 1
   # A task with fixed labels says the same, not "unknown label ''".
   data_dir = write_files(tmp_path / "sst", {"train.tsv": tsv(["sentence", "label"], ["a", "1"],
                                                              ["b", ""])})
   with pytest.raises(task_files.BadInputError, match=r"train\.tsv:3: empty label"):
-    classifier.get_processor("sst-2").get_train_examples(data_dir)
+    classifier_data.get_processor("sst-2").get_train_examples(data_dir)
 
 
 def test_a_label_list_that_does_not_fit_is_named_with_what_to_do(tmp_path):
   data_dir = write_files(tmp_path / "data", {
       "train.tsv": tsv(["t", "y"], ["a", "x"]), "dev.tsv": tsv(["t", "y"], ["a", "x"], ["b", "w"])})
   output_dir = tmp_path / "out"
-  label_list = output_dir / classifier.LABEL_LIST_FILE
-  write_files(output_dir, {classifier.LABEL_LIST_FILE: "x\nz\n"})
-  processor = classifier.get_processor("generic", text_a_column="t", label_column="y")
+  label_list = output_dir / classifier_data.LABEL_LIST_FILE
+  write_files(output_dir, {classifier_data.LABEL_LIST_FILE: "x\nz\n"})
+  processor = classifier_data.get_processor("generic", text_a_column="t", label_column="y")
   assert processor.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
   with pytest.raises(task_files.BadInputError) as error:
     processor.get_dev_examples(data_dir)
@@ -367,8 +369,8 @@ def test_head_of_another_size_in_output_dir_names_the_label_list(tmp_path):
   os.makedirs(output_dir)
   checkpoints.save_training_checkpoint(checkpoints.checkpoint_variables(old), str(output_dir), 5,
                                        keep_checkpoint_max=1)
-  write_files(output_dir, {classifier.LABEL_LIST_FILE: "x\nz\n"})
-  processor = classifier.get_processor("generic")
+  write_files(output_dir, {classifier_data.LABEL_LIST_FILE: "x\nz\n"})
+  processor = classifier_data.get_processor("generic")
   processor.load_or_create_label_list(None, str(output_dir))
   (tmp_path / "vocab.txt").write_text("\n".join(VOCAB) + "\n")
   task = classifier.ClassifierTask(config, processor,
@@ -377,7 +379,7 @@ def test_head_of_another_size_in_output_dir_names_the_label_list(tmp_path):
   with pytest.raises(task_files.BadInputError) as error:
     task.build_model()
   message = str(error.value)
-  assert str(output_dir / classifier.LABEL_LIST_FILE) in message
+  assert str(output_dir / classifier_data.LABEL_LIST_FILE) in message
   assert "model.ckpt-5" in message and "3 outputs" in message and "2 labels" in message
   assert "new --output_dir" in message
 
@@ -385,11 +387,11 @@ def test_head_of_another_size_in_output_dir_names_the_label_list(tmp_path):
 def test_blank_line_of_a_one_column_file_is_an_empty_text(tmp_path):
   # Header "t": one column; the blank lines (line 3, and the last) are texts too.
   data_dir = write_files(tmp_path / "with_header", {"test.tsv": "t\na\n\nc\n\n"})
-  processor = classifier.get_processor("generic", text_a_column="t")
+  processor = classifier_data.get_processor("generic", text_a_column="t")
   processor.labels = ("x",)
   assert [e.text_a for e in processor.get_test_examples(data_dir)] == ["a", "", "c", ""]
   data_dir = write_files(tmp_path / "without_header", {"test.csv": "a\n\nc\n"})
-  processor = classifier.get_processor("generic", text_a_column="0", has_header=False)
+  processor = classifier_data.get_processor("generic", text_a_column="0", has_header=False)
   processor.labels = ("x",)
   assert [e.text_a for e in processor.get_test_examples(data_dir)] == ["a", "", "c"]
 
@@ -399,8 +401,8 @@ def test_blank_line_of_a_wider_file_is_a_bad_row(tmp_path):
                                     tsv(["b", "0"])})
   with pytest.raises(task_files.BadInputError,
                      match=r"train\.tsv:3: an empty line: 1 columns, expected 2"):
-    classifier.get_processor("sst-2").get_train_examples(data_dir)
-  processor = classifier.get_processor("sst-2", skip_bad_rows=True)
+    classifier_data.get_processor("sst-2").get_train_examples(data_dir)
+  processor = classifier_data.get_processor("sst-2", skip_bad_rows=True)
   assert triples(processor.get_train_examples(data_dir)) == [("a", None, "1"), ("b", None, "0")]
   assert processor.skipped_rows[os.path.join(data_dir, "train.tsv")] == 1
 
@@ -413,7 +415,7 @@ def test_blank_line_of_a_wider_file_is_a_bad_row(tmp_path):
 def test_a_test_row_is_never_skipped(task, test_file, tmp_path):
   """test_results.tsv has one line per test row: a bad one is an error even with skip_bad_rows."""
   data_dir = write_files(tmp_path, {"test.tsv": test_file})
-  processor = classifier.get_processor(task, skip_bad_rows=True)
+  processor = classifier_data.get_processor(task, skip_bad_rows=True)
   processor.labels = processor.labels or ("x",)
   with pytest.raises(task_files.BadInputError,
                      match=r"test\.tsv:3: .*never skipped, not even with --skip_bad_rows"):
@@ -446,14 +448,14 @@ def test_correlations_by_hand():
 
 def test_compute_metrics_per_task():
   logits = np.eye(2)[PREDICTIONS] * 3.0 - 1.0
-  mrpc = classifier.compute_metrics(classifier.get_processor("mrpc"), LABELS, logits)
+  mrpc = classifier.compute_metrics(classifier_data.get_processor("mrpc"), LABELS, logits)
   assert mrpc == pytest.approx({"eval_accuracy": 4 / 6, "eval_f1": 2 / 3})
-  cola = classifier.compute_metrics(classifier.get_processor("cola"), LABELS, logits)
+  cola = classifier.compute_metrics(classifier_data.get_processor("cola"), LABELS, logits)
   assert cola == pytest.approx({"eval_accuracy": 4 / 6, "eval_matthews_corrcoef": 1 / 3})
-  assert set(classifier.compute_metrics(classifier.get_processor("rte"), LABELS, logits)) == {
+  assert set(classifier.compute_metrics(classifier_data.get_processor("rte"), LABELS, logits)) == {
       "eval_accuracy"}
-  stsb = classifier.compute_metrics(classifier.get_processor("sts-b"), np.array([2., 4., 5., 9.]),
-                                    np.array([[1.], [2.], [3.], [4.]]))
+  stsb = classifier.compute_metrics(classifier_data.get_processor("sts-b"),
+                                    np.array([2., 4., 5., 9.]), np.array([[1.], [2.], [3.], [4.]]))
   assert stsb == pytest.approx({"eval_pearson": 11 / math.sqrt(130), "eval_spearman": 1.0})
 
 
@@ -476,8 +478,8 @@ def ids(*tokens):
 
 
 def test_convert_single_example_pair_truncates_longest_first(tokenizer):
-  example = classifier.InputExample("x", "The cats sat on the mat.", "Dogs sat.", "b")
-  features = classifier.convert_single_example(0, example, ["a", "b"], 10, tokenizer)
+  example = text_pairs.InputExample("x", "The cats sat on the mat.", "Dogs sat.", "b")
+  features = text_pairs.convert_single_example(0, example, ["a", "b"], 10, tokenizer)
   # Room for 7 pieces: a has 8 (the cat ##s sat on the mat .), b has 4 (dog ##s sat .). Popping
   # from the longer leaves a 4 and b 4, then the tie pops from b: (4, 3).
   assert features.input_ids == ids("[CLS]", "the", "cat", "##s", "sat", "[SEP]", "dog", "##s",
@@ -488,25 +490,25 @@ def test_convert_single_example_pair_truncates_longest_first(tokenizer):
 
 
 def test_convert_single_example_empty_text_and_regression(tokenizer):
-  example = classifier.InputExample("x", "", None, "3.25")
-  features = classifier.convert_single_example(0, example, [], 5, tokenizer, is_regression=True)
+  example = text_pairs.InputExample("x", "", None, "3.25")
+  features = text_pairs.convert_single_example(0, example, [], 5, tokenizer, is_regression=True)
   assert features.input_ids == ids("[CLS]", "[SEP]") + [0, 0, 0]
   assert features.input_mask == [1, 1, 0, 0, 0]
   assert features.label_id == 3.25
 
 
 def test_features_cache_is_reused_and_rebuilt_when_settings_change(tokenizer, tmp_path):
-  examples = [classifier.InputExample("%d" % i, "the cat", "the mat" if i % 2 else "", "ab"[i % 2])
+  examples = [text_pairs.InputExample("%d" % i, "the cat", "the mat" if i % 2 else "", "ab"[i % 2])
               for i in range(5)]
   path = str(tmp_path / "train.tf_record")
-  write = lambda exs, length: classifier.cached_features_file(exs, ["a", "b"], length, tokenizer,
+  write = lambda exs, length: text_pairs.cached_features_file(exs, ["a", "b"], length, tokenizer,
                                                                path)
   assert not write(examples, 8)
   assert write(examples, 8)
   assert not write(examples, 9)  # max_seq_length changed.
-  assert not write(examples[:4] + [classifier.InputExample("4", "dog", None, "a")], 9)
-  assert write(examples[:4] + [classifier.InputExample("4", "dog", None, "a")], 9)
-  records = list(classifier.features_dataset(path, 9).as_numpy_iterator())
+  assert not write(examples[:4] + [text_pairs.InputExample("4", "dog", None, "a")], 9)
+  assert write(examples[:4] + [text_pairs.InputExample("4", "dog", None, "a")], 9)
+  records = list(text_pairs.features_dataset(path, 9).as_numpy_iterator())
   assert [r["label_ids"] for r in records] == [0, 1, 0, 1, 0]
   assert records[1]["input_ids"].tolist() == ids("[CLS]", "the", "cat", "[SEP]", "the", "mat",
                                                  "[SEP]") + [0, 0]
@@ -557,15 +559,15 @@ def test_every_task_makes_its_labels_known_the_same_way(tmp_path):
   # labels and writes nothing; the generic one learns them (not before: get_labels refuses).
   output_dir = tmp_path / "out"
   output_dir.mkdir()
-  mrpc = classifier.get_processor("mrpc", text_a_column="ignored", language="ignored")
+  mrpc = classifier_data.get_processor("mrpc", text_a_column="ignored", language="ignored")
   assert mrpc.load_or_create_label_list(None, str(output_dir)) == ["0", "1"]
   assert not os.listdir(output_dir)
-  generic = classifier.get_processor("generic", text_a_column="t", label_column="y")
+  generic = classifier_data.get_processor("generic", text_a_column="t", label_column="y")
   with pytest.raises(ValueError, match="labels are unknown"):
     generic.get_labels()
   data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", "x"])})
   assert generic.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
-  assert os.listdir(output_dir) == [classifier.LABEL_LIST_FILE]
+  assert os.listdir(output_dir) == [classifier_data.LABEL_LIST_FILE]
 
 
 # Long texts (--doc_stride), multi-label, class weights.
@@ -573,7 +575,7 @@ def test_every_task_makes_its_labels_known_the_same_way(tmp_path):
 
 def test_window_inputs_by_hand(tokenizer):
   # 7 pieces, room for 4 per window, a window every 2 pieces: [0, 4), [2, 6), [4, 7).
-  windows = classifier.window_inputs(tokenizer, "The cat sat on the mat.", None, 6, 2)
+  windows = text_pairs.window_inputs(tokenizer, "The cat sat on the mat.", None, 6, 2)
   assert [w[0] for w in windows] == [ids("[CLS]", "the", "cat", "sat", "on", "[SEP]"),
                                      ids("[CLS]", "sat", "on", "the", "mat", "[SEP]"),
                                      ids("[CLS]", "the", "mat", ".", "[SEP]") + [0]]
@@ -581,7 +583,7 @@ def test_window_inputs_by_hand(tokenizer):
   # A pair: room for 5; truncate_seq_pair cuts (7, 2) to (3, 2), so text_b keeps its 2 pieces in
   # every window and text_a gets windows of 3: [0, 3), [2, 5), [4, 7). The first window is what
   # the original's truncation gives.
-  windows = classifier.window_inputs(tokenizer, "The cat sat on the mat.", "Dogs", 8, 2)
+  windows = text_pairs.window_inputs(tokenizer, "The cat sat on the mat.", "Dogs", 8, 2)
   assert [w[0] for w in windows] == [
       ids("[CLS]", "the", "cat", "sat", "[SEP]", "dog", "##s", "[SEP]"),
       ids("[CLS]", "sat", "on", "the", "[SEP]", "dog", "##s", "[SEP]"),
@@ -590,7 +592,7 @@ def test_window_inputs_by_hand(tokenizer):
   assert tuple(windows[0]) == tokenizer.encode("The cat sat on the mat.", "Dogs", 8)
   # Short and empty texts are one window, equal to the truncating encoding.
   for text_a, text_b in (("the cat", None), ("", None), ("", "the mat"), ("cat", "the mat")):
-    assert [tuple(w) for w in classifier.window_inputs(tokenizer, text_a, text_b, 8, 2)] == [
+    assert [tuple(w) for w in text_pairs.window_inputs(tokenizer, text_a, text_b, 8, 2)] == [
         tokenizer.encode(text_a, text_b, 8)]
 
 
@@ -602,7 +604,7 @@ def test_window_inputs_in_graph_equal_python(tokenizer):
   for pair in (False, True):
     features, windows = classifier.window_inputs_in_graph(
         encoder, 2, texts_a, texts_b if pair else None)
-    expected = [classifier.window_inputs(tokenizer, a, b if pair else None, 8, 2)
+    expected = [text_pairs.window_inputs(tokenizer, a, b if pair else None, 8, 2)
                 for a, b in zip(texts_a, texts_b)]
     assert windows.row_lengths().numpy().tolist() == [len(e) for e in expected]
     for i, name in enumerate(("input_ids", "input_mask", "segment_ids")):
@@ -642,7 +644,7 @@ def test_class_weights_auto_and_explicit():
 def test_class_weighted_loss_equals_numpy(tokenizer, tmp_path):
   import modeling  # pylint: disable=g-import-not-at-top
   import tensorflow as tf  # pylint: disable=g-import-not-at-top
-  processor = classifier.GenericProcessor()
+  processor = classifier_data.GenericProcessor()
   processor.labels = ("a", "b", "c")
   task = classifier.ClassifierTask(modeling.BertConfig.from_dict(TINY_CONFIG), processor,
                                    tokenizer, None, str(tmp_path), 8, class_weights="0.5,2,3")
@@ -668,11 +670,11 @@ def test_multi_label_processor_features_and_loss(tmp_path, tokenizer):
       "train.tsv": tsv(["text", "tags"], ["the cat", "pets, animals"], ["the mat", ""],
                        ["dogs", "animals,pets,loud"]),
       "dev.tsv": tsv(["text", "tags"], ["cat", "pets,zebra"])})
-  processor = classifier.GenericProcessor("text", label_column="tags", label_delimiter=",")
+  processor = classifier_data.GenericProcessor("text", label_column="tags", label_delimiter=",")
   assert processor.load_or_create_label_list(data_dir, str(tmp_path / "out")) == [
       "animals", "loud", "pets"]
   examples = processor.get_train_examples(data_dir)
-  features = [classifier.convert_single_example(i, e, processor.get_labels(), 6, tokenizer,
+  features = [text_pairs.convert_single_example(i, e, processor.get_labels(), 6, tokenizer,
                                                 label_delimiter=",")
               for i, e in enumerate(examples)]
   assert [f.label_id for f in features] == [[1, 0, 1], [0, 0, 0], [1, 1, 1]]
@@ -704,15 +706,15 @@ def test_multi_label_metrics_by_hand():
 
 
 def test_features_cache_notes_window_and_label_options(tokenizer, tmp_path):
-  examples = [classifier.InputExample("0", "the cat sat on the mat .", None, "a,b"),
-              classifier.InputExample("1", "dogs", None, "")]
+  examples = [text_pairs.InputExample("0", "the cat sat on the mat .", None, "a,b"),
+              text_pairs.InputExample("1", "dogs", None, "")]
   path = str(tmp_path / "train.tf_record")
-  write = lambda **options: classifier.cached_features_file(examples, ["a", "b"], 6, tokenizer,
+  write = lambda **options: text_pairs.cached_features_file(examples, ["a", "b"], 6, tokenizer,
                                                             path, **options)
   assert not write(label_delimiter=",")
   assert write(label_delimiter=",")
   assert not write(label_delimiter=",", doc_stride=2)  # Windows: the records change.
-  records = list(classifier.features_dataset(path, 6, num_multi_labels=2,
+  records = list(text_pairs.features_dataset(path, 6, num_multi_labels=2,
                                              windowed=True).as_numpy_iterator())
   # 7 pieces in windows of 4 every 2: 3 windows of example 0, then example 1's one.
   assert [r["example_index"] for r in records] == [0, 0, 0, 1]

@@ -8,7 +8,6 @@ from the records here), not from the code under test.
 """
 
 import json
-import math
 import os
 import random
 import re
@@ -21,6 +20,9 @@ import tensorflow as tf
 from conftest import REPO_ROOT, shared_path, write_model_files
 import checkpoints
 import classifier
+import classifier_data
+import conversion
+import conversion_hf
 import convert_checkpoint
 import errors
 import modeling
@@ -194,7 +196,7 @@ def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifi
   model = built_classifier()
   output_dir = str(tmp_path / "out")
   os.makedirs(output_dir)
-  (tmp_path / "out" / classifier.LABEL_LIST_FILE).write_text("neg\npos\n")
+  (tmp_path / "out" / classifier_data.LABEL_LIST_FILE).write_text("neg\npos\n")
   for step in (1, 2):
     newest = checkpoints.save_training_checkpoint(checkpoints.checkpoint_variables(model),
                                                   output_dir, step, 5)
@@ -324,16 +326,16 @@ def test_hugging_face_id2label_with_a_repeated_name_is_refused():
                "id2label": {"0": "x", "1": "x"}}
   with pytest.raises(errors.InputError, match=r"config\.json: id2label: the name 'x' at id 1 "
                      r"repeats id 0"):
-    convert_checkpoint.hf_labels(hf_config, convert_checkpoint.SEQUENCE_CLASSIFICATION,
+    conversion_hf.hf_labels(hf_config, conversion.SEQUENCE_CLASSIFICATION,
                                  "config.json")
 
 
 def test_label_and_tag_lists_with_a_repeated_name_are_refused(tmp_path):
-  label_list = tmp_path / classifier.LABEL_LIST_FILE
+  label_list = tmp_path / classifier_data.LABEL_LIST_FILE
   label_list.write_text("neg\nneg\n")
   with pytest.raises(errors.InputError, match=r"label_list\.txt: the name 'neg' at line 2 "
                      r"repeats line 1"):
-    classifier.read_label_list(str(label_list))
+    classifier_data.read_label_list(str(label_list))
   (tmp_path / tagging.TAG_LIST_FILE).write_text("O\nB-PER\nI-PER\nB-PER\n")
   with pytest.raises(errors.InputError, match=r"tag_list\.txt: the name 'B-PER' at line 4 "
                      r"repeats line 2"):
@@ -344,7 +346,7 @@ def test_label_and_tag_lists_with_a_repeated_name_are_refused(tmp_path):
   assert not written.exists()
   # Distinct names read and write as before.
   label_list.write_text("neg\npos\n")
-  assert classifier.read_label_list(str(label_list)) == ("neg", "pos")
+  assert classifier_data.read_label_list(str(label_list)) == ("neg", "pos")
 
 
 def test_keras_hub_classifier_preset_converts_with_a_warning_that_its_head_is_left_out(
@@ -372,14 +374,14 @@ def test_keras_hub_classifier_preset_converts_with_a_warning_that_its_head_is_le
 def test_a_label_list_is_read_as_the_data_s_label_cells_are(tmp_path):
   """A byte-order mark, CRLF line ends, spaces around a name and blank lines at the end (an editor's)
   are not part of the names, as they are not part of a data file's label cell."""
-  label_list = tmp_path / classifier.LABEL_LIST_FILE
+  label_list = tmp_path / classifier_data.LABEL_LIST_FILE
   label_list.write_bytes(b"\xef\xbb\xbfneg\r\npos \r\n\r\n")
-  assert classifier.read_label_list(str(label_list)) == ("neg", "pos")
+  assert classifier_data.read_label_list(str(label_list)) == ("neg", "pos")
   (tmp_path / tagging.TAG_LIST_FILE).write_bytes(b"\xef\xbb\xbfO\r\nB-PER\r\n")
   assert tagging.read_tag_list(str(tmp_path)) == ["O", "B-PER"]
   label_list.write_text("neg\n\npos\n")
   with pytest.raises(errors.InputError, match=r"label_list\.txt:2: empty label"):
-    classifier.read_label_list(str(label_list))
+    classifier_data.read_label_list(str(label_list))
 
 
 def test_a_config_file_without_a_shape_field_or_with_a_misspelt_one_is_refused(tmp_path):

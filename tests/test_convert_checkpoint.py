@@ -9,7 +9,9 @@ import safetensors.numpy
 import tensorflow as tf
 
 import checkpoints
+import conversion
 import convert_checkpoint
+import heads
 import modeling
 
 HF_CONFIG = {
@@ -159,9 +161,9 @@ def test_hf_to_google_loads_and_matches_numpy_forward(tmp_path, prefix, with_hea
 
   config = modeling.BertConfig.from_json_file(str(tmp_path / "google" / "bert_config.json"))
   with open(tmp_path / "google" / "bert_config.json") as f:
-    assert sorted(json.load(f)) == sorted(convert_checkpoint.CONFIG_FIELDS)
+    assert sorted(json.load(f)) == sorted(conversion.CONFIG_FIELDS)
   assert (tmp_path / "google" / "vocab.txt").exists()
-  model = (modeling.BertPretrainingModel(config) if with_heads else modeling.BertModel(config))
+  model = (heads.BertPretrainingModel(config) if with_heads else modeling.BertModel(config))
   model.build()
   report = checkpoints.init_from_checkpoint(model, prefix_written)
   assert report.missing == [] and report.unused == []
@@ -243,23 +245,23 @@ def test_unknown_tensor_and_wrong_shape_are_named(tmp_path):
 
 
 def test_config_conversion(tmp_path):
-  config = convert_checkpoint.google_config_from_hf(
+  config = conversion.google_config_from_hf(
       dict(HF_CONFIG, hidden_act="gelu_pytorch_tanh"), "config.json")
   assert config.hidden_act == "gelu_new"
   with pytest.raises(ValueError, match="config.json: hidden_act 'quick_gelu'"):
-    convert_checkpoint.google_config_from_hf(dict(HF_CONFIG, hidden_act="quick_gelu"),
+    conversion.google_config_from_hf(dict(HF_CONFIG, hidden_act="quick_gelu"),
                                              "config.json")
   with pytest.raises(ValueError, match="config.json: missing key.*type_vocab_size"):
-    convert_checkpoint.google_config_from_hf(
+    conversion.google_config_from_hf(
         {k: v for k, v in HF_CONFIG.items() if k != "type_vocab_size"}, "config.json")
   for bad, expected in (([HF_CONFIG], "expected a JSON object of config values, got list"),
                         (dict(HF_CONFIG, hidden_act=["gelu"]), r"hidden_act \['gelu'\]")):
-    with pytest.raises(convert_checkpoint.ConversionError, match="config.json: " + expected):
-      convert_checkpoint.google_config_from_hf(bad, "config.json")
-  back = convert_checkpoint.hf_config_from_google(config, "BertModel")
+    with pytest.raises(conversion.ConversionError, match="config.json: " + expected):
+      conversion.google_config_from_hf(bad, "config.json")
+  back = conversion.hf_config_from_google(config, "BertModel")
   assert back["hidden_act"] == "gelu_new" and back["architectures"] == ["BertModel"]
-  assert {k: back[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"} == {
-      k: HF_CONFIG[k] for k in convert_checkpoint.CONFIG_FIELDS if k != "hidden_act"}
+  assert {k: back[k] for k in conversion.CONFIG_FIELDS if k != "hidden_act"} == {
+      k: HF_CONFIG[k] for k in conversion.CONFIG_FIELDS if k != "hidden_act"}
 
 
 def test_google_release_names_map_to_bert_for_pretraining_names(chinese_bert_dir):
@@ -267,7 +269,7 @@ def test_google_release_names_map_to_bert_for_pretraining_names(chinese_bert_dir
   google = dict(tf.train.list_variables(prefix))
   hf = {}
   for name, shape in google.items():
-    hf_name, transpose = convert_checkpoint.hf_name_for_google(name)
+    hf_name, transpose = conversion.hf_name_for_google(name)
     hf[hf_name] = shape[::-1] if transpose else shape
   # The names transformers' BertForPreTraining.save_pretrained writes (tied decoder left out).
   expected = {"bert.embeddings.%s" % n for n in (
@@ -287,16 +289,16 @@ def test_google_release_names_map_to_bert_for_pretraining_names(chinese_bert_dir
   assert hf["bert.embeddings.word_embeddings.weight"] == [21128, 768]
 
   config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
-  hf_config = convert_checkpoint.hf_config_from_google(config, "BertForPreTraining")
-  back = convert_checkpoint.google_config_from_hf(hf_config, "config.json")
-  assert {k: getattr(back, k) for k in convert_checkpoint.CONFIG_FIELDS} == {
-      k: getattr(config, k) for k in convert_checkpoint.CONFIG_FIELDS}
+  hf_config = conversion.hf_config_from_google(config, "BertForPreTraining")
+  back = conversion.google_config_from_hf(hf_config, "config.json")
+  assert {k: getattr(back, k) for k in conversion.CONFIG_FIELDS} == {
+      k: getattr(config, k) for k in conversion.CONFIG_FIELDS}
 
 
 def test_output_dir_that_cannot_be_written_is_named(tmp_path):
   model = _write_hf_model(tmp_path / "hf", _random_hf_tensors("bert.", with_heads=False))
   blocked = tmp_path / "a_file"
   blocked.write_text("")
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"^cannot write the converted model to %s/out \(\w+Error: " % blocked):
     convert_checkpoint.convert_hf_to_google(model, str(blocked / "out"))

@@ -33,6 +33,7 @@ import tensorflow as tf
 from conftest import REPO_ROOT, write_model_files
 import checkpoints
 import classifier
+import classifier_data
 import convert_checkpoint
 import modeling
 import multiple_choice
@@ -40,6 +41,10 @@ import squad
 import tagging
 import task_files
 from test_modeling import randomize
+import conversion
+import conversion_google
+import conversion_hf
+import heads
 import tokenization
 
 pytestmark = pytest.mark.reference
@@ -67,8 +72,8 @@ BUILDERS = {
     "BertForTokenClassification": tagging.BertTagger,
     "BertForQuestionAnswering": lambda config, _: squad.SquadModel(config),
     "BertForMultipleChoice": lambda config, _: multiple_choice.BertMultipleChoice(config),
-    "BertForPreTraining": lambda config, _: modeling.BertPretrainingModel(config),
-    "BertForMaskedLM": lambda config, _: modeling.BertPretrainingModel(config),
+    "BertForPreTraining": lambda config, _: heads.BertPretrainingModel(config),
+    "BertForMaskedLM": lambda config, _: heads.BertPretrainingModel(config),
 }
 POOLER = ["bert/pooler/dense/bias", "bert/pooler/dense/kernel"]
 
@@ -125,7 +130,7 @@ def _save_as_our_script(model, architecture: str, labels, output_dir: str) -> st
   if architecture == "BertForTokenClassification":
     tagging.write_tag_list(labels, output_dir)
   elif labels:
-    task_files.write_label_list(os.path.join(output_dir, classifier.LABEL_LIST_FILE), labels)
+    task_files.write_label_list(os.path.join(output_dir, classifier_data.LABEL_LIST_FILE), labels)
   return checkpoints.save_checkpoint(model, os.path.join(output_dir, "model.ckpt-3"))
 
 
@@ -171,8 +176,8 @@ def _labels_beside(architecture: str, directory: str) -> tuple:
   """The labels our scripts read from a converted output directory."""
   if architecture == "BertForTokenClassification":
     return tuple(tagging.read_tag_list(directory))
-  path = os.path.join(directory, classifier.LABEL_LIST_FILE)
-  return classifier.read_label_list(path) if os.path.exists(path) else ()
+  path = os.path.join(directory, classifier_data.LABEL_LIST_FILE)
+  return classifier_data.read_label_list(path) if os.path.exists(path) else ()
 
 
 @pytest.fixture(scope="module")
@@ -276,8 +281,8 @@ def test_transformers_head_converts_to_ours(name, references, release, tmp_path)
   case = HF_CASES[name]
   architecture = case["architecture"]
   case_dir, reference, _, _ = references(name)
-  model = convert_checkpoint.read_hf_model(os.path.join(case_dir, "hf"))
-  prefix = convert_checkpoint.write_google_model(model, str(tmp_path))
+  model = conversion_hf.read_hf_model(os.path.join(case_dir, "hf"))
+  prefix = conversion_google.write_google_model(model, str(tmp_path))
   assert model.problem_type == case.get("problem_type")
   assert model.do_lower_case == case.get("do_lower_case", True)
   assert _labels_beside(architecture, str(tmp_path)) == case.get("labels", ())
@@ -396,7 +401,7 @@ def test_keras_hub_preset_is_written_whole_or_not_at_all(tmp_path, release, monk
   convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
                                                  vocab_file=release[1])
   assert [name for name in os.listdir(preset) if name.startswith(".")] == [
-      convert_checkpoint.CONVERTED_MARK_NAME]
+      conversion.CONVERTED_MARK_NAME]
 
 
 class _Interrupted(Exception):
@@ -420,11 +425,11 @@ def _classifier_output_dir(tmp_path, num_outputs: int, labels=()) -> str:
 def test_head_that_does_not_fit_its_labels_is_named(tmp_path):
   prefix = _classifier_output_dir(tmp_path, 3, ["a", "b"])
   label_file = str(tmp_path / "output_dir" / "label_list.txt")
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"^%s: its run_classifier.py head has 3 outputs, but %s gives 2 labels$"
                      % (prefix, label_file)):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
-  with pytest.raises(convert_checkpoint.ConversionError, match="gives one score"):
+  with pytest.raises(conversion.ConversionError, match="gives one score"):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"), task_name="sts-b")
   assert not os.path.exists(tmp_path / "hf")
 
@@ -435,7 +440,7 @@ def test_head_that_does_not_fit_its_labels_is_named(tmp_path):
   config = json.loads(config_path.read_text())
   config["id2label"]["3"] = "d"
   config_path.write_text(json.dumps(config))
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"its run_classifier.py head has 3 outputs, but the id2label of %s "
                      r"gives 4 labels" % config_path):
     convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
@@ -443,13 +448,13 @@ def test_head_that_does_not_fit_its_labels_is_named(tmp_path):
 
 def test_missing_or_ambiguous_label_list_is_named(tmp_path):
   prefix = _classifier_output_dir(tmp_path, 3)
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"^%s has a task head, output_weights, and neither label_list.txt "
                      r"\(run_classifier.py\) nor tag_list.txt \(run_ner.py\) beside it" % prefix):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
   tagging.write_tag_list(["O", "B-X", "I-X"], str(tmp_path / "output_dir"))
   task_files.write_label_list(str(tmp_path / "output_dir" / "label_list.txt"), ["a", "b", "c"])
-  with pytest.raises(convert_checkpoint.ConversionError, match="and both label_list.txt"):
+  with pytest.raises(conversion.ConversionError, match="and both label_list.txt"):
     convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
 
 
@@ -464,7 +469,7 @@ def test_preset_of_another_architecture_is_named(tmp_path):
        r"^%s is not a KerasHub preset's file: a Hugging Face config.json, convert it with "
        r"--hf_model_path$")):
     config_path.write_text(json.dumps(config))
-    with pytest.raises(convert_checkpoint.ConversionError, match=expected % config_path):
+    with pytest.raises(conversion.ConversionError, match=expected % config_path):
       convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "out"))
 
 
@@ -474,6 +479,6 @@ def test_keras_weights_file_with_links_is_refused(tmp_path):
     with h5py.File(path, "w") as f:
       f["layers/dense/vars/0"] = np.zeros(2, np.float32)
       f["layers/dense/vars/1"] = link
-    with pytest.raises(convert_checkpoint.ConversionError,
+    with pytest.raises(conversion.ConversionError,
                        match=r"^%s: layers/dense/vars/1 is a link, not data of the file$" % path):
-      convert_checkpoint.read_keras_weights(path)
+      conversion.read_keras_weights(path)

@@ -20,6 +20,7 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, shared_path
 import pretraining_data
+import pretraining_instances
 import tfrecord_encoding
 import tokenization
 
@@ -74,9 +75,9 @@ def _tagged_corpus(tmp_path, num_documents=40, sentences_per_document=(20, 60), 
 
 def _config(vocab, corpus, output, **overrides) -> pretraining_data.RunConfig:
   options = {name: overrides.pop(name) for name in list(overrides)
-             if name in pretraining_data.InstanceOptions.__dataclass_fields__}
+             if name in pretraining_instances.InstanceOptions.__dataclass_fields__}
   return pretraining_data.RunConfig(input_file=corpus, output_file=output, vocab_file=vocab,
-                                    options=pretraining_data.InstanceOptions(**options),
+                                    options=pretraining_instances.InstanceOptions(**options),
                                     **overrides)
 
 
@@ -114,7 +115,7 @@ def test_feature_dtypes_and_lengths_are_the_originals(tmp_path, uncased_vocab_fi
   assert len(records) == summary["instances"] > 0
   example = tf.train.Example.FromString(records[0])
   features = example.features.feature
-  assert sorted(features) == sorted(pretraining_data.FEATURE_NAMES)
+  assert sorted(features) == sorted(pretraining_instances.FEATURE_NAMES)
   lengths = {"input_ids": 64, "input_mask": 64, "segment_ids": 64, "masked_lm_positions": 7,
              "masked_lm_ids": 7, "masked_lm_weights": 7, "next_sentence_labels": 1}
   for name, length in lengths.items():
@@ -127,9 +128,9 @@ def test_feature_dtypes_and_lengths_are_the_originals(tmp_path, uncased_vocab_fi
 
 
 def test_encoder_bytes_parse_to_the_expected_example():
-  encoder = pretraining_data.ExampleEncoder(max_seq_length=8, max_predictions_per_seq=3,
-                                            max_id=30000)
-  instance = pretraining_data.TrainingInstance(
+  encoder = pretraining_instances.ExampleEncoder(max_seq_length=8, max_predictions_per_seq=3,
+                                                 max_id=30000)
+  instance = pretraining_instances.TrainingInstance(
       input_ids=[101, 29999, 103, 102, 7, 102], first_segment_length=4,
       masked_lm_positions=[1, 2], masked_lm_ids=[5, 300], is_random_next=True)
   parsed = tf.train.Example.FromString(encoder.encode(instance))
@@ -437,7 +438,7 @@ def test_truncate_pair_at_random_ends_matches_the_originals_lengths():
     while len(expected_a) + len(expected_b) > limit:
       (expected_a if len(expected_a) > len(expected_b) else expected_b).pop()
     for _ in range(200):
-      new_a, new_b = pretraining_data.truncate_pair_at_random_ends(a, b, limit, rng)
+      new_a, new_b = pretraining_instances.truncate_pair_at_random_ends(a, b, limit, rng)
       assert (len(new_a), len(new_b)) == (len(expected_a), len(expected_b))
       # What is left is a contiguous run of each (the ids count up from 0 and from 100).
       assert new_a == list(range(new_a[0], new_a[0] + len(new_a)))

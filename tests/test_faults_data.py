@@ -3,7 +3,6 @@
 Every output must appear under its final name only when complete (atomic_files), and every bad
 input must fail with one line naming the file and line (or record) or the flag at fault.
 """
-import dataclasses
 import glob
 import json
 import os
@@ -21,15 +20,20 @@ from conftest import REPO_ROOT, shared_path, small_tmpfs, write_model_files
 import atomic_files
 import checkpoints
 import classifier
+import classifier_data
+import conversion_hf
 import convert_checkpoint
 import create_vocab
 import extract_features
 import modeling
 import pretraining
 import pretraining_data
+import pretraining_instances
 import squad
+import squad_data
 import tagging
 import task_files
+import text_pairs
 import tfrecord_files
 import tokenization
 import training_loop
@@ -184,7 +188,7 @@ def test_writers_leave_no_partial_file(tmp_path):
   written so far)."""
   writes = {
       "vocab.txt": lambda p: create_vocab.write_vocab(_failing(_VOCAB, 5), p),
-      "test_results.tsv": lambda p: classifier.write_test_results(
+      "test_results.tsv": lambda p: text_pairs.write_test_results(
           p, _failing(np.full((10, 2), 0.5), 5)),
       "test_predictions.txt": lambda p: tagging.write_conll_predictions(
           p, [tagging.TaggedSentence(["a"], ["O"], "s")] * 10, _failing([["O"]] * 10, 5)),
@@ -212,7 +216,7 @@ def test_converted_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
   source.mkdir()
   write_model_files(str(source), _TINY_BERT, _VOCAB)
   checkpoints.save_checkpoint(bert, str(source / "bert_model.ckpt"))
-  real_save = convert_checkpoint.safetensors.numpy.save_file
+  real_save = conversion_hf.safetensors.numpy.save_file
 
   def save_half_then_fail(tensors, path, metadata=None):
     real_save(tensors, path, metadata=metadata)
@@ -220,11 +224,11 @@ def test_converted_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
       f.truncate(os.path.getsize(path) // 2)
     raise _Interrupted()
 
-  monkeypatch.setattr(convert_checkpoint.safetensors.numpy, "save_file", save_half_then_fail)
+  monkeypatch.setattr(conversion_hf.safetensors.numpy, "save_file", save_half_then_fail)
   with pytest.raises(_Interrupted):
     convert_checkpoint.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
   assert os.listdir(tmp_path) == ["google"]  # Neither the directory nor its staging copy.
-  monkeypatch.setattr(convert_checkpoint.safetensors.numpy, "save_file", real_save)
+  monkeypatch.setattr(conversion_hf.safetensors.numpy, "save_file", real_save)
   convert_checkpoint.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
   prefix = convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
   assert sorted(os.listdir(tmp_path / "back")) == [
@@ -262,7 +266,7 @@ def small_disk(tmp_path):
 def _pretraining_config(input_file, output_file, vocab_file):
   return pretraining_data.RunConfig(
       input_file=input_file, output_file=output_file, vocab_file=vocab_file,
-      options=pretraining_data.InstanceOptions(max_seq_length=64, dupe_factor=2),
+      options=pretraining_instances.InstanceOptions(max_seq_length=64, dupe_factor=2),
       shuffle_buffer_size=100)
 
 
@@ -295,10 +299,10 @@ def test_repeated_squad_ids_are_an_error_naming_them():
 
   data = [{"title": "a", "paragraphs": [paragraph("q1", "q2")]},
           {"title": "b", "paragraphs": [paragraph("q3"), paragraph("q1")]}]
-  with pytest.raises(squad.SquadFormatError,
+  with pytest.raises(squad_data.SquadFormatError,
                      match=r"dev.json: 1 repeated question ids, e.g. 'q1' \(dev.json: article 0, "
                            r"paragraph 0 and dev.json: article 1, paragraph 1\)"):
-    squad.examples_from_data(data, False, source="dev.json")
+    squad_data.examples_from_data(data, False, source="dev.json")
 
 
 def test_repeated_vocab_token_is_an_error_naming_both_lines(tmp_path):
@@ -324,8 +328,8 @@ def test_tsv_with_invalid_utf8_names_the_line_and_skip_bad_rows_skips_it(tmp_pat
   _write_mrpc(tmp_path / "mrpc", rows)
   with pytest.raises(task_files.BadInputError,
                      match=r"train.tsv:3: invalid UTF-8 byte 0xe9 in column 3"):
-    classifier.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
-  processor = classifier.get_processor("mrpc", skip_bad_rows=True)
+    classifier_data.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
+  processor = classifier_data.get_processor("mrpc", skip_bad_rows=True)
   examples = processor.get_train_examples(str(tmp_path / "mrpc"))
   assert [e.text_a for e in examples] == ["The cat.", "The dog."]
   assert processor.skipped_rows[str(tmp_path / "mrpc" / "train.tsv")] == 1
@@ -334,32 +338,32 @@ def test_tsv_with_invalid_utf8_names_the_line_and_skip_bad_rows_skips_it(tmp_pat
 def test_tsv_field_over_128_kb_is_read(tmp_path):
   long_text = ("word " * 40_000).encode()  # 200 KB: over csv's default field limit.
   _write_mrpc(tmp_path / "mrpc", [b"1\t1\t2\t" + long_text + b"\tA cat.\n"])
-  examples = classifier.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
+  examples = classifier_data.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
   assert examples[0].text_a == long_text.decode()
 
 
 def test_empty_train_tsv_is_an_error_naming_it(tmp_path):
   _write_mrpc(tmp_path / "mrpc", [])
   with pytest.raises(task_files.BadInputError, match=r"mrpc/train.tsv: no examples"):
-    classifier.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
+    classifier_data.get_processor("mrpc").get_train_examples(str(tmp_path / "mrpc"))
 
 
 def test_pair_task_needs_room_for_both_texts():
   with pytest.raises(ValueError, match=r"--max_seq_length=3 is too short for a sentence-pair "
                                        r"task: at least 5"):
-    classifier.check_max_seq_length(3, is_pair=True)
+    text_pairs.check_max_seq_length(3, is_pair=True)
   with pytest.raises(ValueError, match=r"--max_seq_length=2 is too short for a single-sentence"):
-    classifier.check_max_seq_length(2, is_pair=False)
-  classifier.check_max_seq_length(5, is_pair=True)
-  classifier.check_max_seq_length(3, is_pair=False)
+    text_pairs.check_max_seq_length(2, is_pair=False)
+  text_pairs.check_max_seq_length(5, is_pair=True)
+  text_pairs.check_max_seq_length(3, is_pair=False)
 
 
 def test_squad_json_with_invalid_utf8_names_line_and_column(tmp_path):
   path = tmp_path / "train.json"
   path.write_bytes(b'{"data": [\n  {"title": "caf\xe9"}]}\n')
-  with pytest.raises(squad.SquadFormatError,
+  with pytest.raises(squad_data.SquadFormatError,
                      match=r"train.json: line 2, column 17: invalid UTF-8 byte 0xe9"):
-    squad.load_squad_json(str(path))
+    squad_data.load_squad_json(str(path))
 
 
 def test_conll_with_invalid_utf8_or_empty_names_the_file(tmp_path):
@@ -488,7 +492,7 @@ def test_full_disk_during_export_names_the_export_dir_and_leaves_no_version(tmp_
   with small_tmpfs(tmp_path / "small_export", "200k") as mount_point:
     tokenizer = tokenization.FullTokenizer(write_model_files(str(tmp_path), _TINY_BERT,
                                                              _VOCAB)[1])
-    task = classifier.ClassifierTask(_TINY_BERT, classifier.get_processor("mrpc"), tokenizer,
+    task = classifier.ClassifierTask(_TINY_BERT, classifier_data.get_processor("mrpc"), tokenizer,
                                      None, str(tmp_path / "out"), 16)
     export_dir = str(mount_point / "models")
     with pytest.raises(OSError, match="^\\[Errno 28\\] No space left on device while exporting "

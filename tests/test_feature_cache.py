@@ -9,6 +9,7 @@ import tensorflow as tf
 
 import feature_cache
 import squad
+import squad_data
 import tokenization
 
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "who", "sold", "bread", "bob", "ann", "?", "."]
@@ -34,7 +35,7 @@ def squad_setup(tmp_path):
   vocab_file = tmp_path / "vocab.txt"
   vocab_file.write_text("\n".join(VOCAB) + "\n")
   tokenizer = tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
-  options = squad.SquadOptions(max_seq_length=16, doc_stride=4, max_query_length=8)
+  options = squad_data.SquadOptions(max_seq_length=16, doc_stride=4, max_query_length=8)
   output_dir = str(tmp_path / "out")
   os.makedirs(output_dir)
   return tokenizer, options, output_dir
@@ -51,7 +52,7 @@ def replace_answer_keeping_size_and_time(path, seller):
 def test_squad_cache_follows_content_not_size_and_time(tmp_path):
   tokenizer, options, output_dir = squad_setup(tmp_path)
   train_file = squad_file(tmp_path / "train.json", "bob")
-  cached = lambda: squad.cached_train_features(train_file, output_dir, tokenizer, options)
+  cached = lambda: squad_data.cached_train_features(train_file, output_dir, tokenizer, options)
   path, num_examples, num_features = cached()
   assert (num_examples, num_features) == (1, 1)
   first = identity(path)

@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO_ROOT
 from conftest import shared_path
 import checkpoints
+import conversion
 import convert_checkpoint
 import export
 import modeling
@@ -70,20 +71,20 @@ def write_google_model(directory: str, model: keras.Model, with_head: bool = Tru
   """`bert_model.ckpt` and `bert_config.json` as a released model; returns the checkpoint prefix.
   Without `with_head` only the encoder (`bert/...`), as a fine-tuned or converted encoder."""
   os.makedirs(directory)
-  with open(os.path.join(directory, convert_checkpoint.GOOGLE_CONFIG_NAME), "w") as writer:
+  with open(os.path.join(directory, conversion.GOOGLE_CONFIG_NAME), "w") as writer:
     writer.write(model.config.to_json_string())
   tensors = {name: variable.numpy()
              for name, variable in checkpoints.checkpoint_variables(model).items()
              if with_head or name.startswith("bert/")}
   return checkpoints.write_checkpoint(
-      tensors, os.path.join(directory, convert_checkpoint.GOOGLE_CHECKPOINT_NAME))
+      tensors, os.path.join(directory, conversion.GOOGLE_CHECKPOINT_NAME))
 
 
 def export_command(prefix: str, vocab_file: str, export_dir: str) -> list:
   """The no-training command line of a user holding a released model."""
   directory = os.path.dirname(prefix)
   return [sys.executable, SCRIPT, "--do_train=false", "--init_checkpoint=" + prefix,
-          "--bert_config_file=" + os.path.join(directory, convert_checkpoint.GOOGLE_CONFIG_NAME),
+          "--bert_config_file=" + os.path.join(directory, conversion.GOOGLE_CONFIG_NAME),
           "--vocab_file=" + vocab_file, "--export_dir=" + export_dir,
           "--max_seq_length=%d" % MAX_SEQ_LENGTH, "--fill_mask_top_k=%d" % TOP_K]
 

@@ -13,11 +13,15 @@ import pytest
 import tensorflow as tf
 
 import classifier
+import classifier_data
+import evaluation
 import fine_tuning
 import length_buckets
 import modeling
 import squad
+import squad_data
 import tagging
+import text_pairs
 import tokenization
 import training_loop
 
@@ -151,7 +155,7 @@ def classifier_task(tokenizer, tmp_path, name, bucket, config=CONFIG, group=Fals
                 [(" ".join(words), "pos" if len(words) % 2 else "neg")
                  for words in sentences(23, seed)])
   output_dir = str(tmp_path / name)
-  processor = classifier.get_processor("generic")
+  processor = classifier_data.get_processor("generic")
   processor.load_or_create_label_list(str(data_dir), output_dir)
   return classifier.ClassifierTask(config, processor, tokenizer, str(data_dir), output_dir,
                                    MAX_SEQ_LENGTH, bucket_by_length=bucket, group_by_length=group)
@@ -166,9 +170,9 @@ def test_classifier_bucketed_logits_metrics_and_test_results_equal_padded(tokeni
   path = padded._features_file("eval", dev)  # pylint: disable=protected-access
   outputs = {}
   for bucket in (False, True):
-    outputs[bucket] = training_loop.predict(
+    outputs[bucket] = evaluation.predict(
         strategy, model, padded.predict_outputs,
-        classifier.features_dataset(path, MAX_SEQ_LENGTH), 4, bucket_by_length=bucket)
+        text_pairs.features_dataset(path, MAX_SEQ_LENGTH), 4, bucket_by_length=bucket)
   np.testing.assert_allclose(outputs[True]["logits"], outputs[False]["logits"], atol=1e-5)
   labels = [padded.processor.get_labels().index(example.label) for example in dev]
   np.testing.assert_array_equal(outputs[True]["label_ids"], labels)  # input order
@@ -239,8 +243,8 @@ def test_tagging_bucketed_tags_and_loss_equal_padded(tokenizer, tmp_path):
   model = tasks[0].build_model()
   strategy = tf.distribute.get_strategy()
   features = tasks[0]._features(tasks[0]._read("eval"))  # pylint: disable=protected-access
-  outputs = [training_loop.predict(strategy, model, tasks[0].predict_outputs,
-                                   tagging.features_dataset(features), 4, bucket_by_length=b)
+  outputs = [evaluation.predict(strategy, model, tasks[0].predict_outputs,
+                                tagging.features_dataset(features), 4, bucket_by_length=b)
              for b in (False, True)]
   assert outputs[0]["tag_ids"].shape[1] == MAX_SEQ_LENGTH
   for row, feature in enumerate(features):
@@ -271,8 +275,8 @@ def test_squad_bucketed_logits_and_predictions(tokenizer, tmp_path):
   n-best ranking over those positions (padding logits past the bucket do not exist)."""
   predict_file = str(tmp_path / "dev.json")
   squad_file(predict_file, 4)
-  options = squad.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, doc_stride=24, max_query_length=16,
-                               n_best_size=5)
+  options = squad_data.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, doc_stride=24,
+                                    max_query_length=16, n_best_size=5)
   tasks = [squad.SquadTask(CONFIG, tokenizer, options, str(tmp_path / name),
                            predict_file=predict_file, bucket_by_length=bucket)
            for name, bucket in (("padded", False), ("bucketed", True))]
@@ -282,11 +286,11 @@ def test_squad_bucketed_logits_and_predictions(tokenizer, tmp_path):
     os.makedirs(task.output_dir)
     task.predict(strategy, model, 4)
   record = os.path.join(tasks[0].output_dir, "eval.tf_record")
-  outputs = [training_loop.predict(strategy, model, tasks[0].predict_outputs,
-                                   squad.input_dataset(record, MAX_SEQ_LENGTH, False), 4,
-                                   bucket_by_length=b) for b in (False, True)]
+  outputs = [evaluation.predict(strategy, model, tasks[0].predict_outputs,
+                                squad_data.input_dataset(record, MAX_SEQ_LENGTH, False), 4,
+                                bucket_by_length=b) for b in (False, True)]
   np.testing.assert_array_equal(outputs[1]["unique_ids"], outputs[0]["unique_ids"])  # order
-  masks = [f["input_mask"].numpy() for f in squad.input_dataset(record, MAX_SEQ_LENGTH, False)]
+  masks = [f["input_mask"].numpy() for f in squad_data.input_dataset(record, MAX_SEQ_LENGTH, False)]
   assert len({by_bucket(int(m.sum())) for m in masks}) > 1
   expected = {}
   for key in ("start_logits", "end_logits"):
@@ -298,10 +302,10 @@ def test_squad_bucketed_logits_and_predictions(tokenizer, tmp_path):
     # The padded path's logits, with the positions past each bucket removed as bucketing does.
     expected[key] = [np.where(np.arange(MAX_SEQ_LENGTH) < w, logits, -np.inf)
                      for w, logits in zip(width, outputs[0][key])]
-  data = squad.load_squad_json(predict_file)
-  examples, _ = squad.examples_from_data(data, False, False, predict_file)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH, 24, 16,
-                                                     is_training=False))
+  data = squad_data.load_squad_json(predict_file)
+  examples, _ = squad_data.examples_from_data(data, False, False, predict_file)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
+                                                          24, 16, is_training=False))
   results = [squad.RawResult(int(u), s.tolist(), e.tolist()) for u, s, e in zip(
       outputs[0]["unique_ids"], expected["start_logits"], expected["end_logits"])]
   predictions, _, _ = squad.compute_predictions(examples, features, results, 5, 30, True, False,

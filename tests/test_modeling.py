@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 import checkpoints
+import heads
 import modeling
 
 TINY = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -197,7 +198,7 @@ def test_padding_does_not_change_real_tokens():
 
 def test_matches_independent_numpy_forward_pass():
   config = tiny_config()
-  model = randomize(modeling.BertPretrainingModel(config), seed=4)
+  model = randomize(heads.BertPretrainingModel(config), seed=4)
   ids, mask, types = example_inputs(seed=5)
   positions = np.array([[0, 3, 6], [1, 1, 2], [4, 0, 5]])
   got = model(ids, mask, types, masked_lm_positions=positions)
@@ -212,7 +213,7 @@ def test_matches_independent_numpy_forward_pass():
 
 
 def test_pretraining_model_without_positions_scores_every_token():
-  model = randomize(modeling.BertPretrainingModel(tiny_config()), seed=6)
+  model = randomize(heads.BertPretrainingModel(tiny_config()), seed=6)
   ids, mask, types = example_inputs(seed=7)
   everywhere = model(ids, mask, types)["masked_lm_logits"]
   at_two = model({"input_ids": ids, "input_mask": mask, "segment_ids": types,
@@ -223,13 +224,13 @@ def test_pretraining_model_without_positions_scores_every_token():
 
 def test_mixed_precision_keeps_float32_variables_and_close_outputs(tmp_path):
   config = tiny_config()
-  reference = randomize(modeling.BertPretrainingModel(config), seed=8)
+  reference = randomize(heads.BertPretrainingModel(config), seed=8)
   prefix = checkpoints.save_checkpoint(reference, str(tmp_path / "model.ckpt"))
   ids, mask, types = example_inputs(seed=9)
   want = reference(ids, mask, types)
   keras.mixed_precision.set_dtype_policy("mixed_float16")
   try:
-    model = modeling.BertPretrainingModel(config)
+    model = heads.BertPretrainingModel(config)
     model.build()
     checkpoints.init_from_checkpoint(model, prefix)
     got = model(ids, mask, types)
@@ -243,7 +244,7 @@ def test_mixed_precision_keeps_float32_variables_and_close_outputs(tmp_path):
 
 
 def test_xla_compiled_training_step_reaches_every_variable():
-  model = randomize(modeling.BertPretrainingModel(tiny_config()), seed=10)
+  model = randomize(heads.BertPretrainingModel(tiny_config()), seed=10)
   ids, mask, types = example_inputs(seed=11)
   positions = np.array([[1, 2], [0, 1], [1, 0]])
 
@@ -391,7 +392,7 @@ def test_bad_config_file_names_the_file(tmp_path):
 
 def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
   config = tiny_config()
-  source = randomize(modeling.BertPretrainingModel(config), seed=15)
+  source = randomize(heads.BertPretrainingModel(config), seed=15)
   prefix = checkpoints.save_checkpoint(source, str(tmp_path / "model.ckpt-7"))
   # Readable by TF's own reader under Google's names.
   reader = tf.train.load_checkpoint(prefix)
@@ -402,7 +403,7 @@ def test_checkpoint_round_trip_gives_identical_outputs(tmp_path):
   ids, mask, types = example_inputs(seed=16)
   want = source(ids, mask, types)
   for path in (prefix, str(tmp_path)):
-    target = modeling.BertPretrainingModel(config)
+    target = heads.BertPretrainingModel(config)
     target.build()
     report = checkpoints.init_from_checkpoint(target, path)
     assert report.checkpoint == prefix and not report.unused and not report.missing
@@ -468,7 +469,7 @@ def test_google_chinese_checkpoint_layout_loads_completely(chinese_bert_dir, tmp
   tensors = {name: rng.random(shape, np.float32) for name, shape in google}
   prefix = checkpoints.write_checkpoint(tensors, str(tmp_path / "bert_model.ckpt"))
   config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
-  model = _built(modeling.BertPretrainingModel(config))
+  model = _built(heads.BertPretrainingModel(config))
   report = checkpoints.init_from_checkpoint(model, str(tmp_path))
   assert not report.unused and not report.missing
   assert len(report.loaded) == len(google) == 206

@@ -16,13 +16,13 @@ import tensorflow as tf
 from conftest import write_model_files
 import checkpoints
 import distribution
+import evaluation
 import length_buckets
 import modeling
 import multiple_choice
 import run_multiple_choice
 import task_files
 import tokenization
-import training_loop
 from test_serving import CLIENT, assert_same, warmup_requests
 
 pytestmark = pytest.mark.slow
@@ -363,7 +363,7 @@ def test_cli_bad_row_is_one_line_naming_file_and_line(tmp_path):
 
 def test_export_through_the_cpp_loader_equals_do_predict(tmp_path):
   """Rows with 2 to 4 endings, "" padded; do_predict's probabilities are the model on the cached
-  features of the same examples (training_loop.predict)."""
+  features of the same examples (evaluation.predict)."""
   tf.keras.utils.set_random_seed(5)
   config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
   tokenizer = tokenization.FullTokenizer(vocab_file, do_lower_case=True)
@@ -378,8 +378,8 @@ def test_export_through_the_cpp_loader_equals_do_predict(tmp_path):
   examples = [multiple_choice.MultipleChoiceExample(str(i), r["context"], r["endings"])
               for i, r in enumerate(records)]
   dataset, _ = task._examples_dataset("predict", examples)  # pylint: disable=protected-access
-  expected = training_loop.predict(distribution.make_strategy("one_device"), model,
-                                   task.predict_outputs, dataset, 2)["probabilities"]
+  expected = evaluation.predict(distribution.make_strategy("one_device"), model,
+                                task.predict_outputs, dataset, 2)["probabilities"]
   endings = [r["endings"] + [""] * (4 - len(r["endings"])) for r in records]
   # token_ids: do_predict's ids, missing endings as all-zero rows.
   pairs = [[tokenizer.encode(r["context"], e, 24) if e else ([0] * 24,) * 3 for e in row]

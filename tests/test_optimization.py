@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import checkpoints
+import choices
 import optimization
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -211,7 +212,7 @@ def test_weight_decay_exclusions_by_google_name():
     np.testing.assert_array_equal(after["bias_probe/" + excluded], before["bias_probe/" + excluded])
 
 
-@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+@pytest.mark.parametrize("optimizer_name", choices.OPTIMIZERS)
 @pytest.mark.parametrize("gradient_scale", [0.01, 10.0])  # global norm below / above the clip
 def test_steps_match_numpy(optimizer_name, gradient_scale):
   # Weights of norm ~3x their updates' make LAMB's trust ratio far from 1.
@@ -307,7 +308,7 @@ def test_global_norm_clipping_scales_the_gradient_before_the_moments():
                                0.1 * 2.0 / global_norm, rtol=1e-6)
 
 
-@pytest.mark.parametrize("optimizer_name", optimization.OPTIMIZERS)
+@pytest.mark.parametrize("optimizer_name", choices.OPTIMIZERS)
 def test_float16_is_loss_scaled_and_matches_float32(optimizer_name):
   reference_model, scaled_model = _build_model(), _build_model()
   grads = [np.full(v.shape, 0.01, np.float32) for v in reference_model.trainable_variables]
@@ -367,7 +368,7 @@ def _mirrored_versus_one_device() -> dict:
   targets = rng.normal(size=(4, 3)).astype(np.float32)
   mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
   report = {"replicas": mirrored.num_replicas_in_sync}
-  for name in optimization.OPTIMIZERS:
+  for name in choices.OPTIMIZERS:
     report[name] = {
         "one_device": _train_under(tf.distribute.get_strategy(), inputs, targets, 3, name),
         "mirrored": _train_under(mirrored, inputs, targets, 3, name)}
@@ -380,7 +381,7 @@ def test_mirrored_strategy_on_two_cpus_matches_one_device():
                           capture_output=True, text=True, timeout=120)
   report = json.loads(result.stdout.strip().splitlines()[-1])
   assert report["replicas"] == 2
-  for name in optimization.OPTIMIZERS:
+  for name in choices.OPTIMIZERS:
     for one_device, mirrored in zip(report[name]["one_device"], report[name]["mirrored"]):
       np.testing.assert_allclose(np.array(mirrored), np.array(one_device), rtol=1e-5, atol=1e-6,
                                  err_msg=name)

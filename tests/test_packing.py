@@ -18,6 +18,7 @@ import tensorflow as tf
 
 import checkpoints
 import classifier
+import classifier_data
 import conftest
 import fine_tuning
 import modeling
@@ -188,7 +189,7 @@ def without_head_dropout(model):
 
 
 def classifier_task(output_dir):
-  return classifier.ClassifierTask(CONFIG, classifier.get_processor("sst-2"), None, None,
+  return classifier.ClassifierTask(CONFIG, classifier_data.get_processor("sst-2"), None, None,
                                    output_dir, MAX_SEQ_LENGTH)
 
 

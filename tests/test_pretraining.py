@@ -2,14 +2,15 @@
 
 The records are written by the data tool's own encoder (what create_pretraining_data.py writes) and
 decoded by the training pipeline's decoder. Statistics are counted over thousands of draws and
-compared with the rules of `pretraining_data.create_masked_lm_predictions` (and with its own draws)
-within binomial bounds of 5 standard deviations, so a correct masker fails about once in 10**6.
+compared with the rules of `pretraining_instances.create_masked_lm_predictions` (and with its own
+draws) within binomial bounds of 5 standard deviations, so a correct masker fails about once in 10**6.
 """
 import os
 import random
 import sys
 
 import numpy as np
+import pretraining_instances
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -17,7 +18,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import pretraining  # pylint: disable=g-import-not-at-top
-import pretraining_data  # pylint: disable=g-import-not-at-top
 import tokenization  # pylint: disable=g-import-not-at-top
 
 SEQ_LENGTH = 64
@@ -48,17 +48,17 @@ def instance_ids(tokenizer, vocab, cut_second_segment=False):
 def stored_batch(ids, masking, copies, rng):
   """`copies` records of one instance masked by the data tool, written with its encoder and read
   back through the training pipeline's decoder."""
-  options = pretraining_data.InstanceOptions(max_seq_length=SEQ_LENGTH,
-                                             max_predictions_per_seq=MAX_PREDICTIONS,
-                                             do_whole_word_mask=masking.do_whole_word_mask)
-  encoder = pretraining_data.ExampleEncoder(SEQ_LENGTH, MAX_PREDICTIONS,
-                                            len(masking.vocab.continues_word))
+  options = pretraining_instances.InstanceOptions(max_seq_length=SEQ_LENGTH,
+                                                  max_predictions_per_seq=MAX_PREDICTIONS,
+                                                  do_whole_word_mask=masking.do_whole_word_mask)
+  encoder = pretraining_instances.ExampleEncoder(SEQ_LENGTH, MAX_PREDICTIONS,
+                                                 len(masking.vocab.continues_word))
   records = []
   for _ in range(copies):
-    masked, positions, labels = pretraining_data.create_masked_lm_predictions(
+    masked, positions, labels = pretraining_instances.create_masked_lm_predictions(
         ids, options, masking.vocab, rng)
     first_segment_length = ids.index(masking.vocab.sep_id) + 1
-    records.append(encoder.encode(pretraining_data.TrainingInstance(
+    records.append(encoder.encode(pretraining_instances.TrainingInstance(
         masked, first_segment_length, positions, labels, False)))
   return pretraining.decode_records(tf.constant(["test"] * copies), tf.constant(records),
                                     SEQ_LENGTH, MAX_PREDICTIONS)
@@ -116,14 +116,15 @@ def test_remask_matches_the_data_tool_statistics(uncased_vocab_file, tokenizer, 
   num_to_predict = min(MAX_PREDICTIONS, max(1, round(length * 0.15)))
   counts = selected.sum(axis=1)
   # The data tool's own draws on the same instance, for the distributions that depend on the scan.
-  options = pretraining_data.InstanceOptions(max_seq_length=SEQ_LENGTH,
-                                             max_predictions_per_seq=MAX_PREDICTIONS,
-                                             do_whole_word_mask=whole_word)
+  options = pretraining_instances.InstanceOptions(max_seq_length=SEQ_LENGTH,
+                                                  max_predictions_per_seq=MAX_PREDICTIONS,
+                                                  do_whole_word_mask=whole_word)
   tool_rng = random.Random(1)
   tool_frequency = np.zeros(SEQ_LENGTH)
   tool_counts = []
   for _ in range(DRAWS):
-    _, positions, _ = pretraining_data.create_masked_lm_predictions(ids, options, vocab, tool_rng)
+    _, positions, _ = pretraining_instances.create_masked_lm_predictions(ids, options, vocab,
+                                                                         tool_rng)
     tool_frequency[positions] += 1
     tool_counts.append(len(positions))
   if not whole_word:

@@ -19,6 +19,7 @@ import tensorflow as tf
 
 import checkpoints
 from conftest import REPO_ROOT
+import conversion
 import convert_checkpoint
 import errors
 import modeling
@@ -162,7 +163,7 @@ def test_crafted_safetensors_file_is_read_as_its_bytes_say(tmp_path):
       {"__metadata__": {"format": "pt"}, "b": f32_entry([2], 0), "a": f32_entry([1, 2], 8),
        "ids": {"dtype": "I64", "shape": [2], "data_offsets": [16, 32]}},
       floats(1.5, -2.0, 3.0, 4.25) + struct.pack("<2q", 7, -1)))
-  tensors = convert_checkpoint.read_safetensors([path])
+  tensors = conversion.read_safetensors([path])
   np.testing.assert_array_equal(tensors["b"], [1.5, -2.0])
   np.testing.assert_array_equal(tensors["a"], [[3.0, 4.25]])
   np.testing.assert_array_equal(tensors["ids"], [7, -1])
@@ -200,9 +201,9 @@ def test_crafted_safetensors_file_is_read_as_its_bytes_say(tmp_path):
 ])
 def test_safetensors_file_whose_header_lies_is_refused(tmp_path, content, expected):
   path = write_bytes(tmp_path / "model.safetensors", content)
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match="^%s: .*%s" % (re.escape(path), expected)) as error:
-    convert_checkpoint.read_safetensors([path])
+    conversion.read_safetensors([path])
   assert "\n" not in str(error.value)
 
 
@@ -219,7 +220,7 @@ def test_tensor_that_does_not_fit_the_config_is_named(tmp_path):
   word_embeddings = {"bert.embeddings.word_embeddings.weight": f32_entry([41, 16], 0)}
   model = hf_model_dir(tmp_path / "shape", {"model.safetensors": safetensors_bytes(
       word_embeddings, floats(*[0.0] * 41 * 16))})
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"model\.safetensors: tensor bert\.embeddings\.word_embeddings\.weight "
                      r"\(bert/embeddings/word_embeddings\) has shape \[41, 16\] but the config "
                      r"needs \[40, 16\]"):
@@ -227,7 +228,7 @@ def test_tensor_that_does_not_fit_the_config_is_named(tmp_path):
   pooler = {"bert.pooler.dense.bias": {"dtype": "I32", "shape": [16], "data_offsets": [0, 64]}}
   model = hf_model_dir(tmp_path / "dtype", {"model.safetensors": safetensors_bytes(
       pooler, struct.pack("<16i", *range(16)))})
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"tensor bert\.pooler\.dense\.bias has dtype int32, but BERT's weights "
                      r"are floating point"):
     convert_checkpoint.convert_hf_to_google(model, str(tmp_path / "out"))
@@ -261,31 +262,31 @@ def test_index_naming_a_shard_outside_its_directory_or_missing_is_refused(
                         {"bert.pooler.dense.bias": "model-00001-of-00002.safetensors",
                          "cls.predictions.bias": shard_name},
                         {"model-00001-of-00002.safetensors": shard("bert.pooler.dense.bias")})
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"model\.safetensors\.index\.json.*%s" % expected):
-    convert_checkpoint.resolve_hf_files(model)
+    conversion.resolve_hf_files(model)
 
 
 def test_index_that_misplaces_tensors_or_is_not_an_index_is_refused(tmp_path):
   first, second = "model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"
   shards = {first: shard("a"), second: shard("b")}
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"index\.json places tensor\(s\) b in .*%s, which does not hold them" %
                      first):
-    convert_checkpoint.resolve_hf_files(sharded_model(tmp_path / "m1", {"a": first, "b": first},
+    conversion.resolve_hf_files(sharded_model(tmp_path / "m1", {"a": first, "b": first},
                                                       shards))
-  with pytest.raises(convert_checkpoint.ConversionError,
+  with pytest.raises(conversion.ConversionError,
                      match=r"%s holds tensor\(s\) b that .*index\.json does not place there" %
                      first):
-    convert_checkpoint.resolve_hf_files(sharded_model(tmp_path / "m2", {"a": first},
+    conversion.resolve_hf_files(sharded_model(tmp_path / "m2", {"a": first},
                                                       {first: shard("a", "b")}))
-  assert convert_checkpoint.resolve_hf_files(
+  assert conversion.resolve_hf_files(
       sharded_model(tmp_path / "m3", {"a": first, "b": second}, shards))[0] == [
           str(tmp_path / "m3" / first), str(tmp_path / "m3" / second)]
   for content, expected in ((b"{", "is not valid JSON"), (b'{"weight_map": []}', "expected")):
     model = hf_model_dir(tmp_path / "m4", {"model.safetensors.index.json": content})
-    with pytest.raises(convert_checkpoint.ConversionError, match="index.json.*" + expected):
-      convert_checkpoint.resolve_hf_files(model)
+    with pytest.raises(conversion.ConversionError, match="index.json.*" + expected):
+      conversion.resolve_hf_files(model)
 
 
 def run_converter(*flags) -> subprocess.CompletedProcess:

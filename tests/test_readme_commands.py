@@ -31,6 +31,7 @@ import subprocess
 import sys
 
 import numpy as np
+import heads
 import pytest
 
 from conftest import REPO_ROOT
@@ -134,7 +135,7 @@ def _write_model(directory: str) -> None:
                                max_position_embeddings=512, type_vocab_size=2)
   _write(os.path.join(directory, "bert_config.json"), config.to_json_string())
   _write(os.path.join(directory, "vocab.txt"), "\n".join(vocab) + "\n")
-  model = modeling.BertPretrainingModel(config)
+  model = heads.BertPretrainingModel(config)
   model.build()
   checkpoints.write_checkpoint(
       {name: variable.numpy()

@@ -49,10 +49,13 @@ from tensorflow.core.util import event_pb2
 from conftest import REPO_ROOT
 import checkpoints
 import classifier
+import classifier_data
+import conversion
 import convert_checkpoint
 import modeling
 import multiple_choice
 import squad
+import squad_data
 import tagging
 import training_loop
 
@@ -70,7 +73,7 @@ LEARNING_RATE = 3e-3
 WEIGHT_DECAY = 0.01  # create_optimizer's default, the original's.
 # AdamWeightDecay's defaults (optimization.py), as the original's.
 BETA_1, BETA_2, EPSILON, CLIP_NORM = 0.9, 0.999, 1e-6, 1.0
-# The transformers classes compared (`convert_checkpoint.ARCHITECTURES` names our model of each).
+# The transformers classes compared (`conversion.ARCHITECTURES` names our model of each).
 CLASSIFIER = "BertForSequenceClassification"
 SQUAD = "BertForQuestionAnswering"
 MULTIPLE_CHOICE = "BertForMultipleChoice"
@@ -184,17 +187,17 @@ HF_INPUT_NAMES = {"input_ids": "input_ids", "input_mask": "attention_mask",
 def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
   """What hf_reference_training.py reads: the encoder converted by convert_checkpoint.py, the head
   by hand, the batches under Hugging Face's argument names, the class and optimizer settings."""
-  architecture = convert_checkpoint.ARCHITECTURES[case["architecture"]]
+  architecture = conversion.ARCHITECTURES[case["architecture"]]
   config = modeling.BertConfig.from_dict(CONFIG)
   tensors = {name: variable.numpy()
              for name, variable in checkpoints.checkpoint_variables(model).items()}
   encoder_dir = os.path.join(work_dir, "google_encoder")
   os.makedirs(encoder_dir)
-  with open(os.path.join(encoder_dir, convert_checkpoint.GOOGLE_CONFIG_NAME), "w") as f:
+  with open(os.path.join(encoder_dir, conversion.GOOGLE_CONFIG_NAME), "w") as f:
     f.write(config.to_json_string())
   prefix = checkpoints.write_checkpoint(
       {name: value for name, value in tensors.items() if name.startswith("bert/")},
-      os.path.join(encoder_dir, convert_checkpoint.GOOGLE_CHECKPOINT_NAME))
+      os.path.join(encoder_dir, conversion.GOOGLE_CHECKPOINT_NAME))
   convert_checkpoint.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
   np.savez(os.path.join(work_dir, "head.npz"), **{
       hf_name: tensors[google_name] for google_name, hf_name in architecture.head_names().items()})
@@ -213,7 +216,7 @@ def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
 
 def _initial_model(architecture: str):
   """Our model of the Hugging Face class `architecture`, with `_random_weights`."""
-  model = convert_checkpoint.ARCHITECTURES[architecture].build_model(
+  model = conversion.ARCHITECTURES[architecture].build_model(
       modeling.BertConfig.from_dict(CONFIG), NUM_LABELS)
   model.build()
   _random_weights(model)
@@ -258,7 +261,7 @@ def _train_ours(work_dir, batches, case: dict) -> str:
   output_dir = os.path.join(work_dir, "ours")
   config = modeling.BertConfig.from_dict(CONFIG)
   if case["architecture"] == SQUAD:
-    task = squad.SquadTask(config, None, squad.SquadOptions(max_seq_length=SEQ_LENGTH),
+    task = squad.SquadTask(config, None, squad_data.SquadOptions(max_seq_length=SEQ_LENGTH),
                            output_dir)
   elif case["architecture"] == MULTIPLE_CHOICE:
     task = multiple_choice.MultipleChoiceTask(config, None, None, output_dir, SEQ_LENGTH)
@@ -266,7 +269,7 @@ def _train_ours(work_dir, batches, case: dict) -> str:
     task = tagging.TaggingTask(config, None, None, output_dir, SEQ_LENGTH,
                                tag_list=["B-X", "I-X", "O"])
   else:
-    processor = classifier.get_processor("mnli")
+    processor = classifier_data.get_processor("mnli")
     assert len(processor.get_labels()) == NUM_LABELS
     task = classifier.ClassifierTask(config, processor, None, None, output_dir, SEQ_LENGTH)
 
@@ -316,8 +319,8 @@ def _reference_by_google_name(reference: dict, kind: str, step: int, architectur
   prefix = "%s/%d/" % (kind, step)
   hf_tensors = {name[len(prefix):]: value for name, value in reference.items()
                 if name.startswith(prefix)}
-  tensors, _ = convert_checkpoint.hf_to_google_tensors(
-      hf_tensors, convert_checkpoint.ARCHITECTURES[architecture])
+  tensors, _ = conversion.hf_to_google_tensors(
+      hf_tensors, conversion.ARCHITECTURES[architecture])
   return tensors
 
 
@@ -345,7 +348,7 @@ def _has_zero_gradient(name: str, architecture: str) -> bool:
 @pytest.mark.parametrize("case", CASES)
 def test_training_steps_equal_hugging_face_pytorch(tmp_path, reference_runs, case):
   architecture = CASES[case]["architecture"]
-  omits = convert_checkpoint.ARCHITECTURES[architecture].omits_name
+  omits = conversion.ARCHITECTURES[architecture].omits_name
   model = _initial_model(architecture)
   initial = {name: variable.numpy()
              for name, variable in checkpoints.checkpoint_variables(model).items()}

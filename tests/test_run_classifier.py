@@ -12,6 +12,7 @@ import tensorflow as tf
 from conftest import write_model_files
 import checkpoints
 import classifier
+import classifier_data
 import errors
 import fine_tuning
 import modeling
@@ -104,7 +105,7 @@ def test_learns_a_generated_rule_and_writes_the_original_outputs(generic_task, c
   assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
   assert results["eval_accuracy"] > 0.9  # Chance is 0.5.
   assert results["global_step"] == int(400 / 32 * 3)
-  with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
+  with open(os.path.join(output_dir, classifier_data.LABEL_LIST_FILE)) as f:
     assert f.read().split() == ["neg", "pos"]
   probabilities = read_test_results(output_dir)
   assert probabilities.shape == (13, 2)  # One line per test example: no padding rows.
@@ -379,7 +380,7 @@ def test_multi_label_learns_a_two_label_rule(tmp_path):
       text_a_column="sentence", label_column="tags", multi_label=True, label_delimiter="|",
       output_dir=output_dir, max_seq_length=16, learning_rate=1e-3, optimizer="adamw",
       train_batch_size=16, num_train_epochs=6.0, **tiny_model_files(str(tmp_path)))
-  with open(os.path.join(output_dir, classifier.LABEL_LIST_FILE)) as f:
+  with open(os.path.join(output_dir, classifier_data.LABEL_LIST_FILE)) as f:
     assert f.read().split() == ["colour", "happy"]
   results = read_eval_results(output_dir)
   assert {"eval_micro_f1", "eval_macro_f1", "eval_colour_precision", "eval_colour_recall",
@@ -431,7 +432,7 @@ def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path)
   texts = ["good day", "", "bad night", "good day", ""]
   (data_dir / "test.tsv").write_text("sentence\n" + "\n".join(texts) + "\n")
   output_dir = tmp_path / "out"
-  label_list = output_dir / classifier.LABEL_LIST_FILE
+  label_list = output_dir / classifier_data.LABEL_LIST_FILE
   flag_values = dict(tiny_model_files(str(tmp_path)), task_name="generic", data_dir=str(data_dir),
                      text_a_column="sentence", output_dir=str(output_dir), max_seq_length=16,
                      train_batch_size=8, num_train_epochs=1.0)

@@ -12,6 +12,8 @@ import tensorflow as tf
 from conftest import REPO_ROOT
 from conftest import write_model_files
 import modeling
+import squad_data
+import squad_serving
 
 pytestmark = pytest.mark.slow
 
@@ -223,17 +225,17 @@ def test_in_graph_span_selection_and_final_text_match_python(uncased_vocab_file)
   model = squad.build_model(config)
   max_seq_length = 64
   # Without length buckets: the original's ranking over all max_seq_length positions.
-  module = squad.SquadServingModule(
-      model, tokenizer, squad.SquadOptions(max_seq_length=max_seq_length, max_query_length=16,
-                                           n_best_size=20, max_answer_length=30),
+  module = squad_serving.SquadServingModule(
+      model, tokenizer, squad_data.SquadOptions(max_seq_length=max_seq_length, max_query_length=16,
+                                                n_best_size=20, max_answer_length=30),
       bucket_by_length=False)
   data = [{"title": "t", "paragraphs": [
       {"context": context, "qas": [{"id": "%d-%d" % (c, q), "question": question, "answers": []}
                                    for q, question in enumerate(TRICKY_QUESTIONS)]}
       for c, context in enumerate(TRICKY_CONTEXTS)]}]
-  examples, _ = squad.examples_from_data(data, is_training=False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, max_seq_length, 128, 16,
-                                                     is_training=False))
+  examples, _ = squad_data.examples_from_data(data, is_training=False)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, max_seq_length,
+                                                          128, 16, is_training=False))
   assert len(features) == len(examples)  # every context fits one window
   inputs = {name: np.array([getattr(f, name) for f in features], np.int32)
             for name in ("input_ids", "input_mask", "segment_ids")}

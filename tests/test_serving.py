@@ -32,15 +32,18 @@ import tensorflow as tf
 from conftest import REPO_ROOT
 from conftest import shared_path
 import classifier
+import classifier_data
 import distribution
+import evaluation
 import export
 import extract_features
 import in_graph_tokenization
 import modeling
 import squad
+import squad_data
 import tagging
+import text_pairs
 import tokenization
-import training_loop
 from test_tokenization import train_sentencepiece
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
@@ -80,7 +83,7 @@ def padded_ids(tokenizer, texts_a, texts_b=None, length=MAX_SEQ_LENGTH):
 
 def classifier_export(root, tokenizer, texts, pair):
   """A classifier export; expected outputs are do_predict's: the model on padded features."""
-  processor = classifier.get_processor("mnli" if pair else "sst-2")
+  processor = classifier_data.get_processor("mnli" if pair else "sst-2")
   model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)),
                                     len(processor.get_labels()))
   model.build()
@@ -101,7 +104,7 @@ def classifier_export(root, tokenizer, texts, pair):
 def windowed_classifier_export(root, tokenizer, texts):
   """A pair classifier with --doc_stride=16 and max aggregation; expected outputs are
   do_predict's: the model on each text's windows (`window_inputs`), the max over them."""
-  processor = classifier.get_processor("mnli")
+  processor = classifier_data.get_processor("mnli")
   model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)), 3)
   model.build()
   task = classifier.ClassifierTask(model.config, processor, tokenizer, None, root, MAX_SEQ_LENGTH,
@@ -110,11 +113,11 @@ def windowed_classifier_export(root, tokenizer, texts):
   texts_b = ["Short.", "", "two words"] + texts[3:][::-1]
   logits = []
   for text_a, text_b in zip(texts, texts_b):
-    windows = classifier.window_inputs(tokenizer, text_a, text_b, MAX_SEQ_LENGTH, 16)
+    windows = text_pairs.window_inputs(tokenizer, text_a, text_b, MAX_SEQ_LENGTH, 16)
     features = {name: np.array([w[k] for w in windows], np.int32)
                 for k, name in enumerate(export.ID_INPUTS)}
     logits.append(model(features).numpy().max(axis=0))
-  assert max(len(classifier.window_inputs(tokenizer, a, b, MAX_SEQ_LENGTH, 16))
+  assert max(len(text_pairs.window_inputs(tokenizer, a, b, MAX_SEQ_LENGTH, 16))
              for a, b in zip(texts, texts_b)) >= 2
   probabilities = tf.nn.softmax(np.array(logits)).numpy()
   expected = {"logits": np.array(logits), "probabilities": probabilities,
@@ -125,7 +128,7 @@ def windowed_classifier_export(root, tokenizer, texts):
 
 def multi_label_classifier_export(root, tokenizer, texts):
   """A multi-label classifier: per-label sigmoid probabilities and the labels above 0.5."""
-  processor = classifier.GenericProcessor(label_delimiter=",")
+  processor = classifier_data.GenericProcessor(label_delimiter=",")
   processor.labels = ("x", "y", "z")
   model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)), 3)
   model.build()
@@ -152,8 +155,8 @@ def tagger_export(root, tokenizer, texts, doc_stride=None):
   sentences = [tagging.TaggedSentence(text.split(), None) for text in texts]
   features = tagging.convert_sentences_to_features(sentences, tag_list, MAX_SEQ_LENGTH, tokenizer,
                                                    doc_stride)
-  outputs = training_loop.predict(distribution.make_strategy("one_device"), model,
-                                  task.predict_outputs, tagging.features_dataset(features), 4)
+  outputs = evaluation.predict(distribution.make_strategy("one_device"), model,
+                               task.predict_outputs, tagging.features_dataset(features), 4)
   tags = [[tag_list[i] for i in ids]
           for ids in tagging.words_tag_ids(features, outputs["tag_ids"], sentences)]
   longest = max(len(row) for row in tags)
@@ -169,8 +172,8 @@ def squad_export(root, tokenizer, questions, contexts):
   """A SQuAD export; expected answers are do_predict's (`SquadTask.predictions`, its default
   bucketed path) on the same questions and contexts, which span several windows of 48
   sub-tokens every 16."""
-  options = squad.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, doc_stride=16, max_query_length=12,
-                               n_best_size=20, max_answer_length=10)
+  options = squad_data.SquadOptions(max_seq_length=MAX_SEQ_LENGTH, doc_stride=16,
+                                    max_query_length=12, n_best_size=20, max_answer_length=10)
   predict_file = os.path.join(root, "predict.json")
   os.makedirs(root, exist_ok=True)
   with open(predict_file, "w", encoding="utf-8") as writer:
@@ -186,9 +189,9 @@ def squad_export(root, tokenizer, questions, contexts):
   answers = ["" if answer == "empty" else answer for answer in answers]
   assert sum(1 for answer in answers if answer) > len(answers) // 2  # Real spans, mostly.
   with open(predict_file, encoding="utf-8") as reader:
-    examples, _ = squad.examples_from_data(json.load(reader)["data"], is_training=False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH, 16, 12,
-                                                     is_training=False))
+    examples, _ = squad_data.examples_from_data(json.load(reader)["data"], is_training=False)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
+                                                          16, 12, is_training=False))
   assert len(features) >= 3 * len(examples)  # Every answer is chosen among several windows.
   ids = {name: np.array([getattr(f, name) for f in features[:4]], np.int32)
          for name in export.ID_INPUTS}
@@ -213,7 +216,7 @@ def real_squad_questions(count):
 def bfloat16_classifier_export(root, tokenizer, texts):
   """A classifier exported with --export_precision=bfloat16; returns its requests (checked like
   every export's) and what the float32 model gives for them, which bfloat16 approximates."""
-  processor = classifier.get_processor("sst-2")
+  processor = classifier_data.get_processor("sst-2")
   model = classifier.BertClassifier(tiny_config(len(tokenizer.vocab)), 2)
   model.build()
   task = classifier.ClassifierTask(model.config, processor, tokenizer, None, root, MAX_SEQ_LENGTH)
@@ -368,11 +371,12 @@ def malformed_requests(name: str) -> list:
     requests.append(("input_ids holds values from 0 to %d: token ids must be in "
                      "[0, vocab_size = %d)" % (vocab_size, vocab_size),
                      token_ids(input_ids=np.where(ids == 9, vocab_size, ids))))
-  text_pairs = {"classifier_wordpiece": ("text_a", "text_b"),
-                "encoder_wordpiece": ("text", "text_b"), "squad_wordpiece": ("context", "question"),
-                "squad_sentencepiece": ("context", "question")}
-  if name in text_pairs:
-    first, second = text_pairs[name]
+  paired_inputs = {"classifier_wordpiece": ("text_a", "text_b"),
+                   "encoder_wordpiece": ("text", "text_b"),
+                   "squad_wordpiece": ("context", "question"),
+                   "squad_sentencepiece": ("context", "question")}
+  if name in paired_inputs:
+    first, second = paired_inputs[name]
     signature = "text_pair" if name.startswith("encoder") else "serving_default"
     requests += [
         ("%s has 3 rows but %s has 2: text inputs are matched row by row" % (second, first),

@@ -13,10 +13,12 @@ import pytest
 from conftest import shared_path
 from test_serving import ids_inputs, run_cpp_client, texts_input, tiny_config, warmup_requests
 import classifier
+import classifier_data
 import export
 import modeling
 import multiple_choice
 import squad
+import squad_data
 import tokenization
 
 pytestmark = [pytest.mark.slow, pytest.mark.serving]
@@ -107,12 +109,12 @@ def served(tmp_path_factory):
   tokenizer = tokenization.FullTokenizer(shared_path("fixtures", "uncased_vocab", "vocab.txt"),
                                          do_lower_case=True)
   config = tiny_config(len(tokenizer.vocab))
-  processor = classifier.get_processor("sst-2")
+  processor = classifier_data.get_processor("sst-2")
   task = classifier.ClassifierTask(config, processor, tokenizer, None, str(root / "c"),
                                    CLASSIFIER_LENGTH)
   classifier_path = task.export(task.build_model(), str(root / "c"), limits=CLASSIFIER_LIMITS)
-  options = squad.SquadOptions(max_seq_length=SQUAD_LENGTH, doc_stride=16, max_query_length=12,
-                               n_best_size=20, max_answer_length=10)
+  options = squad_data.SquadOptions(max_seq_length=SQUAD_LENGTH, doc_stride=16, max_query_length=12,
+                                    n_best_size=20, max_answer_length=10)
   squad_task = squad.SquadTask(config, tokenizer, options, str(root / "s"))
   squad_path = squad_task.export(squad_task.build_model(), str(root / "s"), limits=SQUAD_LIMITS)
   long_config = modeling.BertConfig.from_dict(dict(config.to_dict(), max_position_embeddings=128))

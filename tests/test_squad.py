@@ -12,6 +12,7 @@ import pytest
 
 import errors
 import squad
+import squad_data
 import tokenization
 
 # Whitespace words:  0 The | 1 café's | 2 owner, | 3 José | 4 Núñez, | 5 sold | 6 unaffable |
@@ -39,7 +40,7 @@ def tokenizer(tmp_path):
   return tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
 
 
-def squad_data(answers: dict[str, str], context: str = CONTEXT, question: str = QUESTION,
+def squad_json(answers: dict[str, str], context: str = CONTEXT, question: str = QUESTION,
                version_2: bool = False) -> list[dict]:
   """A one-paragraph SQuAD `data` list with one question per answer text ("" = impossible)."""
   qas = []
@@ -53,9 +54,9 @@ def squad_data(answers: dict[str, str], context: str = CONTEXT, question: str = 
 
 
 def features_of(tokenizer, answers, is_training=True, version_2=False):
-  examples, _ = squad.examples_from_data(squad_data(answers, version_2=version_2), is_training,
-                                         version_2)
-  features = list(squad.convert_examples_to_features(
+  examples, _ = squad_data.examples_from_data(squad_json(answers, version_2=version_2), is_training,
+                                              version_2)
+  features = list(squad_data.convert_examples_to_features(
       examples, tokenizer, MAX_SEQ_LENGTH, DOC_STRIDE, max_query_length=8,
       is_training=is_training))
   return examples, features
@@ -65,21 +66,21 @@ def features_of(tokenizer, answers, is_training=True, version_2=False):
 
 
 def test_split_context_maps_characters_to_words():
-  words, offsets = squad.split_context(" ab  c\u202fd\n")
+  words, offsets = squad_data.split_context(" ab  c\u202fd\n")
   assert words == ["ab", "c", "d"]
   assert offsets == [-1, 0, 0, 0, 0, 1, 1, 2, 2]
 
 
 def test_read_examples_answer_word_span():
-  data = squad_data({"q1": "José Núñez", "q2": "1895"})
-  examples, stats = squad.examples_from_data(data, True)
+  data = squad_json({"q1": "José Núñez", "q2": "1895"})
+  examples, stats = squad_data.examples_from_data(data, True)
   assert [(e.start_position, e.end_position) for e in examples] == [(3, 4), (8, 8)]
   assert examples[0].orig_answer_text == "José Núñez"
   assert stats.questions == 2 and stats.skipped_answer_not_found == 0
 
 
 def test_read_examples_skips_and_counts_bad_answers_and_empty_context():
-  data = squad_data({"ok": "sold"})
+  data = squad_json({"ok": "sold"})
   qas = data[0]["paragraphs"][0]["qas"]
   qas.append({"id": "wrong_offset", "question": "q", "answers": [{"text": "sold",
                                                                    "answer_start": 0}]})
@@ -88,43 +89,43 @@ def test_read_examples_skips_and_counts_bad_answers_and_empty_context():
   qas.append({"id": "none", "question": "q", "answers": []})
   data.append({"title": "e", "paragraphs": [{"context": "  \n ", "qas": [
       {"id": "empty", "question": "q", "answers": []}]}]})
-  examples, stats = squad.examples_from_data(data, is_training=True)
+  examples, stats = squad_data.examples_from_data(data, is_training=True)
   assert [e.qas_id for e in examples] == ["ok"]
   assert (stats.questions, stats.skipped_answer_not_found, stats.skipped_no_answer,
           stats.skipped_empty_context) == (5, 2, 1, 1)
   # For prediction, answers are not needed: every question is kept, so each gets a prediction.
-  examples, _ = squad.examples_from_data(data, is_training=False)
+  examples, _ = squad_data.examples_from_data(data, is_training=False)
   assert [e.qas_id for e in examples] == ["ok", "wrong_offset", "past_end", "none", "empty"]
 
 
 def test_read_examples_v2_impossible():
-  examples, _ = squad.examples_from_data(squad_data({"a": "sold", "b": ""}, version_2=True),
-                                         is_training=True, version_2_with_negative=True)
+  examples, _ = squad_data.examples_from_data(squad_json({"a": "sold", "b": ""}, version_2=True),
+                                              is_training=True, version_2_with_negative=True)
   assert [(e.is_impossible, e.start_position) for e in examples] == [(False, 5), (True, -1)]
 
 
 def test_malformed_files_give_errors_naming_the_place(tmp_path):
   bad_json = tmp_path / "bad.json"
   bad_json.write_text('{"data": [\n{"title": }]}', encoding="utf-8")
-  with pytest.raises(squad.SquadFormatError, match=r"bad.json: not valid JSON \(line 2"):
-    squad.read_squad_examples(str(bad_json), is_training=False)
+  with pytest.raises(squad_data.SquadFormatError, match=r"bad.json: not valid JSON \(line 2"):
+    squad_data.read_squad_examples(str(bad_json), is_training=False)
   no_question = tmp_path / "no_question.json"
   no_question.write_text(json.dumps({"data": [{"paragraphs": [
       {"context": "x y", "qas": [{"id": "q9", "answers": []}]}]}]}), encoding="utf-8")
-  with pytest.raises(squad.SquadFormatError,
+  with pytest.raises(squad_data.SquadFormatError,
                      match="no_question.json: article 0, paragraph 0, question q9: missing key "
                      "'question'"):
-    squad.read_squad_examples(str(no_question), is_training=False)
-  with pytest.raises(squad.SquadFormatError, match="missing key 'data'"):
-    squad.load_squad_json(str(_write(tmp_path / "no_data.json", {"version": "1.1"})))
-  bad_start = squad_data({"a": "sold"})
+    squad_data.read_squad_examples(str(no_question), is_training=False)
+  with pytest.raises(squad_data.SquadFormatError, match="missing key 'data'"):
+    squad_data.load_squad_json(str(_write(tmp_path / "no_data.json", {"version": "1.1"})))
+  bad_start = squad_json({"a": "sold"})
   bad_start[0]["paragraphs"][0]["qas"][0]["answers"][0]["answer_start"] = "5"
-  with pytest.raises(squad.SquadFormatError, match="question a: answer text must be a string and "
-                     "answer_start an integer"):
-    squad.examples_from_data(bad_start, True)
-  v2_without_flag = squad_data({"a": "sold"})
-  with pytest.raises(squad.SquadFormatError, match="missing key 'is_impossible'"):
-    squad.examples_from_data(v2_without_flag, True, version_2_with_negative=True)
+  with pytest.raises(squad_data.SquadFormatError,
+                     match="question a: answer text must be a string and answer_start an integer"):
+    squad_data.examples_from_data(bad_start, True)
+  v2_without_flag = squad_json({"a": "sold"})
+  with pytest.raises(squad_data.SquadFormatError, match="missing key 'is_impossible'"):
+    squad_data.examples_from_data(v2_without_flag, True, version_2_with_negative=True)
 
 
 def _write(path, content):
@@ -138,9 +139,9 @@ def _write(path, content):
 def test_check_feature_settings_names_the_flags():
   with pytest.raises(errors.FlagError, match=r"--max_seq_length=10 must be greater than "
                      r"--max_query_length=7 \+ 3"):
-    squad.check_feature_settings(10, 4, 7)
+    squad_data.check_feature_settings(10, 4, 7)
   with pytest.raises(errors.FlagError, match="--doc_stride must be positive"):
-    squad.check_feature_settings(64, 0, 7)
+    squad_data.check_feature_settings(64, 0, 7)
 
 
 def test_features_layout_positions_and_tightened_spans(tokenizer):
@@ -177,18 +178,18 @@ def test_features_layout_positions_and_tightened_spans(tokenizer):
 
 def test_improve_answer_span_punctuation_and_subwords(tokenizer):
   doc = ["(", "1895", "-", "1943", ")", ".", "un", "##aff", "##able"]
-  assert squad.improve_answer_span(doc, 0, 5, tokenizer, "1895") == (1, 1)
-  assert squad.improve_answer_span(doc, 0, 5, tokenizer, "1895-1943") == (1, 3)
-  assert squad.improve_answer_span(doc, 6, 8, tokenizer, "unaffable") == (6, 8)
+  assert squad_data.improve_answer_span(doc, 0, 5, tokenizer, "1895") == (1, 1)
+  assert squad_data.improve_answer_span(doc, 0, 5, tokenizer, "1895-1943") == (1, 3)
+  assert squad_data.improve_answer_span(doc, 6, 8, tokenizer, "unaffable") == (6, 8)
   # No exact sub-token match ("aff" is inside a word): the word span stays.
-  assert squad.improve_answer_span(doc, 6, 8, tokenizer, "aff") == (6, 8)
+  assert squad_data.improve_answer_span(doc, 6, 8, tokenizer, "aff") == (6, 8)
 
 
 def test_long_question_is_truncated(tokenizer):
-  examples, _ = squad.examples_from_data(
-      squad_data({"q": "sold"}, question="who sold who sold who sold ?"), is_training=False)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
-                                                     DOC_STRIDE, 3, is_training=False))
+  examples, _ = squad_data.examples_from_data(
+      squad_json({"q": "sold"}, question="who sold who sold who sold ?"), is_training=False)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
+                                                          DOC_STRIDE, 3, is_training=False))
   assert features[0].tokens[:5] == ["[CLS]", "who", "sold", "who", "[SEP]"]
 
 
@@ -345,12 +346,12 @@ def test_a_question_with_an_empty_context_keeps_its_id_in_the_predictions(tokeni
                                                                         expected):
   """The original's v1.1 writes its stand-in "empty" for a question without windows; for v2.0
   (where the original stops with an IndexError) the answer is the null answer "", certain."""
-  data = squad_data({"q": "sold"}, version_2=version_2)
+  data = squad_json({"q": "sold"}, version_2=version_2)
   data.append({"title": "e", "paragraphs": [{"context": " \n\t", "qas": [
       {"id": "no_context", "question": QUESTION, "answers": [], "is_impossible": True}]}]})
-  examples, _ = squad.examples_from_data(data, False, version_2)
-  features = list(squad.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
-                                                     DOC_STRIDE, 8, is_training=False))
+  examples, _ = squad_data.examples_from_data(data, False, version_2)
+  features = list(squad_data.convert_examples_to_features(examples, tokenizer, MAX_SEQ_LENGTH,
+                                                          DOC_STRIDE, 8, is_training=False))
   assert {feature.example_index for feature in features} == {0}  # No window without a context.
   predictions, nbest, null_odds = squad.compute_predictions(
       examples, features, _hand_logits(features), n_best_size=3, max_answer_length=30,

@@ -31,6 +31,7 @@ import checkpoints  # pylint: disable=g-import-not-at-top
 import cli  # pylint: disable=g-import-not-at-top
 import distribution  # pylint: disable=g-import-not-at-top
 import errors  # pylint: disable=g-import-not-at-top
+import evaluation  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
 import optimization  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
@@ -113,7 +114,7 @@ def dataset_fn_of(data):
   return dataset_fn
 
 
-# What cli.train_config records of the model besides the training flags.
+# What cli_setup.train_config records of the model besides the training flags.
 MODEL_SETTINGS = {"max_seq_length": SEQ_LENGTH, "bert_config": CONFIG}
 
 
@@ -128,15 +129,15 @@ def train_config(output_dir, **overrides):
 def train_and_predict(strategy, output_dir):
   """The scenario every strategy runs: 6 steps on 64 examples, then eval and predict 13."""
   result = training_loop.train(strategy, model_fn, loss_fn, dataset_fn_of(examples(64)),
-                          train_config(output_dir))
+                               train_config(output_dir))
   dataset = tf.data.Dataset.from_tensor_slices(examples(13, seed=3))
-  predictions = training_loop.predict(strategy, result.model, predict_fn, dataset, batch_size=4)
-  evaluation = training_loop.evaluate(strategy, result.model, metric_fn, dataset, batch_size=4)
+  predictions = evaluation.predict(strategy, result.model, predict_fn, dataset, batch_size=4)
+  metrics = evaluation.evaluate(strategy, result.model, metric_fn, dataset, batch_size=4)
   weights = checkpoints.checkpoint_variables(result.model)["output_weights"].numpy()
   return result, {
       "replicas": strategy.num_replicas_in_sync, "metrics": result.metrics,
       "output_weights": weights.tolist(), "logits": predictions["logits"].tolist(),
-      "first_id": predictions["first_id"].tolist(), "eval": evaluation}
+      "first_id": predictions["first_id"].tolist(), "eval": metrics}
 
 
 @pytest.fixture(scope="module")
@@ -358,15 +359,15 @@ def test_evaluate_and_predict_cover_every_example_in_order(reference):
   dataset = tf.data.Dataset.from_tensor_slices(data)
   logits = model(data).numpy()
   log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-  results = training_loop.evaluate(strategy, model, metric_fn, dataset, batch_size=4)
+  results = evaluation.evaluate(strategy, model, metric_fn, dataset, batch_size=4)
   np.testing.assert_allclose(results["accuracy"], np.mean(logits.argmax(-1) == data["label"]))
   np.testing.assert_allclose(results["loss"],
                              -np.mean(log_probs[np.arange(13), data["label"]]), rtol=1e-5)
-  dropped = training_loop.evaluate(strategy, model, metric_fn, dataset, batch_size=4,
-                              drop_remainder=True, max_steps=2)
+  dropped = evaluation.evaluate(strategy, model, metric_fn, dataset, batch_size=4,
+                                drop_remainder=True, max_steps=2)
   np.testing.assert_allclose(dropped["accuracy"],
                              np.mean(logits[:8].argmax(-1) == data["label"][:8]))
-  outputs = training_loop.predict(strategy, model, predict_fn, dataset, batch_size=4)
+  outputs = evaluation.predict(strategy, model, predict_fn, dataset, batch_size=4)
   np.testing.assert_array_equal(outputs["first_id"], data["input_ids"][:, 0])
   np.testing.assert_allclose(outputs["logits"], logits, rtol=1e-5, atol=1e-6)
 
@@ -374,11 +375,11 @@ def test_evaluate_and_predict_cover_every_example_in_order(reference):
 def test_the_loops_read_their_input_without_the_tf_data_autotuner():
   """In TensorFlow 2.21 deleting an autotuned iterator while the cores are busy often waits out the
   autotuner's sleep, up to 60 s (benchmarks/bench_iterator_teardown.py). Training, evaluation and
-  prediction all read through `_distribute`, which turns the autotuner off and keeps the
-  elements and the DATA sharding."""
+  prediction all read through `distribution.distribute_dataset`, which turns the autotuner off
+  and keeps the elements and the DATA sharding."""
   dataset = tf.data.Dataset.range(10).map(lambda i: i * 3, num_parallel_calls=tf.data.AUTOTUNE)
   assert dataset.options().autotune.enabled is not False  # TensorFlow's default: on
-  distributed = training_loop._distribute(  # pylint: disable=protected-access
+  distributed = distribution.distribute_dataset(
       tf.distribute.get_strategy(), dataset.prefetch(tf.data.AUTOTUNE))
   assert distributed.options().autotune.enabled is False
   assert distributed.options().experimental_distribute.auto_shard_policy == (
@@ -391,7 +392,7 @@ def test_a_last_partial_batch_is_padded_to_a_multiple_of_the_replicas_or_to_the_
   number of replicas (2 here: 2 rows); under TPU static shapes (row_multiple = batch) to 4."""
   dataset = tf.data.Dataset.from_tensor_slices({"input_ids": np.arange(13 * 3).reshape(13, 3)})
   for row_multiple, last_rows in ((2, 2), (4, 4)):
-    batches = list(training_loop._padded_batches(  # pylint: disable=protected-access
+    batches = list(evaluation._padded_batches(  # pylint: disable=protected-access
         dataset, 4, False, False, row_multiple))
     assert [len(index) for _, index in batches] == [4, 4, 4, last_rows]
     features, index = batches[-1]
@@ -399,7 +400,7 @@ def test_a_last_partial_batch_is_padded_to_a_multiple_of_the_replicas_or_to_the_
     assert features[training_loop.REAL_EXAMPLE_KEY].numpy().tolist() == [1] + [0] * (last_rows - 1)
     assert features["input_ids"].numpy().tolist() == [[36, 37, 38]] + [[0, 0, 0]] * (last_rows - 1)
   default_strategy = tf.distribute.get_strategy()
-  assert training_loop._row_multiple(default_strategy, 32) == 1  # pylint: disable=protected-access
+  assert evaluation._row_multiple(default_strategy, 32) == 1  # pylint: disable=protected-access
 
 
 def test_eval_results_file_format(tmp_path):

@@ -2,7 +2,7 @@
 
 The flag walk runs each script's real `run_script` on every numeric flag with a list of candidate
 values (in one subprocess: scripts define clashing flag names, so each gets fresh flags) and
-compares what was accepted with the rules written out below, independently of `errors.FLAG_RULES`.
+compares what was accepted with the rules written out below, independently of `cli.FLAG_RULES`.
 """
 
 import json
@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from conftest import REPO_ROOT
+import cli
 import distribution
 import errors
 import extract_features
@@ -149,7 +150,7 @@ def test_every_numeric_flag_of_every_script_accepts_exactly_its_range(walk):
 
 def test_every_flag_rule_belongs_to_a_flag(walk):
   """No rule for a flag that no script defines (a renamed flag would lose its check)."""
-  assert set(errors.FLAG_RULES) <= {record["flag"] for record in walk}
+  assert set(cli.FLAG_RULES) <= {record["flag"] for record in walk}
 
 
 def _write(path, text: str) -> str:
@@ -283,7 +284,7 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
 
 def test_bert_traceback_shows_the_traceback_behind_the_line(tmp_path):
   run = _run_script(["create_vocab.py", "--input_file=x", "--output_file=%s" % (tmp_path / "v"),
-                     "--vocab_size=0"], {errors.TRACEBACK_VARIABLE: "1"})
+                     "--vocab_size=0"], {cli.TRACEBACK_VARIABLE: "1"})
   assert run.returncode == 1
   assert "Traceback" in run.stderr and "errors.FlagError: --vocab_size=0" in run.stderr
 

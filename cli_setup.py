@@ -1,0 +1,196 @@
+# coding=utf-8
+"""What a script's flags describe, built: the strategy, the BERT config, the tokenizer, the
+training config, a fine-tuning task's run; and the validation pass's checks that need them.
+
+A script defines its flags with `cli`'s groups; its `main` builds what they describe with
+`setup_strategy`, `bert_config`, `tokenizer` and `train_config` (or `setup_task_script` and
+`run_task` for a fine-tuning task). `run_script` is `cli.run_script` with the checks here added
+to the validation pass: the config read (and checked against --max_seq_length and the vocab), the
+init checkpoint found, the input file patterns matched, the data and export directories, TF_CONFIG.
+Like `cli`, and unlike the library below it, this module reads absl's FLAGS.
+"""
+
+import hashlib
+import os
+from typing import Any, Callable, Optional
+
+from absl import flags
+import tensorflow as tf
+
+import checkpoints
+import cli
+import distribution
+import errors
+import export
+import file_patterns
+import fine_tuning
+import modeling
+import tokenization
+import training_loop
+
+FLAGS = flags.FLAGS
+
+
+# ------------------------------------------------------------------------------------------------
+# What the flags describe.
+# ------------------------------------------------------------------------------------------------
+
+
+def request_limits() -> export.RequestLimits:
+  """The export's `RequestLimits` from `--max_request_rows` and `--max_request_tokens`."""
+  return export.RequestLimits(FLAGS.max_request_rows, FLAGS.max_request_tokens)
+
+
+def setup_task_script() -> tuple:
+  """A fine-tuning script's setup: (strategy, tokenizer, BERT config). The strategy comes first
+  (a multi-worker strategy must exist before other ops run); `--output_dir` and one of the
+  script's actions (`--do_train`, `--do_eval`, `--do_predict`, `--export_dir`) are required."""
+  strategy = setup_strategy()
+  cli.require("output_dir")
+  cli.require_one_of(*(name for name in ("do_train", "do_eval", "do_predict", "export_dir")
+                       if name in FLAGS))
+  return strategy, tokenizer(), bert_config()
+
+
+def setup_strategy():
+  """Applies `--mixed_precision` and returns the strategy the flags ask for.
+
+  Call it first in a script's main(): a multi-worker strategy must exist before other ops run.
+  """
+  strategy = distribution.make_strategy(
+      FLAGS.distribution_strategy,
+      use_tpu=FLAGS.use_tpu,
+      tpu_address=FLAGS.tpu_name or FLAGS.master,
+      tpu_zone=FLAGS.tpu_zone,
+      gcp_project=FLAGS.gcp_project,
+      num_tpu_cores=FLAGS.num_tpu_cores)
+  distribution.set_precision(FLAGS.mixed_precision)
+  return strategy
+
+
+def bert_config() -> modeling.BertConfig:
+  """`--bert_config_file`, checked against `--max_seq_length` where the script has it."""
+  cli.require("bert_config_file")
+  config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  if cli.flag_value("max_seq_length") is None:
+    return config
+  try:
+    config.check_max_seq_length(FLAGS.max_seq_length)
+  except ValueError as error:
+    raise errors.FlagError("--max_seq_length: %s" % error) from None
+  return config
+
+
+def tokenizer() -> tokenization.FullTokenizer:
+  """The tokenizer of `--vocab_file` or `--spm_model_file`, after checking `--do_lower_case`
+  against `--init_checkpoint`'s name as the original did."""
+  if not (FLAGS.vocab_file or FLAGS.spm_model_file):
+    raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
+  tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
+
+
+# The shared flags that are TrainConfig settings of the same name.
+_TRAIN_CONFIG_FLAGS = ("output_dir", "learning_rate", "optimizer", "lr_schedule",
+                       "train_batch_size", "gradient_accumulation_steps", "init_checkpoint",
+                       "save_checkpoints_steps", "iterations_per_loop", "keep_checkpoint_max",
+                       "use_xla", "random_seed", "allow_partial_init_checkpoint",
+                       "allow_changed_settings")
+# The same, where only some scripts define them.
+_OPTIONAL_TRAIN_CONFIG_FLAGS = ("eval_every_steps", "early_stopping_patience",
+                                "early_stopping_metric", "keep_best_checkpoint", "pack_sequences")
+
+
+def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
+  """The training config the shared flags describe. Fine-tuning scripts give epochs and a warmup
+  proportion (the loop turns them into steps from the number of examples); pretraining gives
+  steps (`schedule_in_steps`: --num_train_steps, --num_warmup_steps)."""
+  if schedule_in_steps:
+    schedule = dict(num_train_steps=FLAGS.num_train_steps, num_warmup_steps=FLAGS.num_warmup_steps)
+  else:
+    schedule = dict(num_train_epochs=FLAGS.num_train_epochs,
+                    warmup_proportion=FLAGS.warmup_proportion)
+  return training_loop.TrainConfig(
+      model_settings=_model_settings(), **schedule,
+      **{name: FLAGS[name].value for name in _TRAIN_CONFIG_FLAGS},
+      **{name: FLAGS[name].value for name in _OPTIONAL_TRAIN_CONFIG_FLAGS if name in FLAGS})
+
+
+def _model_settings() -> dict:
+  """What shapes the trained model besides the training config: `--bert_config_file`'s values,
+  `--max_seq_length` and the vocab's content (`vocab`: its SHA-256; recorded with the run; a
+  resume must match them, and evaluation, prediction and export must use the run's vocab)."""
+  settings = {"max_seq_length": FLAGS.max_seq_length}
+  if FLAGS.bert_config_file:
+    settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
+  vocab = cli.flag_value("vocab_file") or cli.flag_value("spm_model_file")
+  if vocab:
+    with tf.io.gfile.GFile(vocab, "rb") as reader:
+      settings["vocab"] = "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
+  return settings
+
+
+
+def run_task(task: fine_tuning.Task, strategy) -> list:
+  """Runs a fine-tuning task as the flags ask (`fine_tuning.run`); returns the summary. A script
+  without --do_eval (run_squad) evaluates during training with --predict_batch_size."""
+  has_eval = "do_eval" in FLAGS
+  return fine_tuning.run(
+      task, strategy, train_config(), do_train=FLAGS.do_train,
+      do_eval=has_eval and FLAGS.do_eval, do_predict=FLAGS.do_predict,
+      eval_batch_size=FLAGS.eval_batch_size if has_eval else FLAGS.predict_batch_size,
+      predict_batch_size=FLAGS.predict_batch_size, export_dir=FLAGS.export_dir,
+      export_precision=FLAGS.export_precision, export_limits=request_limits())
+
+
+# ------------------------------------------------------------------------------------------------
+# The checks of the validation pass that read the config, checkpoint and TF_CONFIG.
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_input_paths() -> None:
+  """The files the flags of TensorFlow's scripts name: the config (read, and checked against
+  --max_seq_length where the script has it), the init checkpoint, the input file patterns, the
+  data directory, the export directory (`export.check_export_dir`), and the TF_CONFIG variable."""
+  distribution.check_tf_config()
+  if cli.flag_value("bert_config_file"):
+    errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
+    _check_vocab_fits_model(bert_config())
+  if cli.flag_value("init_checkpoint"):
+    checkpoints.resolve_checkpoint_path(cli.flag_value("init_checkpoint"))
+  for name in ("input_file", "phase2_input_file"):
+    if cli.flag_value(name):
+      file_patterns.expand(cli.flag_value(name), "--" + name)
+  data_dir = cli.flag_value("data_dir")
+  if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
+    raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
+  if cli.flag_value("export_dir"):
+    export.check_export_dir(cli.flag_value("export_dir"), cli.flag_value("output_dir"))
+
+
+def _check_vocab_fits_model(config: modeling.BertConfig) -> None:
+  """`--vocab_file` (or `--spm_model_file`), where given with the config, is the model's vocab
+  (`tokenization.check_vocab_fits_model`) with the special tokens the flags need: [MASK] too for
+  --dynamic_masking and for run_pretraining's fill-mask export."""
+  vocab_file, spm_model_file = cli.flag_value("vocab_file"), cli.flag_value("spm_model_file")
+  if not (vocab_file or spm_model_file):
+    return
+  special_tokens = tokenization.INPUT_SPECIAL_TOKENS
+  if cli.flag_value("dynamic_masking") or (
+      "fill_mask_top_k" in FLAGS and cli.flag_value("export_dir")):
+    special_tokens += (tokenization.MASK_TOKEN,)
+  try:
+    tokenization.check_vocab_fits_model(vocab_file, config.vocab_size, spm_model_file,
+                                        special_tokens)
+  except tokenization.VocabError as error:
+    raise errors.FlagError("--%s: %s (--bert_config_file=%s)" % (
+        "spm_model_file" if spm_model_file else "vocab_file", error,
+        FLAGS.bert_config_file)) from None
+
+
+def run_script(main: Callable[[list], Any],
+               outputs: Optional[dict[str, cli.OutputFlag]] = None) -> None:
+  """`cli.run_script` for a script that uses these flags: the validation pass also reads
+  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs;
+  `outputs` are the script's output flags of another kind than `cli.OUTPUT_FLAGS` says."""
+  cli.run_script(main, check_input_paths=_check_input_paths, outputs=outputs)
