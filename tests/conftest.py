@@ -96,3 +96,14 @@ def small_tmpfs(mount_point, size: str, read_only: bool = False):
     yield mount_point
   finally:
     subprocess.run(["umount", "--lazy", str(mount_point)], check=True)
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+  """(output_dir, TrainResult, summary) of training_scenario's run on one device, in this
+  process: what the training tests compare strategies, resumes and damaged runs with. Read only."""
+  import tensorflow as tf  # pylint: disable=g-import-not-at-top
+  import training_scenario  # pylint: disable=g-import-not-at-top
+  output_dir = str(tmp_path_factory.mktemp("one_device"))
+  result, summary = training_scenario.train_and_predict(tf.distribute.get_strategy(), output_dir)
+  return output_dir, result, summary

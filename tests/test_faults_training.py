@@ -226,7 +226,8 @@ def test_killed_runs_resume_from_the_last_complete_checkpoint_and_end_bit_identi
 
 
 def test_unwritable_output_dir_is_a_one_line_error(data):
-  """(tests/test_training.py checks the other TrainingErrors; they reach the user the same way.)"""
+  """(test_training_loop.py and test_checkpoint_faults.py check the other TrainingErrors; they
+  reach the user the same way.)"""
   (data / "file.txt").write_text("a file, not a directory")
   unwritable = data / "file.txt" / "out"
   run = subprocess.run(cli(data, unwritable), capture_output=True, text=True, timeout=180)

@@ -270,7 +270,7 @@ def _logged_losses(output_dir, tag="loss") -> dict:
 
 
 def test_cli_lamb_trains_and_saves_adam_slots(tmp_path, caplog):
-  """--optimizer=lamb end to end (its exact resume from these slots: test_training)."""
+  """--optimizer=lamb end to end (its exact resume from these slots: test_training_loop)."""
   write_records(tmp_path / "data-0.tfrecord", 64, seed=5)
   write_config(tmp_path / "bert_config.json")
   output_dir = tmp_path / "out"
