@@ -25,13 +25,14 @@ import contextlib
 import errno
 import fcntl
 import fnmatch
+import json
 import os
 import re
 import shutil
 import socket
 import stat
 import time
-from typing import Collection, Iterator, Mapping, Optional, Sequence, Tuple
+from typing import Any, Collection, Iterator, Mapping, Optional, Sequence, Tuple
 
 from absl import logging
 
@@ -451,6 +452,79 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
           other_kind == OUTPUT_DIRECTORY and _inside(identity, other_identity)):
         raise errors.FlagError("%s=%s and %s=%s are the same output or one holds the other" %
                                (what, path, other_what, other_path))
+
+
+# ------------------------------------------------------------------------------------------------
+# Directories replaced whole: only an earlier output of the same writer, never a training run.
+# ------------------------------------------------------------------------------------------------
+
+# The names that only a training run's output_dir holds (fnmatch patterns): no directory output
+# ever replaces such a directory, whose checkpoints, settings and label list belong together.
+TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", ".lock", "model.ckpt-*")
+
+
+def _files_under(directory: str) -> list:
+  """The paths of every file below `directory`, relative to it, sorted."""
+  walk = _gfile().walk if file_patterns.is_remote(directory) else os.walk
+  return sorted(os.path.relpath(os.path.join(parent, name), directory)
+                for parent, _, names in walk(directory) for name in names)
+
+
+def write_files_mark(directory: str, mark_name: str, fields: Mapping[str, Any]) -> None:
+  """Writes `mark_name` into `directory` (an output about to be published whole): a JSON object
+  of `fields` and `files`, every file below the directory. `check_replaceable_directory` reads it
+  to tell an earlier output of this writer from a directory holding anything else."""
+  marked = dict(fields, files=_files_under(directory))
+  write_text(os.path.join(directory, mark_name),
+             json.dumps(marked, indent=2, sort_keys=True) + "\n")
+
+
+def _files_of_earlier_output(directory: str, mark_name: str) -> set:
+  """The files an earlier output wrote into `directory`, as its mark lists them (with the mark);
+  empty when the directory holds no readable mark."""
+  path = os.path.join(directory, mark_name)
+  if not _exists(path):
+    return set()
+  try:
+    if file_patterns.is_remote(path):
+      with _gfile().GFile(path) as reader:
+        text = reader.read()
+    else:
+      with open(path, encoding="utf-8") as reader:
+        text = reader.read()
+    written = json.loads(text).get("files")
+  except (OSError, ValueError, AttributeError):  # Unreadable, not JSON, not an object.
+    return set()
+  return set(written) | {mark_name} if isinstance(written, list) else set()
+
+
+def check_replaceable_directory(path: str, what: str, mark_name: str, writer: str,
+                                overwrite_flag: Optional[str] = None,
+                                overwrite: bool = False) -> None:
+  """Raises FlagError unless the directory output `path` may be replaced whole: it is missing,
+  empty, or an earlier output of `writer` holding only the files its mark (`mark_name`, written by
+  `write_files_mark`) lists; or `overwrite` is set (`overwrite_flag` names the flag that sets it).
+  A file someone added (notes, predictions) is never deleted unasked, and a directory holding a
+  training run (TRAINING_RUN_NAMES) never replaced."""
+  if not _is_directory(path):
+    return
+  names = {name.rstrip("/") for name in _list_dir(path)}
+  training = sorted(name for name in names
+                    if any(fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES))
+  if training:
+    raise errors.FlagError("%s=%s holds a training run (%s): write to another directory" %
+                           (what, path, training[0]))
+  if not names or overwrite:
+    return
+  replace = ("pass %s to replace it, or choose another directory" % overwrite_flag
+             if overwrite_flag else "choose another directory, or remove it first")
+  if mark_name not in names:
+    raise errors.FlagError("%s=%s is not empty and is not an earlier output of %s (it holds %s): "
+                           "%s" % (what, path, writer, ", ".join(sorted(names)[:3]), replace))
+  added = sorted(set(_files_under(path)) - _files_of_earlier_output(path, mark_name))
+  if added:
+    raise errors.FlagError("%s=%s holds files %s did not write (%s): %s" %
+                           (what, path, writer, ", ".join(added[:3]), replace))
 
 
 LOCK_FILE_NAME = ".lock"

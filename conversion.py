@@ -57,8 +57,6 @@ KERAS_HUB_TOKENIZER_NAME = "tokenizer.json"
 KERAS_HUB_PREPROCESSOR_NAME = "preprocessor.json"
 # Written into every converted model's directory: marks it as one this script may replace.
 CONVERTED_MARK_NAME = ".convert_checkpoint.json"
-# Names that only a training run's output_dir holds: no conversion ever replaces such a directory.
-TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", atomic_files.LOCK_FILE_NAME)
 # Where a KerasHub tokenizer keeps its vocab: assets/<its config file's stem>/vocabulary.txt.
 KERAS_HUB_VOCAB_PATH = ("assets", "tokenizer", "vocabulary.txt")
 

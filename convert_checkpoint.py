@@ -76,7 +76,6 @@ files written; a non-empty directory without it (another model), or with files i
 never (its checkpoints would meet another model's label list).
 """
 
-import json
 import os
 import time
 from typing import Callable, Optional
@@ -87,7 +86,6 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
-import checkpoints
 import cli_setup
 import conversion
 import conversion_google
@@ -162,9 +160,8 @@ def _convert(read: Callable[[], conversion.ConvertedModel],
   with conversion.naming_write_errors(output_dir), staged as staging:
     tf.io.gfile.makedirs(staging)
     target = write(model, staging)
-    conversion.write_json(os.path.join(staging, conversion.CONVERTED_MARK_NAME), {
-        "source": model.source, "architecture": model.architecture.name,
-        "files": _files_under(staging)})
+    atomic_files.write_files_mark(staging, conversion.CONVERTED_MARK_NAME, {
+        "source": model.source, "architecture": model.architecture.name})
   target = os.path.join(output_dir, os.path.relpath(target, staging))
   if write is conversion_google.write_google_model:
     logging.info("Use it with %s", conversion_google.google_usage(model, output_dir))
@@ -217,50 +214,14 @@ def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
       conversion_keras_hub.write_keras_hub_preset, output_dir)
 
 
-def _files_under(directory: str) -> list:
-  """The paths of every file below `directory`, relative to it, sorted."""
-  return sorted(os.path.relpath(os.path.join(parent, name), directory)
-                for parent, _, names in tf.io.gfile.walk(directory) for name in names)
-
-
-def _files_of_earlier_conversion(output_dir: str) -> set:
-  """The files an earlier conversion wrote into output_dir, as its mark lists them (with the
-  mark); empty when output_dir holds no readable mark."""
-  mark = os.path.join(output_dir, conversion.CONVERTED_MARK_NAME)
-  try:
-    written = json.loads(conversion.read_text(mark)).get("files")
-  except (conversion.ConversionError, ValueError, AttributeError):
-    return set()
-  return set(written) | {conversion.CONVERTED_MARK_NAME} if isinstance(written, list) else set()
-
-
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
-  """Raises FlagError unless output_dir may be replaced by a converted model: it is missing,
-  empty or an earlier converted model holding only the files that conversion wrote (its
-  CONVERTED_MARK_NAME lists them), or `overwrite` is set. A file someone added (notes,
-  predictions) is never deleted unasked. A training run's output_dir is never replaced: its
-  checkpoints and label list belong together."""
-  if not tf.io.gfile.isdir(output_dir):
-    return
-  names = {name.rstrip("/") for name in tf.io.gfile.listdir(output_dir)}
-  training = sorted(name for name in names if name in conversion.TRAINING_RUN_NAMES or
-                    name.startswith(checkpoints.CHECKPOINT_BASENAME + "-"))
-  if training:
-    raise errors.FlagError("--output_dir=%s holds a training run (%s): write the converted "
-                           "model to another directory" % (output_dir, training[0]))
-  if not names or overwrite:
-    return
-  if conversion.CONVERTED_MARK_NAME not in names:
-    raise errors.FlagError("--output_dir=%s is not empty and is not an earlier output of "
-                           "convert_checkpoint.py (it holds %s): pass --overwrite_output_dir to "
-                           "replace it, or choose another directory" %
-                           (output_dir, ", ".join(sorted(names)[:3])))
-  added = sorted(set(_files_under(output_dir)) - _files_of_earlier_conversion(output_dir))
-  if added:
-    raise errors.FlagError("--output_dir=%s holds files convert_checkpoint.py did not write "
-                           "(%s): pass --overwrite_output_dir to replace them with the "
-                           "directory, or choose another directory" %
-                           (output_dir, ", ".join(added[:3])))
+  """Raises FlagError unless output_dir may be replaced by a converted model
+  (`atomic_files.check_replaceable_directory`: missing, empty, or an earlier converted model
+  holding only the files its CONVERTED_MARK_NAME lists, or `overwrite`; a training run's
+  output_dir never: its checkpoints and label list belong together)."""
+  atomic_files.check_replaceable_directory(
+      output_dir, "--output_dir", conversion.CONVERTED_MARK_NAME, "convert_checkpoint.py",
+      "--overwrite_output_dir", overwrite)
 
 
 # Flags that only a conversion from --init_checkpoint reads.

@@ -50,6 +50,8 @@ import tokenization
 FLAGS = flags.FLAGS
 _PAIR_RE = re.compile(r"^(.*) \|\|\| (.*)$")
 NPZ_PATTERN = "features-%05d.npz"
+# Written into a directory of .npz files: lists them (`atomic_files.write_files_mark`).
+NPZ_MARK_NAME = ".extract_features.json"
 
 
 def define_flags() -> None:
@@ -518,12 +520,14 @@ def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: 
   """Runs every batch and writes its features; returns the number of examples written.
 
   The output (a JSON Lines file, or a directory of .npz files) appears under `output_file` only
-  when complete; no examples is an error.
+  when complete; no examples is an error. A directory of .npz files holds NPZ_MARK_NAME, listing
+  them, so that a later run may replace it (and nothing else: `check_npz_output`).
   """
   with atomic_files.atomic_output(output_file) as temporary:
     if output_format == "npz":
       tf.io.gfile.makedirs(temporary)
       done, elapsed = _extract_to(extractor, batches, None, temporary, total_lines)
+      atomic_files.write_files_mark(temporary, NPZ_MARK_NAME, {"examples": done})
     else:
       with tf.io.gfile.GFile(temporary, "w") as writer:
         done, elapsed = _extract_to(extractor, batches, writer, temporary, total_lines)
@@ -556,6 +560,13 @@ def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: O
   return done, progress.elapsed()
 
 
+def check_npz_output(output_file: str) -> None:
+  """An .npz output replaces its directory whole: only an earlier .npz output of this script
+  (`atomic_files.check_replaceable_directory`), never a directory holding anything else."""
+  atomic_files.check_replaceable_directory(output_file, "--output_file", NPZ_MARK_NAME,
+                                           "extract_features.py --output_format=npz")
+
+
 def _output_file() -> tuple:
   """--output_file is a file, or with --output_format=npz a directory written whole."""
   kind = atomic_files.OUTPUT_DIRECTORY if FLAGS.output_format == "npz" else atomic_files.OUTPUT_FILE
@@ -564,6 +575,8 @@ def _output_file() -> tuple:
 
 def main(_):
   cli.require("input_file", "init_checkpoint", "output_file")
+  if FLAGS.output_format == "npz":
+    check_npz_output(FLAGS.output_file)
   bert_config = cli_setup.bert_config()
   layer_indexes = parse_layer_indexes(FLAGS.layers, bert_config.num_hidden_layers)
   tokenizer = cli_setup.tokenizer()

@@ -395,6 +395,10 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
   squad_dir.mkdir()
   (ner_dir / "test_predictions.txt").write_text("alice B-PER\n\n")
   (squad_dir / "train.tf_record").write_text('{"version": "v1.1", "data": []}\n')
+  run_dir = tmp_path / "run"  # A training run's output_dir.
+  run_dir.mkdir()
+  for name in ("checkpoint", "model.ckpt-5.index", "training_settings.json"):
+    (run_dir / name).write_text("kept\n")
   records_dir = tmp_path / "records"  # Records and the TensorBoard file of a run resumed there.
   records_dir.mkdir()
   (records_dir / "part-0.tfrecord").write_bytes(b"")
@@ -412,6 +416,12 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
       "extract_features.py npz over a file": (
           "extract_features.py", ["--input_file=" + files["corpus"], "--output_file=%s" % a_file,
                                   "--output_format=npz", *model]),
+      "extract_features.py npz over a directory of the user's files": (
+          "extract_features.py", ["--input_file=" + files["corpus"], "--output_file=%s" % a_dir,
+                                  "--output_format=npz", "--layers=-1", *model]),
+      "extract_features.py npz over a training run": (
+          "extract_features.py", ["--input_file=" + files["corpus"], "--output_format=npz",
+                                  "--layers=-1", "--output_file=%s" % run_dir, *model]),
       "extract_features.py npz holding its vocab": (
           "extract_features.py", ["--input_file=" + files["corpus"], "--output_format=npz",
                                   "--output_file=" + os.path.dirname(files["vocab"]), *model]),
