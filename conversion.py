@@ -12,6 +12,7 @@ conversion_hf.py, conversion_keras_hub.py and conversion_google.py read and writ
 import collections
 import contextlib
 import dataclasses
+import io
 import json
 import math
 import os
@@ -398,7 +399,7 @@ def check_model(model: ConvertedModel, source_names: Mapping[str, str]) -> None:
   if model.vocab:
     try:
       tokenization.check_tokens_fit_model(
-          tokenization.vocab_of_lines(model.vocab.splitlines(), model.source),
+          tokenization.vocab_of_lines(io.BytesIO(model.vocab.encode("utf-8")), model.source),
           model.config.vocab_size, "of " + model.source, special_tokens=())  # Scripts check them.
     except tokenization.VocabError as error:
       raise ConversionError(str(error)) from None

@@ -210,6 +210,27 @@ def test_google_to_safetensors_to_google_round_trip_is_identical(tmp_path):
     np.testing.assert_array_equal(again.get_tensor(name), value, err_msg=name)
 
 
+def test_a_vocab_is_read_by_its_newlines_only(chinese_bert_dir, tmp_path):
+  """Google's Chinese vocab holds U+2028 (a line separator to str.splitlines) as a token: the
+  converter counts its lines as the scripts do, and writes the vocab unchanged."""
+  vocab_file = os.path.join(chinese_bert_dir, "vocab.txt")
+  with open(vocab_file, "rb") as f:
+    vocab_bytes = f.read()
+  assert "\u2028" in vocab_bytes.decode("utf-8")
+  config = {name: HF_CONFIG[name] for name in conversion.CONFIG_FIELDS}
+  config["vocab_size"] = vocab_bytes.count(b"\n")  # 21128 lines, 21128 ids.
+  bert = modeling.BertModel(modeling.BertConfig.from_dict(config), name="bert")
+  bert.build()
+  (tmp_path / "google").mkdir()
+  checkpoints.save_checkpoint(bert, str(tmp_path / "google" / "bert_model.ckpt"))
+  with open(tmp_path / "google" / "bert_config.json", "w") as f:
+    json.dump(config, f)
+  convert_checkpoint.convert_google_to_hf(
+      str(tmp_path / "google" / "bert_model.ckpt"), str(tmp_path / "hf"), vocab_file=vocab_file)
+  with open(tmp_path / "hf" / "vocab.txt", "rb") as f:
+    assert f.read() == vocab_bytes
+
+
 def test_pickle_checkpoints_are_refused(tmp_path):
   directory = tmp_path / "torch_model"
   directory.mkdir()
