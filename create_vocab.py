@@ -204,6 +204,10 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
   start = time.time()
   files = file_patterns.expand(input_file, "--input_file")
   reserved = list(SPECIAL_TOKENS) + [t for t in reserved_tokens if t not in SPECIAL_TOKENS]
+  for token in reserved:
+    if not token or any(char.isspace() for char in token):
+      raise errors.FlagError("--reserved_tokens: %r is empty or holds whitespace, which the "
+                             "tokenizer splits on: no text would ever become that token" % token)
   if vocab_size < len(reserved):
     raise errors.InputError("--vocab_size=%d is smaller than the %d reserved tokens." %
                             (vocab_size, len(reserved)))
@@ -214,6 +218,12 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
                        max_input_words, num_iterations, slack_ratio)
   if list(tokens[:len(reserved)]) != reserved:
     raise AssertionError("The learner did not put the reserved tokens first.")
+  if len(tokens) > vocab_size:
+    raise errors.FlagError(
+        "--vocab_size=%d is below the %d tokens this corpus needs at the least (the reserved "
+        "tokens, every character it keeps and their ## forms; --max_unique_chars=%d bounds the "
+        "characters): nothing was written; raise --vocab_size to %d or more" %
+        (vocab_size, len(tokens), max_unique_chars, len(tokens)))
   write_vocab(tokens, output_file)
   unknown, total, examples = unknown_word_stats(output_file, word_counts, do_lower_case)
   logging.info(

@@ -1,6 +1,7 @@
 # coding=utf-8
 """Tests of create_vocab.py: reserved tokens first, size bound, round trip, CLI."""
 import os
+import re
 import subprocess
 import sys
 
@@ -135,3 +136,24 @@ def test_a_vocab_short_of_vocab_size_is_warned_about_with_the_size_to_use(tmp_pa
   assert len(tokens) < 475
   assert ('has %d tokens, fewer than --vocab_size=500' % len(tokens)) in caplog.text
   assert '"vocab_size": %d' % len(tokens) in caplog.text
+
+
+def test_a_vocab_size_below_the_corpus_characters_is_refused_writing_nothing(tmp_path):
+  """"the cat sat on the mat" needs at least its 9 letters, their ## forms and the 5 reserved
+  tokens; a smaller --vocab_size gets an error naming the least size that works, and no vocab."""
+  corpus = tmp_path / "tiny.txt"
+  corpus.write_text("the cat sat on the mat\n", encoding="utf-8")
+  output = tmp_path / "vocab.txt"
+  with pytest.raises(ValueError, match=r"--vocab_size=12 is below the \d+ tokens") as refused:
+    create_vocab.create_vocab(str(corpus), str(output), 12, True)
+  assert not output.exists()
+  least = int(re.search(r"raise --vocab_size to (\d+) or more", str(refused.value)).group(1))
+  assert least >= 5 + 2 * 9
+  assert len(create_vocab.create_vocab(str(corpus), str(output), least, True)) <= least
+
+
+def test_a_reserved_token_with_whitespace_is_refused(tmp_path):
+  (tmp_path / "c.txt").write_text("a b c\n")
+  with pytest.raises(ValueError, match="--reserved_tokens: 'a b' is empty or holds whitespace"):
+    create_vocab.create_vocab(str(tmp_path / "c.txt"), str(tmp_path / "v.txt"), 100, True,
+                              reserved_tokens=["[X]", "a b"])
