@@ -309,6 +309,9 @@ class ClassifierTask(fine_tuning.Task):
                                 class_weights_from_flag(self.class_weights,
                                                         processor.get_labels()))
 
+  def output_names(self) -> list[str]:
+    return self.processor.get_labels()  # Empty for regression.
+
   @property
   def num_multi_labels(self) -> int:
     return self.processor.num_outputs if self.processor.is_multi_label else 0

@@ -107,6 +107,12 @@ class Task(abc.ABC):
   def train_data(self) -> TrainData:
     """Reads the training set (and caches its features in the task's output directory)."""
 
+  def output_names(self) -> Optional[Sequence[str]]:
+    """The names of the model's outputs in output order (a classifier's labels, a tagger's tags),
+    as its label file in output_dir gives them; None for a task without such a file. `run`
+    records them with the training run and refuses a model whose file was changed since."""
+    return None
+
   def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
     """Reads what evaluation (`do_eval`, also during training) and prediction will read, as they
     will read it: the files exist, their rows parse, their labels or tags are in the label set
@@ -150,6 +156,17 @@ class Task(abc.ABC):
                                 self.bucket_by_length)
 
 
+def _with_output_names(config: training_loop.TrainConfig,
+                       task: Task) -> training_loop.TrainConfig:
+  """`config` whose model settings also hold the task's `output_names` (where it has them): the
+  run records them, and a resume, evaluation, prediction or export checks them."""
+  names = task.output_names()
+  if names is None:
+    return config
+  return dataclasses.replace(config, model_settings=dict(config.model_settings,
+                                                         output_names=list(names)))
+
+
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,
         do_train: bool, do_eval: bool = False, do_predict: bool = False,
         eval_batch_size: int = 8, predict_batch_size: int = 8,
@@ -166,12 +183,13 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   tf.io.gfile.makedirs(config.output_dir)
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
   if not do_train:
-    training_loop.check_vocab_of_recorded_run(config)
+    training_loop.check_model_settings_of_recorded_run(_with_output_names(config, task))
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}
   if do_train:
     data = task.train_data()
+    config = _with_output_names(config, task)  # Known once the training data is read.
     logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
     with tfrecord_files.naming_corrupt_records(list(data.feature_files),

@@ -654,6 +654,9 @@ class TaggingTask(fine_tuning.Task):
     if self.doc_stride is not None and self.doc_stride <= 0:
       raise errors.FlagError("--doc_stride must be positive, got %d" % self.doc_stride)
 
+  def output_names(self) -> list[str]:
+    return self.tags()
+
   def tags(self) -> list[str]:
     """The tag list: given, learned from the training file, or read from output_dir."""
     if self.tag_list is None:

@@ -703,9 +703,11 @@ _RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "lr_schedu
 # Fields recorded only by later versions, with the value a record without them implies.
 _IMPLIED_SETTINGS = {"lr_schedule": "original"}
 # Settings recorded only by later versions that a record without them leaves unchecked.
-_UNCHECKED_WHEN_UNRECORDED = ("vocab",)
+_UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names")
 # The flag a model setting comes from, where its name differs.
 _SETTING_FLAGS = {"bert_config": "bert_config_file", "vocab": "vocab_file"}
+# What names a model setting that no flag sets.
+_SETTING_FILES = {"output_names": "the label list (label_list.txt or tag_list.txt)"}
 
 
 def _recorded_settings(config: TrainConfig) -> dict:
@@ -733,6 +735,8 @@ def _setting_name(key: str, in_epochs: bool) -> str:
   if in_epochs and key in ("num_train_steps", "num_warmup_steps"):
     return "%s (from the epochs and the number of examples)" % key
   setting, _, field = key.partition(".")
+  if setting in _SETTING_FILES:
+    return _SETTING_FILES[setting]
   flag = "--" + _SETTING_FLAGS.get(setting, setting)
   return "%s (%s)" % (flag, field) if field else flag
 
@@ -749,19 +753,30 @@ def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any
           for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
 
 
-def check_vocab_of_recorded_run(config: TrainConfig) -> None:
+def check_model_settings_of_recorded_run(config: TrainConfig) -> None:
   """Raises TrainingError when `output_dir` records a training run (its newest phase) with
-  another vocab than `config.model_settings` holds: evaluating, predicting or exporting its
-  model with another vocab of the same size reads every id as another token."""
+  another vocab, or as many but other output names, than `config.model_settings` holds:
+  evaluating, predicting or exporting its model with another vocab of the same size reads every
+  id as another token, and with its label list reordered names outputs after other labels."""
   phases = _read_settings(os.path.join(config.output_dir, SETTINGS_FILE))
-  if not phases or "vocab" not in config.model_settings:
+  if not phases:
     return
-  recorded = phases[max(phases, key=int)].get("vocab")
-  if recorded is not None and recorded != config.model_settings["vocab"]:
+  newest = phases[max(phases, key=int)]
+  recorded, current = newest.get("vocab"), config.model_settings.get("vocab")
+  if recorded is not None and current is not None and recorded != current:
     raise errors.TrainingError(
         "--vocab_file is not the vocab the model in --output_dir=%s was trained with (%s records "
         "vocab %s, this one is %s): use the training run's vocab" % (
-            config.output_dir, SETTINGS_FILE, recorded, config.model_settings["vocab"]))
+            config.output_dir, SETTINGS_FILE, recorded, current))
+  # Another number of outputs is named when the checkpoint's head is found not to fit.
+  recorded, current = newest.get("output_names"), config.model_settings.get("output_names")
+  if (recorded is not None and current is not None and len(recorded) == len(current) and
+      recorded != current):
+    raise errors.TrainingError(
+        "the label list of --output_dir=%s is not the one its model was trained with (%s "
+        "records %s, the label file now gives %s): restore the file the run wrote, or train "
+        "into a new --output_dir" % (config.output_dir, SETTINGS_FILE, ", ".join(recorded),
+                                     ", ".join(current)))
 
 
 def _read_settings(path: str) -> dict:

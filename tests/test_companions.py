@@ -208,9 +208,11 @@ def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifi
   assert not (tmp_path / "out" / "test_results.tsv").exists()
 
 
-def test_predict_with_another_vocab_than_training_s_is_an_error(tmp_path, classifier_files):
+def test_predict_with_another_vocab_or_label_order_than_training_s_is_an_error(tmp_path,
+                                                                              classifier_files):
   """A vocab of the same size and special tokens, two words swapped: every id of theirs would be
-  read as the other word. The run records its vocab; prediction checks it."""
+  read as the other word; a label list in another order: every output would be named after
+  another label. The run records both; prediction checks them."""
   trained = run_script("run_classifier.py", "--do_train", "--train_batch_size=2",
                        "--num_train_epochs=1", *classifier_files)
   assert trained.returncode == 0, trained.stderr[-2000:]
@@ -227,6 +229,15 @@ def test_predict_with_another_vocab_than_training_s_is_an_error(tmp_path, classi
   assert not (tmp_path / "out" / "test_results.tsv").exists()
   predicted = run_script("run_classifier.py", "--do_predict", "--vocab_file=" + vocab_file, *flags)
   assert predicted.returncode == 0, predicted.stderr[-2000:]
+  label_list = tmp_path / "out" / classifier_data.LABEL_LIST_FILE
+  assert label_list.read_text() == "neg\npos\n"
+  label_list.write_text("pos\nneg\n")
+  (tmp_path / "out" / "test_results.tsv").unlink()
+  result = run_script("run_classifier.py", "--do_predict", "--vocab_file=" + vocab_file, *flags)
+  assert_one_line_error(result, "run_classifier.py", "the label list of --output_dir=%s is not "
+                        "the one its model was trained with" % (tmp_path / "out"),
+                        "records neg, pos, the label file now gives pos, neg")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
 
 
 def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
