@@ -498,14 +498,17 @@ def _files_of_earlier_output(directory: str, mark_name: str) -> set:
   return set(written) | {mark_name} if isinstance(written, list) else set()
 
 
-def check_replaceable_directory(path: str, what: str, mark_name: str, writer: str,
+def check_replaceable_directory(path: str, what: str, writer: str,
+                                mark_name: Optional[str] = None,
+                                written_names: Sequence[str] = (),
                                 overwrite_flag: Optional[str] = None,
                                 overwrite: bool = False) -> None:
   """Raises FlagError unless the directory output `path` may be replaced whole: it is missing,
-  empty, or an earlier output of `writer` holding only the files its mark (`mark_name`, written by
-  `write_files_mark`) lists; or `overwrite` is set (`overwrite_flag` names the flag that sets it).
-  A file someone added (notes, predictions) is never deleted unasked, and a directory holding a
-  training run (TRAINING_RUN_NAMES) never replaced."""
+  empty, or an earlier output of `writer`: holding only the files its mark (`mark_name`, written
+  by `write_files_mark`) lists, or, for a writer whose files' names say what they are, only files
+  named as `written_names` (fnmatch patterns); or `overwrite` is set (`overwrite_flag` names the
+  flag that sets it). A file someone added (notes, predictions) is never deleted unasked, and a
+  directory holding a training run (TRAINING_RUN_NAMES) never replaced."""
   if not _is_directory(path):
     return
   names = {name.rstrip("/") for name in _list_dir(path)}
@@ -518,10 +521,14 @@ def check_replaceable_directory(path: str, what: str, mark_name: str, writer: st
     return
   replace = ("pass %s to replace it, or choose another directory" % overwrite_flag
              if overwrite_flag else "choose another directory, or remove it first")
-  if mark_name not in names:
+  if mark_name is None:
+    added = [name for name in _files_under(path)
+             if not any(fnmatch.fnmatchcase(name, pattern) for pattern in written_names)]
+  elif mark_name not in names:
     raise errors.FlagError("%s=%s is not empty and is not an earlier output of %s (it holds %s): "
                            "%s" % (what, path, writer, ", ".join(sorted(names)[:3]), replace))
-  added = sorted(set(_files_under(path)) - _files_of_earlier_output(path, mark_name))
+  else:
+    added = sorted(set(_files_under(path)) - _files_of_earlier_output(path, mark_name))
   if added:
     raise errors.FlagError("%s=%s holds files %s did not write (%s): %s" %
                            (what, path, writer, ", ".join(added[:3]), replace))

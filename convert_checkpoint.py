@@ -220,8 +220,9 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
   holding only the files its CONVERTED_MARK_NAME lists, or `overwrite`; a training run's
   output_dir never: its checkpoints and label list belong together)."""
   atomic_files.check_replaceable_directory(
-      output_dir, "--output_dir", conversion.CONVERTED_MARK_NAME, "convert_checkpoint.py",
-      "--overwrite_output_dir", overwrite)
+      output_dir, "--output_dir", "convert_checkpoint.py",
+      mark_name=conversion.CONVERTED_MARK_NAME, overwrite_flag="--overwrite_output_dir",
+      overwrite=overwrite)
 
 
 # Flags that only a conversion from --init_checkpoint reads.

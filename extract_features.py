@@ -50,8 +50,6 @@ import tokenization
 FLAGS = flags.FLAGS
 _PAIR_RE = re.compile(r"^(.*) \|\|\| (.*)$")
 NPZ_PATTERN = "features-%05d.npz"
-# Written into a directory of .npz files: lists them (`atomic_files.write_files_mark`).
-NPZ_MARK_NAME = ".extract_features.json"
 
 
 def define_flags() -> None:
@@ -520,14 +518,13 @@ def extract(extractor: FeatureExtractor, batches: Iterable[Batch], output_file: 
   """Runs every batch and writes its features; returns the number of examples written.
 
   The output (a JSON Lines file, or a directory of .npz files) appears under `output_file` only
-  when complete; no examples is an error. A directory of .npz files holds NPZ_MARK_NAME, listing
-  them, so that a later run may replace it (and nothing else: `check_npz_output`).
+  when complete; no examples is an error. A later run replaces a directory of .npz files only
+  when it holds nothing else (`check_npz_output`).
   """
   with atomic_files.atomic_output(output_file) as temporary:
     if output_format == "npz":
       tf.io.gfile.makedirs(temporary)
       done, elapsed = _extract_to(extractor, batches, None, temporary, total_lines)
-      atomic_files.write_files_mark(temporary, NPZ_MARK_NAME, {"examples": done})
     else:
       with tf.io.gfile.GFile(temporary, "w") as writer:
         done, elapsed = _extract_to(extractor, batches, writer, temporary, total_lines)
@@ -561,10 +558,11 @@ def _extract_to(extractor: FeatureExtractor, batches: Iterable[Batch], writer: O
 
 
 def check_npz_output(output_file: str) -> None:
-  """An .npz output replaces its directory whole: only an earlier .npz output of this script
-  (`atomic_files.check_replaceable_directory`), never a directory holding anything else."""
-  atomic_files.check_replaceable_directory(output_file, "--output_file", NPZ_MARK_NAME,
-                                           "extract_features.py --output_format=npz")
+  """An .npz output replaces its directory whole: only an earlier .npz output of this script,
+  a directory of NPZ_PATTERN files and nothing else (`atomic_files.check_replaceable_directory`)."""
+  atomic_files.check_replaceable_directory(output_file, "--output_file",
+                                           "extract_features.py --output_format=npz",
+                                           written_names=[NPZ_PATTERN.replace("%05d", "*")])
 
 
 def _output_file() -> tuple:

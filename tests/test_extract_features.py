@@ -135,10 +135,8 @@ def test_pooled_vectors_and_npz(bert, tokenizer, tmp_path, pooling):
   batches = extract_features.read_batches(_LINES, tokenizer, 16, 3)
   output_dir = os.path.join(str(tmp_path), "npz")
   assert extract_features.extract(extractor, batches, output_dir, "npz") == len(_LINES)
-  files = sorted(name for name in os.listdir(output_dir) if not name.startswith("."))
+  files = sorted(os.listdir(output_dir))
   assert files == ["features-00000.npz", "features-00001.npz"]
-  with open(os.path.join(output_dir, extract_features.NPZ_MARK_NAME)) as f:
-    assert json.load(f)["files"] == files  # What a later run may replace.
   extract_features.check_npz_output(output_dir)  # Its own earlier output: replaceable.
   pooled = []
   for name in files:

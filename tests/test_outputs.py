@@ -147,7 +147,7 @@ def test_a_file_output_never_replaces_a_directory(files, tmp_path):
   (directory / "keep.txt").write_text("precious\n")
   before = _tree(directory)
   _refused(_run("create_vocab.py", "--input_file=" + files["corpus"],
-                "--output_file=%s" % directory, "--vocab_size=40"), "--output_file", "directory")
+                "--output_file=%s" % directory, "--vocab_size=64"), "--output_file", "directory")
   _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
                 "--output_file=%s" % directory, "--vocab_file=" + files["vocab"]),
            "--output_file", "directory")
@@ -171,7 +171,7 @@ def test_an_output_never_replaces_an_input(files, tmp_path, alias):
     input_flag = str(tmp_path / "c*.txt") + ",%s" % files["corpus"]
   before = _tree(tmp_path)
   _refused(_run("create_vocab.py", "--input_file=" + input_flag, "--output_file=" + output,
-                "--vocab_size=40"), "--output_file", "overwrite input --input_file")
+                "--vocab_size=64"), "--output_file", "overwrite input --input_file")
   assert _tree(tmp_path) == before
 
 
@@ -192,7 +192,7 @@ def test_a_fifo_is_not_an_output(files, tmp_path):
   fifo = tmp_path / "fifo"
   os.mkfifo(fifo)
   _refused(_run("create_vocab.py", "--input_file=" + files["corpus"], "--output_file=%s" % fifo,
-                "--vocab_size=40"), "--output_file", "not a regular file")
+                "--vocab_size=64"), "--output_file", "not a regular file")
   assert stat.S_ISFIFO(os.stat(fifo).st_mode)
 
 
@@ -200,7 +200,7 @@ def test_a_fifo_is_not_an_output(files, tmp_path):
 def test_outputs_get_the_users_umask(files, tmp_path, umask, mode):
   output = tmp_path / "vocab.txt"
   result = _run("create_vocab.py", "--input_file=" + files["corpus"], "--output_file=%s" % output,
-                "--vocab_size=40", umask=umask)
+                "--vocab_size=64", umask=umask)
   assert result.returncode == 0, result.stderr[-2000:]
   assert stat.S_IMODE(os.stat(output).st_mode) == mode
 
