@@ -387,6 +387,7 @@ class ClassifierTask(fine_tuning.Task):
   def train_data(self) -> fine_tuning.TrainData:
     """The training features: one record per example, or per window (the schedule still counts
     examples, as run_squad's)."""
+    self.processor.save_label_list()  # Training starts: the run's labels are fixed from here.
     examples = self.processor.get_train_examples(self.data_dir)
     if self.class_weights == "auto":
       labels = self.processor.get_labels()

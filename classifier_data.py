@@ -75,6 +75,11 @@ class DataProcessor:
     del data_dir, output_dir  # The labels of a fixed task are part of its definition.
     return self.get_labels()
 
+  def save_label_list(self) -> None:
+    """Writes the label list `load_or_create_label_list` learned, where it has not been written
+    yet: called when training starts, so that a run refused before then leaves no label list to
+    hold the next run in output_dir to its labels. A fixed task has none to write."""
+
   def describe_labels(self) -> str:
     """The outputs the task expects and where their names come from, for error messages."""
     if self.is_regression:
@@ -266,9 +271,9 @@ class GenericProcessor(DataProcessor):
   `--text_a_column`, `--text_b_column`, `--label_column`, `--has_header` flags). Test files need no
   label column. The class names are not fixed: they are the distinct labels of the training file,
   sorted. `load_or_create_label_list` must be called before anything needs them (`get_labels`
-  raises until then): it learns them and saves them as output_dir/label_list.txt, or reads that
-  file, so that later predictions and exports (which may run without the training file) use the
-  same order. A label list that does not fit (a label of the data not in it, a checkpoint of
+  raises until then): it reads output_dir/label_list.txt, or learns them, and `save_label_list`
+  writes them there when training starts, so that later predictions and exports (which may run
+  without the training file) use the same order. A label list that does not fit (a label of the data not in it, a checkpoint of
   output_dir with another number of outputs) is an error naming it: output_dir belongs to other
   labels, and a new one is needed.
   With `label_delimiter` the task is multi-label: a label cell lists labels separated by it, and
@@ -288,6 +293,7 @@ class GenericProcessor(DataProcessor):
     self.is_pair = bool(text_b_column)
     self.labels = ()
     self.label_list_path: Optional[str] = None  # Where the labels were read from or saved to.
+    self.label_list_saved = False  # Whether label_list_path holds self.labels.
 
   def get_labels(self) -> list[str]:
     if not self.labels:
@@ -295,11 +301,12 @@ class GenericProcessor(DataProcessor):
     return list(self.labels)
 
   def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
-    """Reads output_dir's label list, or makes it from the training file and saves it there."""
+    """Reads output_dir's label list, or learns it from the training file (`save_label_list`
+    writes it there when training starts)."""
     path = os.path.join(output_dir, LABEL_LIST_FILE)
     if os.path.exists(path):
       self.labels = read_label_list(path)
-      self.label_list_path = path
+      self.label_list_path, self.label_list_saved = path, True
       return self.get_labels()
     self.labels = ()
     labels = sorted(set(name
@@ -307,21 +314,27 @@ class GenericProcessor(DataProcessor):
                         for name in self.label_names(example.label)))
     if not labels:
       raise task_files.BadInputError("%s: no labeled rows in the training file" % data_dir)
-    os.makedirs(output_dir, exist_ok=True)
-    if distribution.is_chief():
-      task_files.write_label_list(path, labels)
     self.labels = tuple(labels)
-    self.label_list_path = path
+    self.label_list_path, self.label_list_saved = path, False
     return self.get_labels()
 
+  def save_label_list(self) -> None:
+    """Writes the labels learned from the training file to output_dir's label list (the chief)."""
+    if self.label_list_saved or self.label_list_path is None:
+      return
+    os.makedirs(os.path.dirname(self.label_list_path) or ".", exist_ok=True)
+    if distribution.is_chief():
+      task_files.write_label_list(self.label_list_path, self.labels)
+    self.label_list_saved = True
+
   def describe_labels(self) -> str:
-    if self.label_list_path is None:
+    if not self.label_list_saved:
       return super().describe_labels()
     return "%s from %s" % (super().describe_labels(), self.label_list_path)
 
   def _unknown_label(self, name: str) -> task_files.BadInputError:
     error = super()._unknown_label(name)
-    if self.label_list_path is None:
+    if not self.label_list_saved:
       return error
     return task_files.BadInputError("%s, which every run in its output_dir keeps: if the data's "
                                     "labels changed, use a new --output_dir" % error)

@@ -266,6 +266,8 @@ def test_generic_tsv_with_named_columns_saves_the_label_list(tmp_path):
   output_dir = str(tmp_path / "out")
   processor = classifier_data.get_processor("generic", text_a_column="review", label_column="stars")
   assert processor.load_or_create_label_list(data_dir, output_dir) == ["mid", "neg", "pos"]
+  assert not os.path.exists(output_dir)  # Written when training starts:
+  processor.save_label_list()
   with open(os.path.join(output_dir, classifier_data.LABEL_LIST_FILE)) as f:
     assert f.read() == "mid\nneg\npos\n"
   assert triples(processor.get_test_examples(data_dir)) == [("nice", None, "mid")]
@@ -330,6 +332,7 @@ def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
   skipping = classifier_data.get_processor("generic", text_a_column="t", label_column="y",
                                            skip_bad_rows=True)
   assert skipping.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
+  skipping.save_label_list()
   assert (output_dir / classifier_data.LABEL_LIST_FILE).read_text() == "x\nz\n"
   assert triples(skipping.get_train_examples(data_dir)) == [("a", None, "z"), ("c", None, "x")]
   assert skipping.skipped_rows[os.path.join(data_dir, "train.tsv")] == 1
@@ -556,7 +559,8 @@ def test_per_example_loss_matches_numpy():
 
 def test_every_task_makes_its_labels_known_the_same_way(tmp_path):
   # run_classifier calls load_or_create_label_list whatever the task: a fixed task returns its own
-  # labels and writes nothing; the generic one learns them (not before: get_labels refuses).
+  # labels and writes nothing; the generic one learns them (not before: get_labels refuses), and
+  # save_label_list (when training starts) writes them.
   output_dir = tmp_path / "out"
   output_dir.mkdir()
   mrpc = classifier_data.get_processor("mrpc", text_a_column="ignored", language="ignored")
@@ -567,6 +571,8 @@ def test_every_task_makes_its_labels_known_the_same_way(tmp_path):
     generic.get_labels()
   data_dir = write_files(tmp_path / "data", {"train.tsv": tsv(["t", "y"], ["a", "z"], ["b", "x"])})
   assert generic.load_or_create_label_list(data_dir, str(output_dir)) == ["x", "z"]
+  mrpc.save_label_list()
+  generic.save_label_list()
   assert os.listdir(output_dir) == [classifier_data.LABEL_LIST_FILE]
 
 

@@ -155,6 +155,7 @@ def classifier_task(tokenizer, tmp_path, name, bucket, config=CONFIG, group=Fals
                 [(" ".join(words), "pos" if len(words) % 2 else "neg")
                  for words in sentences(23, seed)])
   output_dir = str(tmp_path / name)
+  os.makedirs(output_dir)  # As fine_tuning.run makes it, before the features are cached there.
   processor = classifier_data.get_processor("generic")
   processor.load_or_create_label_list(str(data_dir), output_dir)
   return classifier.ClassifierTask(config, processor, tokenizer, str(data_dir), output_dir,

@@ -456,3 +456,26 @@ def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path)
   label_list.write_text("\nneg\npos\n")
   with pytest.raises(task_files.BadInputError, match=r"label_list\.txt:1: empty label"):
     run(do_predict=True, **flag_values)
+
+
+def test_a_run_refused_before_training_leaves_no_label_list(tmp_path):
+  """The labels learned from the training file are written when training starts: a run refused
+  before (here: --class_weights for 2 labels of 3) leaves output_dir free for another data set."""
+  rng = random.Random(5)
+  output_dir = tmp_path / "out"
+  three = tmp_path / "three"
+  os.makedirs(three)
+  write_tsv(three / "train.tsv", ["sentence", "label"],
+            [(text, "mid" if index % 3 == 0 else label)
+             for index, (text, label) in enumerate(generated_rows(rng, 12))])
+  flag_values = dict(tiny_model_files(str(tmp_path)), task_name="generic",
+                     text_a_column="sentence", output_dir=str(output_dir), max_seq_length=16,
+                     train_batch_size=4, num_train_epochs=1.0, do_train=True)
+  with pytest.raises(errors.FlagError, match="--class_weights=1,2"):
+    run(data_dir=str(three), class_weights="1,2", **flag_values)
+  assert not (output_dir / classifier_data.LABEL_LIST_FILE).exists()
+  two = tmp_path / "two"
+  os.makedirs(two)
+  write_tsv(two / "train.tsv", ["sentence", "label"], generated_rows(rng, 12))
+  run(data_dir=str(two), **flag_values)
+  assert (output_dir / classifier_data.LABEL_LIST_FILE).read_text() == "neg\npos\n"
