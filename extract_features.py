@@ -69,7 +69,8 @@ def define_flags() -> None:
   flags.DEFINE_integer("batch_size", 32, "Batch size for predictions.")
   flags.DEFINE_enum("output_format", "jsonl", ["jsonl", "npz"], "jsonl: the original's JSON Lines. "
                     "npz: one uncompressed NumPy .npz file per batch in the --output_file "
-                    "directory.")
+                    "directory, written whole (an existing directory is replaced only when it "
+                    "holds nothing but such files).")
   cli.define_tpu_flags()
   cli.define_bucketing_flag()
   flags.DEFINE_bool("use_one_hot_embeddings", False,
