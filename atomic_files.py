@@ -44,6 +44,7 @@ _TEMPORARY_MARK = ".tmp-"
 _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _ASIDE_SUFFIX = ".old"  # An old directory moved aside while a new one takes its name.
+LOCK_FILE_NAME = ".lock"  # An output directory's writer (`OutputDirLock`).
 
 # What an output names (`check_run_paths`): a file or a directory written whole (replacing what
 # was there), or a directory that outputs are written into.
@@ -460,7 +461,7 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
 
 # The names that only a training run's output_dir holds (fnmatch patterns): no directory output
 # ever replaces such a directory, whose checkpoints, settings and label list belong together.
-TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", ".lock", "model.ckpt-*")
+TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", LOCK_FILE_NAME, "model.ckpt-*")
 
 
 def _files_under(directory: str) -> list:
@@ -532,9 +533,6 @@ def check_replaceable_directory(path: str, what: str, writer: str,
   if added:
     raise errors.FlagError("%s=%s holds files %s did not write (%s): %s" %
                            (what, path, writer, ", ".join(added[:3]), replace))
-
-
-LOCK_FILE_NAME = ".lock"
 
 
 class OutputDirLock:
