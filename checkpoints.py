@@ -613,6 +613,22 @@ def _load_every_variable(model: keras.Model, prefix: str) -> None:
   if report.missing:
     raise CheckpointError("checkpoint %s lacks %d of the model's variables, e.g. %s" %
                           (prefix, len(report.missing), ", ".join(report.missing[:5])))
+  check_no_unused_encoder_variables(model, report)
+
+
+def check_no_unused_encoder_variables(model: keras.Model, report: CheckpointLoadReport) -> None:
+  """Raises CheckpointError when the checkpoint holds encoder variables the model has no place
+  for (names under the encoder's scope, e.g. `bert/encoder/layer_11/...` for a config of fewer
+  layers): the model would answer as a cut-down network of the checkpoint's. Heads and training
+  state a model does not use (pretraining's `cls/`, another task's output layer) may stay
+  unused."""
+  scopes = {name.split("/", 1)[0] for name in _encoder_variable_names(model)}
+  unused = [name for name in report.unused if name.split("/", 1)[0] in scopes]
+  if unused:
+    raise CheckpointError(
+        "checkpoint %s holds %d encoder variables the model of the BERT config has no place for, "
+        "e.g. %s: the config is not the checkpoint's (check num_hidden_layers and the other "
+        "sizes)" % (report.checkpoint, len(unused), ", ".join(unused[:3])))
 
 
 def _encoder_variable_names(model: keras.Model) -> set:
@@ -638,6 +654,7 @@ def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
   """
   report = init_from_checkpoint(model, init_checkpoint)
   encoder_names = _encoder_variable_names(model)
+  check_no_unused_encoder_variables(model, report)
   missing = [name for name in report.missing if name in encoder_names]
   if missing and not allow_partial:
     raise errors.TrainingError(

@@ -41,6 +41,8 @@ class DataProcessor:
   label_delimiter: Optional[str] = None
   is_pair: bool = True
   layouts: dict[str, task_files.SplitLayout] = {}
+  # Whether a file's header is the dataset's (GLUE, XNLI), so a lost one can be recognized.
+  headers_are_known: bool = True
 
   def __init__(self, skip_bad_rows: bool = False):
     self.bad_rows = task_files.BadRows(skip_bad_rows)
@@ -119,6 +121,8 @@ class DataProcessor:
     if not os.path.isfile(path):
       raise task_files.BadInputError("%s: no such file (the %s split of task %s)" %
                                      (path, split, type(self).__name__))
+    if layout.has_header and self.headers_are_known:
+      self._check_header(layout, path)
     examples = []
     self.bad_rows.start_file(path, predicted=split == "test")
     for line_number, row in task_files.read_rows(path, layout.file_format, layout.has_header,
@@ -132,6 +136,25 @@ class DataProcessor:
       if example is not None:
         examples.append(example)
     return self.bad_rows.finish_file(path, examples, "%s split" % split)
+
+  def _check_header(self, layout: task_files.SplitLayout, path: str) -> None:
+    """Raises BadInputError when the first line of a file with a known header is a data row
+    (the header was lost, e.g. cut off with a preview tool): it would be skipped as the header,
+    and test_results.tsv, one line per row without ids, would pair every result with the wrong
+    row. A data row of a labeled file has a valid label there; one of GLUE's unlabeled test
+    files starts with its integer index (the header with `index` or `id`)."""
+    row = task_files.Row(task_files.read_header(path, layout.file_format))
+    if layout.label is None:
+      is_data = row.cells[0].strip().isdigit()
+    else:
+      try:
+        is_data = self._create_example(layout, row, "header") is not None
+      except task_files.BadInputError:
+        is_data = False
+    if is_data:
+      raise task_files.BadInputError(
+          "%s:1: the first line is a data row, not the header this task's files start with: "
+          "restore the header line (it is skipped, as the original does)" % path)
 
   def _create_example(self, layout: task_files.SplitLayout, row: task_files.Row, guid: str,
                       check_labels: bool = True) -> Optional[text_pairs.InputExample]:
@@ -279,6 +302,7 @@ class GenericProcessor(DataProcessor):
   With `label_delimiter` the task is multi-label: a label cell lists labels separated by it, and
   the label list is every label used.
   """
+  headers_are_known = False  # The user's files: --has_header says whether one is there.
 
   def __init__(self, text_a_column: str = "text_a", text_b_column: Optional[str] = None,
                label_column: str = "label", has_header: bool = True, skip_bad_rows: bool = False,

@@ -118,15 +118,19 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
 
 def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
-  `--max_seq_length` and the vocab's content (`vocab`: its SHA-256; recorded with the run; a
-  resume must match them, and evaluation, prediction and export must use the run's vocab)."""
+  `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case` and
+  `--task_name`. Recorded with the run; a resume must match them, and evaluation, prediction and
+  export must use the run's (`training_loop.check_model_settings_of_recorded_run`)."""
   settings = {"max_seq_length": FLAGS.max_seq_length}
+  if cli.flag_value("task_name"):
+    settings["task_name"] = FLAGS.task_name.lower()
   if FLAGS.bert_config_file:
     settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
   vocab = cli.flag_value("vocab_file") or cli.flag_value("spm_model_file")
   if vocab:
     with tf.io.gfile.GFile(vocab, "rb") as reader:
       settings["vocab"] = "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
+    settings["do_lower_case"] = FLAGS.do_lower_case
   return settings
 
 

@@ -591,6 +591,7 @@ def main(_):
   if report.missing:
     raise errors.FlagError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
                            (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
+  checkpoints.check_no_unused_encoder_variables(bert, report)
   extractor = FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
   batches = read_batches(read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
                          FLAGS.batch_size, cli.bucket_by_length())

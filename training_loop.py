@@ -703,7 +703,13 @@ _RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "lr_schedu
 # Fields recorded only by later versions, with the value a record without them implies.
 _IMPLIED_SETTINGS = {"lr_schedule": "original"}
 # Settings recorded only by later versions that a record without them leaves unchecked.
-_UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names")
+_UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names", "do_lower_case", "task_name")
+# Model settings that evaluation, prediction and export may change: they do not change what the
+# trained model computes (texts are cut at another length; dropout is off; the initializer is
+# not used).
+_SETTINGS_FREE_AT_INFERENCE = ("max_seq_length", "bert_config.hidden_dropout_prob",
+                               "bert_config.attention_probs_dropout_prob",
+                               "bert_config.initializer_range")
 # The flag a model setting comes from, where its name differs.
 _SETTING_FLAGS = {"bert_config": "bert_config_file", "vocab": "vocab_file"}
 # What names a model setting that no flag sets.
@@ -748,35 +754,42 @@ def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any
   recorded, current = _flatten(dict(_IMPLIED_SETTINGS, **recorded)), _flatten(current)
   current = {key: value for key, value in current.items()
              if key in recorded or key not in _UNCHECKED_WHEN_UNRECORDED}
-  return ["%s: recorded %s, now %s" % (_setting_name(key, in_epochs), recorded.get(key, "unset"),
-                                       current.get(key, "unset"))
+  return [_difference(key, recorded, current, in_epochs)
           for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
 
 
+def _difference(key: str, recorded: Mapping[str, Any], current: Mapping[str, Any],
+                in_epochs: bool) -> str:
+  """`<flag>: recorded X, now Y` (`unset` for a missing value; a list as its items)."""
+  shown = [value if not isinstance(value, list) else "[%s]" % ", ".join(map(str, value))
+           for value in (recorded.get(key, "unset"), current.get(key, "unset"))]
+  return "%s: recorded %s, now %s" % (_setting_name(key, in_epochs), shown[0], shown[1])
+
+
 def check_model_settings_of_recorded_run(config: TrainConfig) -> None:
-  """Raises TrainingError when `output_dir` records a training run (its newest phase) with
-  another vocab, or as many but other output names, than `config.model_settings` holds:
-  evaluating, predicting or exporting its model with another vocab of the same size reads every
-  id as another token, and with its label list reordered names outputs after other labels."""
+  """Raises TrainingError naming each difference when `output_dir` records a training run (its
+  newest phase) whose model settings differ from `config.model_settings` in what the trained
+  model computes: evaluating, predicting or exporting its model with another vocab (of the same
+  size) reads every id as another token, another casing gives other tokens, another config
+  (fewer layers, other heads or activation) another network, another task other inputs, and a
+  reordered label list names outputs after other labels. Settings a record lacks (older
+  versions) and those of _SETTINGS_FREE_AT_INFERENCE are not compared; another number of output
+  names is the checkpoint head's error."""
   phases = _read_settings(os.path.join(config.output_dir, SETTINGS_FILE))
   if not phases:
     return
-  newest = phases[max(phases, key=int)]
-  recorded, current = newest.get("vocab"), config.model_settings.get("vocab")
-  if recorded is not None and current is not None and recorded != current:
+  recorded = _flatten(phases[max(phases, key=int)])
+  current = _flatten(config.model_settings)
+  if len(recorded.get("output_names", [])) != len(current.get("output_names", [])):
+    recorded.pop("output_names", None)
+  differences = [_difference(key, recorded, current, False)
+                 for key in sorted(set(recorded) & set(current))
+                 if key not in _SETTINGS_FREE_AT_INFERENCE and recorded[key] != current[key]]
+  if differences:
     raise errors.TrainingError(
-        "--vocab_file is not the vocab the model in --output_dir=%s was trained with (%s records "
-        "vocab %s, this one is %s): use the training run's vocab" % (
-            config.output_dir, SETTINGS_FILE, recorded, current))
-  # Another number of outputs is named when the checkpoint's head is found not to fit.
-  recorded, current = newest.get("output_names"), config.model_settings.get("output_names")
-  if (recorded is not None and current is not None and len(recorded) == len(current) and
-      recorded != current):
-    raise errors.TrainingError(
-        "the label list of --output_dir=%s is not the one its model was trained with (%s "
-        "records %s, the label file now gives %s): restore the file the run wrote, or train "
-        "into a new --output_dir" % (config.output_dir, SETTINGS_FILE, ", ".join(recorded),
-                                     ", ".join(current)))
+        "the model in --output_dir=%s was trained with other settings (recorded in %s): %s. "
+        "Evaluate, predict and export with the run's settings and files" % (
+            config.output_dir, SETTINGS_FILE, "; ".join(differences)))
 
 
 def _read_settings(path: str) -> dict:

@@ -25,6 +25,7 @@ import conversion
 import conversion_hf
 import convert_checkpoint
 import errors
+import heads
 import modeling
 import pretraining
 import tagging
@@ -208,36 +209,101 @@ def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifi
   assert not (tmp_path / "out" / "test_results.tsv").exists()
 
 
-def test_predict_with_another_vocab_or_label_order_than_training_s_is_an_error(tmp_path,
-                                                                              classifier_files):
-  """A vocab of the same size and special tokens, two words swapped: every id of theirs would be
-  read as the other word; a label list in another order: every output would be named after
-  another label. The run records both; prediction checks them."""
+def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
+                                                                       classifier_files):
+  """What the run recorded is what its model computes with. A vocab of the same size and special
+  tokens, two words swapped: every id of theirs would be read as the other word; another casing:
+  other tokens; another activation in the config: another network from the same weights; a
+  label list in another order: every output named after another label; another task: other
+  inputs and labels. Prediction names each difference; dropout may differ (it is off)."""
   trained = run_script("run_classifier.py", "--do_train", "--train_batch_size=2",
                        "--num_train_epochs=1", *classifier_files)
   assert trained.returncode == 0, trained.stderr[-2000:]
-  vocab_file = [flag for flag in classifier_files if flag.startswith("--vocab_file=")][0][13:]
+  output_dir = "--output_dir=%s" % (tmp_path / "out")
   swapped = list(VOCAB)
   cat, dog = swapped.index("cat"), swapped.index("dog")
   swapped[cat], swapped[dog] = swapped[dog], swapped[cat]
   (tmp_path / "swapped.txt").write_text("".join(token + "\n" for token in swapped))
-  flags = [flag for flag in classifier_files if not flag.startswith("--vocab_file=")]
-  result = run_script("run_classifier.py", "--do_predict",
-                      "--vocab_file=%s" % (tmp_path / "swapped.txt"), *flags)
-  assert_one_line_error(result, "run_classifier.py", "--vocab_file is not the vocab the model in "
-                        "--output_dir=%s was trained with" % (tmp_path / "out"))
+  config = json.loads(tiny_config().to_json_string())
+  (tmp_path / "relu.json").write_text(json.dumps(dict(config, hidden_act="relu")))
+  (tmp_path / "dropout.json").write_text(json.dumps(dict(config, hidden_dropout_prob=0.5)))
+  flags = [flag for flag in classifier_files
+           if not flag.startswith(("--vocab_file=", "--bert_config_file="))]
+  vocab_file = [flag for flag in classifier_files if flag.startswith("--vocab_file=")][0]
+  result = run_script("run_classifier.py", "--do_predict", "--do_lower_case=false",
+                      "--vocab_file=%s" % (tmp_path / "swapped.txt"),
+                      "--bert_config_file=%s" % (tmp_path / "relu.json"), *flags)
+  assert_one_line_error(
+      result, "run_classifier.py", "the model in %s was trained with other settings" % output_dir,
+      "--bert_config_file (hidden_act): recorded gelu, now relu",
+      "--do_lower_case: recorded True, now False", "--vocab_file: recorded sha256:")
   assert not (tmp_path / "out" / "test_results.tsv").exists()
-  predicted = run_script("run_classifier.py", "--do_predict", "--vocab_file=" + vocab_file, *flags)
+  predicted = run_script("run_classifier.py", "--do_predict", vocab_file,
+                         "--bert_config_file=%s" % (tmp_path / "dropout.json"), *flags)
   assert predicted.returncode == 0, predicted.stderr[-2000:]
   label_list = tmp_path / "out" / classifier_data.LABEL_LIST_FILE
   assert label_list.read_text() == "neg\npos\n"
   label_list.write_text("pos\nneg\n")
   (tmp_path / "out" / "test_results.tsv").unlink()
-  result = run_script("run_classifier.py", "--do_predict", "--vocab_file=" + vocab_file, *flags)
-  assert_one_line_error(result, "run_classifier.py", "the label list of --output_dir=%s is not "
-                        "the one its model was trained with" % (tmp_path / "out"),
-                        "records neg, pos, the label file now gives pos, neg")
+  result = run_script("run_classifier.py", "--do_predict", *classifier_files)
+  assert_one_line_error(result, "run_classifier.py",
+                        "the label list (label_list.txt or tag_list.txt): recorded [neg, pos], "
+                        "now [pos, neg]")
   assert not (tmp_path / "out" / "test_results.tsv").exists()
+  label_list.write_text("neg\npos\n")
+  (tmp_path / "sst").mkdir()
+  (tmp_path / "sst" / "test.tsv").write_text("index\tsentence\n0\tthe dog ran\n")
+  flags = [flag for flag in classifier_files if not flag.startswith(("--task_name", "--data_dir"))]
+  result = run_script("run_classifier.py", "--do_predict", "--task_name=SST-2",
+                      "--data_dir=%s" % (tmp_path / "sst"), *flags)
+  assert_one_line_error(result, "run_classifier.py", "--task_name: recorded generic, now sst-2")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+
+
+def test_a_checkpoint_with_more_encoder_layers_than_the_config_is_refused(tmp_path):
+  # Before, a 1-layer config predicted from a 2-layer run's checkpoint after a warning naming
+  # the unused variables: a cut-down network of the trained one answered, exit 0.
+  output_dir = str(tmp_path / "out")
+  checkpoints.save_training_checkpoint(checkpoints.checkpoint_variables(built_classifier()),
+                                       output_dir, 1, 5)
+  one_layer = dict(tiny_config().to_dict(), num_hidden_layers=1)
+
+  def build_one_layer():
+    model = classifier.BertClassifier(modeling.BertConfig(**one_layer), 2)
+    model.build()
+    return model
+
+  strategy = tf.distribute.get_strategy()
+  with pytest.raises(checkpoints.CheckpointError, match="holds 16 encoder variables the model of "
+                     "the BERT config has no place for, e.g. bert/encoder/layer_1/"):
+    checkpoints.restore_model(strategy, build_one_layer, output_dir)
+  prefix = checkpoints.list_checkpoints(output_dir)[0]
+  with pytest.raises(checkpoints.CheckpointError, match="e.g. bert/encoder/layer_1/"):
+    checkpoints.load_init_checkpoint(build_one_layer(), prefix)
+  # A pretraining checkpoint's heads (cls/...) are not the encoder's: they may stay unused.
+  pretrained = heads.BertPretrainingModel(tiny_config())
+  pretrained.build()
+  prefix = checkpoints.save_checkpoint(pretrained, str(tmp_path / "pretrained" / "bert_model.ckpt"))
+  report = checkpoints.load_init_checkpoint(built_classifier(), prefix)
+  assert report.unused and all(name.startswith("cls/") for name in report.unused)
+
+
+def test_a_glue_file_that_lost_its_header_is_refused(tmp_path):
+  # Before, the first data row was skipped as the header: MRPC's test_results.tsv had 9 lines
+  # for 10 rows, every result beside the wrong row (it holds no ids).
+  rows = ["%d\t%d\t%d\tthe cat sat\tthe dog ran" % (i % 2, i, i + 1) for i in range(3)]
+  (tmp_path / "train.tsv").write_text("\n".join(rows) + "\n")
+  (tmp_path / "test.tsv").write_text("\n".join(
+      "%d\t%d\t%d\tthe cat sat\tthe dog ran" % (i, i, i + 1) for i in range(3)) + "\n")
+  processor = classifier_data.get_processor("MRPC")
+  for read, file_name in ((processor.get_train_examples, "train.tsv"),
+                          (processor.get_test_examples, "test.tsv")):
+    with pytest.raises(task_files.BadInputError, match=re.escape(
+        "%s:1: the first line is a data row, not the header" % (tmp_path / file_name))):
+      read(str(tmp_path))
+  header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+  (tmp_path / "train.tsv").write_text(header + "\n".join(rows) + "\n")
+  assert len(processor.get_train_examples(str(tmp_path))) == 3
 
 
 def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
