@@ -257,13 +257,14 @@ def _written_parts(temporary: str) -> list:
 
 
 @contextlib.contextmanager
-def atomic_output(path: str) -> Iterator[str]:
+def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
   """Yields the temporary path to write `path` (a file, directory or checkpoint prefix) under.
 
   The directory must exist. Stale temporaries of `path` are deleted first. When the block ends
   normally the temporary (and any `<temporary>.<suffix>` files) is renamed to `path` (+ suffix);
-  when it raises, everything written is deleted and the exception propagates. A disk-full OSError
-  from the block is re-raised naming `path`, which the operating system's message does not.
+  when it raises, everything written is deleted and the exception propagates. A full disk in the
+  block (an OSError, or TensorFlow's error for it) is raised as an OSError naming the output
+  (`named`, else `path`), which the operating system's message does not.
   """
   remove_stale_temporaries(path)
   temporary = temporary_path(path)
@@ -272,8 +273,9 @@ def atomic_output(path: str) -> Iterator[str]:
   except BaseException as error:
     for suffix in _written_parts(temporary):
       _remove(temporary + suffix)
-    if isinstance(error, OSError) and error.errno in _DISK_FULL_ERRNOS:
-      raise OSError(error.errno, "%s while writing %s" % (error.strerror, path)) from error
+    number = _disk_full_errno(error)
+    if number is not None:
+      raise OSError(number, "%s while writing %s" % (os.strerror(number), named or path)) from error
     raise
   parts = _written_parts(temporary)
   try:
@@ -287,6 +289,16 @@ def atomic_output(path: str) -> Iterator[str]:
     raise
   for suffix in parts:
     _rename(temporary + suffix, path.rstrip("/") + suffix)
+
+
+def _disk_full_errno(error: BaseException) -> Optional[int]:
+  """The errno of a full disk or quota behind `error`: an OSError's, or the one TensorFlow's
+  file writers (tf.io.gfile, TFRecordWriter) only name in their message
+  (`ResourceExhaustedError: ...; No space left on device`); None for any other error."""
+  if isinstance(error, OSError):
+    return error.errno if error.errno in _DISK_FULL_ERRNOS else None
+  message = str(error)
+  return next((number for number in _DISK_FULL_ERRNOS if os.strerror(number) in message), None)
 
 
 def write_text(path: str, text: str) -> None:

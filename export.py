@@ -37,13 +37,12 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
-import contextlib
 import dataclasses
 import errno
 import os
 import re
 import threading
-from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from absl import logging
 import keras
@@ -644,19 +643,6 @@ def claim_version(staged_dir: str, export_dir: str, version: Optional[int] = Non
 _EXPORT_LOCK = threading.Lock()
 
 
-@contextlib.contextmanager
-def _naming_full_disk(export_dir: str) -> Iterator[None]:
-  """TensorFlow's error for a full disk in the block, raised as the OSError (ENOSPC) that
-  `cli.run_script` prints in one line naming `export_dir`."""
-  try:
-    yield
-  except tf.errors.OpError as error:
-    if "No space left on device" not in str(error):
-      raise
-    raise OSError(errno.ENOSPC, "No space left on device while exporting to %s" %
-                  export_dir) from error
-
-
 def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None,
                       limits: Optional[RequestLimits] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
@@ -683,13 +669,14 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
   # atomic_output gives the staging directory (`.export.tmp-<host>-<pid>`, deleted by the next
   # export if this process dies) and deletes it if anything fails; claim_version moves it away,
   # so there is nothing left for atomic_output to rename.
-  with _EXPORT_LOCK, _naming_full_disk(export_dir):
+  with _EXPORT_LOCK:
     with encoder.token_limit(module.limits.max_tokens, "inputs"):
       concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
     # Outside the limit: the warmup ids come from one encoder call on more rows than a request.
     requests = warmup_requests(concrete, module)
     with (encoder.token_limit(module.limits.max_tokens, "inputs"),
-          atomic_files.atomic_output(os.path.join(export_dir, "export")) as staged_dir):
+          atomic_files.atomic_output(os.path.join(export_dir, "export"),
+                                     named=export_dir) as staged_dir):
       tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
                           staged_dir, signatures=concrete)
       write_warmup_requests(staged_dir, requests)

@@ -278,6 +278,18 @@ def test_full_disk_names_the_output_and_leaves_nothing(small_disk, uncased_vocab
   assert os.listdir(small_disk) == []  # The old code left a truncated last record here.
 
 
+def test_a_full_disk_under_tensorflow_s_writer_is_an_oserror_naming_the_output(small_disk):
+  # extract_features writes through tf.io.gfile, whose full disk is a ResourceExhaustedError
+  # that the scripts' one-line path does not know: before, a traceback.
+  output = str(small_disk / "features.jsonl")
+  with pytest.raises(OSError, match="No space left on device while writing %s$" % output):
+    with atomic_files.atomic_output(output) as temporary:
+      with tf.io.gfile.GFile(temporary, "w") as writer:
+        for _ in range(64):
+          writer.write("x" * 65536)
+  assert os.listdir(small_disk) == []
+
+
 def test_empty_corpus_is_an_error_naming_it(tmp_path, uncased_vocab_file):
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n\n")
@@ -495,7 +507,7 @@ def test_full_disk_during_export_names_the_export_dir_and_leaves_no_version(tmp_
     task = classifier.ClassifierTask(_TINY_BERT, classifier_data.get_processor("mrpc"), tokenizer,
                                      None, str(tmp_path / "out"), 16)
     export_dir = str(mount_point / "models")
-    with pytest.raises(OSError, match="^\\[Errno 28\\] No space left on device while exporting "
-                       "to %s$" % export_dir):
+    with pytest.raises(OSError, match="^\\[Errno 28\\] No space left on device while writing "
+                       "%s$" % export_dir):
       task.export(task.build_model(), export_dir)
     assert os.listdir(export_dir) == []
