@@ -492,12 +492,12 @@ def write_files_mark(directory: str, mark_name: str, fields: Mapping[str, Any]) 
              json.dumps(marked, indent=2, sort_keys=True) + "\n")
 
 
-def _files_of_earlier_output(directory: str, mark_name: str) -> set:
-  """The files an earlier output wrote into `directory`, as its mark lists them (with the mark);
-  empty when the directory holds no readable mark."""
+def read_files_mark(directory: str, mark_name: str) -> dict:
+  """The fields of the mark `mark_name` an earlier output wrote into `directory`
+  (`write_files_mark`); {} when there is none, or it is unreadable or not a JSON object."""
   path = os.path.join(directory, mark_name)
   if not _exists(path):
-    return set()
+    return {}
   try:
     if file_patterns.is_remote(path):
       with _gfile().GFile(path) as reader:
@@ -505,9 +505,16 @@ def _files_of_earlier_output(directory: str, mark_name: str) -> set:
     else:
       with open(path, encoding="utf-8") as reader:
         text = reader.read()
-    written = json.loads(text).get("files")
-  except (OSError, ValueError, AttributeError):  # Unreadable, not JSON, not an object.
-    return set()
+    fields = json.loads(text)
+  except (OSError, ValueError):  # Unreadable, not JSON.
+    return {}
+  return fields if isinstance(fields, dict) else {}
+
+
+def _files_of_earlier_output(directory: str, mark_name: str) -> set:
+  """The files an earlier output wrote into `directory`, as its mark lists them (with the mark);
+  empty when the directory holds no readable mark."""
+  written = read_files_mark(directory, mark_name).get("files")
   return set(written) | {mark_name} if isinstance(written, list) else set()
 
 

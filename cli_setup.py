@@ -17,8 +17,10 @@ from typing import Any, Callable, Optional
 from absl import flags
 import tensorflow as tf
 
+import atomic_files
 import checkpoints
 import cli
+import conversion
 import distribution
 import errors
 import export
@@ -83,11 +85,37 @@ def bert_config() -> modeling.BertConfig:
 
 def tokenizer() -> tokenization.FullTokenizer:
   """The tokenizer of `--vocab_file` or `--spm_model_file`, after checking `--do_lower_case`
-  against `--init_checkpoint`'s name as the original did."""
+  against `--init_checkpoint`'s name as the original did, and against the casing
+  convert_checkpoint recorded where it wrote the checkpoint (`--init_checkpoint`'s directory, or
+  `--output_dir` read without training)."""
   if not (FLAGS.vocab_file or FLAGS.spm_model_file):
     raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
+  _check_case_of_converted_model()
   return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
+
+
+def _check_case_of_converted_model() -> None:
+  """Raises FlagError when `--do_lower_case` differs from the casing convert_checkpoint recorded
+  beside the model it wrote (the source's tokenizer's): its vocab would give other tokens than
+  the model was trained on."""
+  init_checkpoint = cli.flag_value("init_checkpoint")
+  places = [("init_checkpoint", init_checkpoint if init_checkpoint and os.path.isdir(
+      init_checkpoint) else os.path.dirname(init_checkpoint or ""))]
+  if not cli.flag_value("do_train"):
+    places.append(("output_dir", cli.flag_value("output_dir")))
+  for flag, directory in places:
+    if not directory:
+      continue
+    recorded = atomic_files.read_files_mark(directory, conversion.CONVERTED_MARK_NAME).get(
+        "do_lower_case")
+    if recorded is not None and recorded != FLAGS.do_lower_case:
+      raise errors.FlagError(
+          "--do_lower_case=%s, but convert_checkpoint recorded the model in --%s=%s as %s "
+          "(%s): pass --do_lower_case=%s" % (
+              str(FLAGS.do_lower_case).lower(), flag, directory,
+              "lowercased" if recorded else "cased",
+              os.path.join(directory, conversion.CONVERTED_MARK_NAME), str(recorded).lower()))
 
 
 # The shared flags that are TrainConfig settings of the same name.

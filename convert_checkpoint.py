@@ -161,7 +161,8 @@ def _convert(read: Callable[[], conversion.ConvertedModel],
     tf.io.gfile.makedirs(staging)
     target = write(model, staging)
     atomic_files.write_files_mark(staging, conversion.CONVERTED_MARK_NAME, {
-        "source": model.source, "architecture": model.architecture.name})
+        "source": model.source, "architecture": model.architecture.name,
+        "do_lower_case": model.do_lower_case})
   target = os.path.join(output_dir, os.path.relpath(target, staging))
   if write is conversion_google.write_google_model:
     logging.info("Use it with %s", conversion_google.google_usage(model, output_dir))

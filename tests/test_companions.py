@@ -260,6 +260,26 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
   assert not (tmp_path / "out" / "test_results.tsv").exists()
 
 
+def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier_files):
+  # A cased Hugging Face model converted to Google's format: before, fine-tuning or predicting
+  # with the default --do_lower_case=true lowercased every text for a cased vocab, exit 0.
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  checkpoint = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
+  convert_checkpoint.convert_google_to_hf(checkpoint, str(tmp_path / "hf"), config_file,
+                                          vocab_file=vocab_file, do_lower_case=False)
+  convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "google"))
+  converted = str(tmp_path / "google" / "bert_model.ckpt")
+  result = run_script("run_classifier.py", "--do_train", "--init_checkpoint=" + converted,
+                      *classifier_files)
+  assert_one_line_error(
+      result, "run_classifier.py", "--do_lower_case=true, but convert_checkpoint recorded the "
+      "model in --init_checkpoint=%s as cased" % (tmp_path / "google"),
+      "pass --do_lower_case=false")
+  assert not (tmp_path / "out").exists()
+
+
 def test_a_checkpoint_with_more_encoder_layers_than_the_config_is_refused(tmp_path):
   # Before, a 1-layer config predicted from a 2-layer run's checkpoint after a warning naming
   # the unused variables: a cut-down network of the trained one answered, exit 0.
