@@ -136,6 +136,11 @@ def _example_from_qa(qa: dict, context: str, words: list[str], char_to_word_offs
     return example
   if version_2_with_negative:
     example.is_impossible = bool(_require(qa, "is_impossible", where))
+  elif qa.get("is_impossible") is True:
+    raise SquadFormatError(
+        "%s: an unanswerable question (is_impossible): SQuAD 2.0 data trains with "
+        "--version_2_with_negative=true (without it, every such question would be left out)" %
+        where)
   if example.is_impossible:
     return example
   answers = _require(qa, "answers", where)

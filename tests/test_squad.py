@@ -102,6 +102,12 @@ def test_read_examples_v2_impossible():
   examples, _ = squad_data.examples_from_data(squad_json({"a": "sold", "b": ""}, version_2=True),
                                               is_training=True, version_2_with_negative=True)
   assert [(e.is_impossible, e.start_position) for e in examples] == [(False, 5), (True, -1)]
+  # Without the flag, SQuAD 2.0's unanswerable questions are an error naming the first (before,
+  # each was skipped with a warning and half of the data trained).
+  with pytest.raises(squad_data.SquadFormatError, match="question b: an unanswerable question "
+                     r"\(is_impossible\): SQuAD 2.0 data trains with --version_2_with_negative"):
+    squad_data.examples_from_data(squad_json({"a": "sold", "b": ""}, version_2=True),
+                                  is_training=True)
 
 
 def test_malformed_files_give_errors_naming_the_place(tmp_path):
