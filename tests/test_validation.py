@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+from absl import flags
 import pytest
 
 from conftest import REPO_ROOT
@@ -297,3 +298,38 @@ def test_epochs_that_make_no_step_name_the_flags():
                      "--train_batch_size=32 is less than one step"):
     config.with_schedule(40)
   assert config.with_schedule(64).num_train_steps == 1
+
+
+_FLAGS = {"learning_rate", "num_train_epochs", "train_batch_size"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("`learning_rate` must be > 0, got -1", "--learning_rate must be > 0, got -1"),
+    ("`num_train_epochs`=0.5 of 40 training examples at `train_batch_size`=32 is less than one "
+     "step", "--num_train_epochs=0.5 of 40 training examples at --train_batch_size=32 is less "
+     "than one step"),
+    # A backquoted name that is no flag (here: a file's name) keeps its backquotes.
+    ("directory d has no `checkpoint` file; pass `learning_rate`", "directory d has no "
+     "`checkpoint` file; pass --learning_rate"),
+    # Only lowercase identifiers are names: not code, paths or a model's directory name.
+    ("`uncased_L-12_H-768_A-12` and `a b` and `Learning_rate` and `` and `x/y`",
+     "`uncased_L-12_H-768_A-12` and `a b` and `Learning_rate` and `` and `x/y`"),
+    ("no backquotes: --learning_rate=1 and learning_rate stay",
+     "no backquotes: --learning_rate=1 and learning_rate stay"),
+])
+def test_worded_rewrites_each_backquoted_setting(text, expected):
+  assert errors.worded(text, lambda name: "--" + name if name in _FLAGS else "`%s`" % name) == (
+      expected)
+
+
+def test_worded_passes_the_bare_name_and_keeps_a_value():
+  assert errors.worded("`a` and `b_2`=`3`, `c`=x y", str.upper) == "A and B_2=`3`, C=x y"
+
+
+def test_the_command_line_words_only_the_running_scripts_flags(monkeypatch):
+  flag_values = flags.FlagValues()
+  cli.define_common_flags(flag_values=flag_values)
+  monkeypatch.setattr(cli, "FLAGS", flag_values)
+  assert cli.as_flags("`learning_rate`=-1 with `optimizer`=lamb; no `checkpoint` file, no "
+                      "`doc_stride`") == ("--learning_rate=-1 with --optimizer=lamb; no "
+                                          "`checkpoint` file, no `doc_stride`")
