@@ -282,11 +282,11 @@ def improve_answer_span(doc_tokens: Sequence[str], input_start: int, input_end: 
 def check_feature_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
   """Raises FlagError (naming the flags) when the window settings cannot produce features."""
   if max_seq_length <= max_query_length + 3:
-    raise errors.FlagError("--max_seq_length=%d must be greater than --max_query_length=%d + 3 "
+    raise errors.FlagError("`max_seq_length`=%d must be greater than `max_query_length`=%d + 3 "
                            "(room for [CLS], the question, two [SEP] and some context)" %
                            (max_seq_length, max_query_length))
   if doc_stride <= 0:
-    raise errors.FlagError("--doc_stride must be positive, got %d" % doc_stride)
+    raise errors.FlagError("`doc_stride` must be positive, got %d" % doc_stride)
 
 
 def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,

@@ -137,10 +137,10 @@ def _write(path, content):
 
 
 def test_check_feature_settings_names_the_flags():
-  with pytest.raises(errors.FlagError, match=r"--max_seq_length=10 must be greater than "
-                     r"--max_query_length=7 \+ 3"):
+  with pytest.raises(errors.FlagError, match=r"`max_seq_length`=10 must be greater than "
+                     r"`max_query_length`=7 \+ 3"):
     squad_data.check_feature_settings(10, 4, 7)
-  with pytest.raises(errors.FlagError, match="--doc_stride must be positive"):
+  with pytest.raises(errors.FlagError, match="`doc_stride` must be positive"):
     squad_data.check_feature_settings(64, 0, 7)
 
 
