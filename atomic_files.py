@@ -315,7 +315,7 @@ def write_text(path: str, text: str) -> None:
 def check_writable_directory(directory: str, flag_name: str) -> None:
   """Creates `directory` if needed and checks a file can be written in it, before any work.
 
-  Raises FlagError "--<flag_name>: cannot write in <directory> (<reason>)" otherwise.
+  Raises FlagError "`<flag_name>`: cannot write in <directory> (<reason>)" otherwise.
   """
   directory = directory or "."
   probe = temporary_path(os.path.join(directory, "write-check"))
@@ -331,7 +331,7 @@ def check_writable_directory(directory: str, flag_name: str) -> None:
     _remove(probe)
   except Exception as error:  # pylint: disable=broad-except  # OSError or a tf.errors.OpError.
     reason = getattr(error, "message", None) or getattr(error, "strerror", None) or str(error)
-    raise errors.FlagError("--%s: cannot write in %s (%s)" %
+    raise errors.FlagError("`%s`: cannot write in %s (%s)" %
                            (flag_name, directory, reason)) from error
 
 
@@ -594,7 +594,7 @@ class OutputDirLock:
 
   def _in_use(self, holder: str) -> errors.TrainingError:
     return errors.TrainingError(
-        "--output_dir=%s is in use by %s (lock file %s): only one job may write to a directory. "
+        "`output_dir`=%s is in use by %s (lock file %s): only one job may write to a directory. "
         "If that job is gone, remove the lock file" % (self.output_dir, self._describe(holder),
                                                         self.path))
 
@@ -611,7 +611,7 @@ class OutputDirLock:
       else:
         self._acquire_local()
     except (_tensorflow().errors.OpError, OSError) as error:
-      raise errors.TrainingError("--output_dir=%s cannot be written (%s)" %
+      raise errors.TrainingError("`output_dir`=%s cannot be written (%s)" %
                                  (self.output_dir, errors.first_line(error))) from error
 
   def _acquire_local(self) -> None:
@@ -640,7 +640,7 @@ class OutputDirLock:
       os.close(fd)
       raise
     if previous:
-      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+      logging.warning("Taking over the lock of %s on `output_dir`=%s: that process is no longer "
                       "running", self._describe(previous), self.output_dir)
     self._fd = fd
 
@@ -651,7 +651,7 @@ class OutputDirLock:
         holder = f.read().strip()
       if not self._is_gone(holder):
         raise self._in_use(holder)
-      logging.warning("Taking over the lock of %s on --output_dir=%s: that process is no longer "
+      logging.warning("Taking over the lock of %s on `output_dir`=%s: that process is no longer "
                       "running", self._describe(holder), self.output_dir)
     with gfile.GFile(self.path, "w") as f:
       f.write(self._record())

@@ -492,7 +492,7 @@ def restore_newest_intact(output_dir: str, load_fn: Callable[[str], Any]) -> Opt
     damaged.append("%s (%s)" % (os.path.basename(prefix), problem))
   if damaged:
     raise errors.TrainingError(
-        "no readable checkpoint in %s: %s. Remove these files (or use another --output_dir) to "
+        "no readable checkpoint in %s: %s. Remove these files (or use another `output_dir`) to "
         "start over" % (output_dir, "; ".join(damaged)))
   return None
 
@@ -585,14 +585,14 @@ def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras
     return model, checkpoint_step(newest), newest
   if not init_checkpoint:
     raise errors.TrainingError(
-        "no checkpoint in %s and no --init_checkpoint: evaluation, prediction and export need a "
-        "trained model (train with --do_train, or pass its checkpoint)" % output_dir)
+        "no checkpoint in %s and no `init_checkpoint`: evaluation, prediction and export need a "
+        "trained model (train with `do_train`, or pass its checkpoint)" % output_dir)
   report = load_init_checkpoint(model, init_checkpoint, allow_partial_init_checkpoint)
   head = [name for name in report.missing if name not in _encoder_variable_names(model)]
   if head and head_required:
     raise errors.TrainingError(
-        "--init_checkpoint=%s has no task head (%s): evaluation, prediction and export without "
-        "--do_train need a fine-tuned checkpoint of this task, not a pretrained or converted "
+        "`init_checkpoint`=%s has no task head (%s): evaluation, prediction and export without "
+        "`do_train` need a fine-tuned checkpoint of this task, not a pretrained or converted "
         "encoder (a random head answers at chance)" % (report.checkpoint, ", ".join(head[:5])))
   return model, checkpoint_step(report.checkpoint), report.checkpoint
 
@@ -658,8 +658,8 @@ def load_init_checkpoint(model: keras.Model, init_checkpoint: str,
   missing = [name for name in report.missing if name in encoder_names]
   if missing and not allow_partial:
     raise errors.TrainingError(
-        "--init_checkpoint=%s fills only %d of the encoder's %d variables: %d missing, e.g. %s%s. "
-        "Pass a checkpoint with these names, or --allow_partial_init_checkpoint to train with the "
+        "`init_checkpoint`=%s fills only %d of the encoder's %d variables: %d missing, e.g. %s%s. "
+        "Pass a checkpoint with these names, or `allow_partial_init_checkpoint` to train with the "
         "missing ones at random initial values" % (
             init_checkpoint, len(encoder_names) - len(missing), len(encoder_names), len(missing),
             ", ".join(missing[:5]),

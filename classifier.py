@@ -196,7 +196,7 @@ def class_weights_from_flag(value: Optional[str], labels: Sequence[str],
   except ValueError:
     weights = np.array([])
   if len(weights) != len(labels) or not np.all(np.isfinite(weights) & (weights > 0)):
-    raise errors.FlagError("--class_weights=%s: expected 'auto' or %d positive numbers separated "
+    raise errors.FlagError("`class_weights`=%s: expected 'auto' or %d positive numbers separated "
                            "by commas, one per label (%s)" % (value, len(labels),
                                                                ", ".join(labels)))
   return weights.astype(np.float32)
@@ -221,7 +221,7 @@ def aggregate_windows(window_values: np.ndarray, example_index: np.ndarray,
     counts = np.diff(np.r_[starts, len(example_index)]).astype(window_values.dtype)
     sums = np.add.reduceat(window_values, starts, axis=0)
     return sums / counts.reshape([-1] + [1] * (window_values.ndim - 1))
-  raise errors.FlagError("--window_aggregation=%s: expected one of %s" %
+  raise errors.FlagError("`window_aggregation`=%s: expected one of %s" %
                          (method, ", ".join(WINDOW_AGGREGATIONS)))
 
 
@@ -298,13 +298,13 @@ class ClassifierTask(fine_tuning.Task):
 
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
-      raise errors.FlagError("--doc_stride must be positive, got %d" % self.doc_stride)
+      raise errors.FlagError("`doc_stride` must be positive, got %d" % self.doc_stride)
     if self.window_aggregation not in WINDOW_AGGREGATIONS:
-      raise errors.FlagError("--window_aggregation=%s: expected one of %s" %
+      raise errors.FlagError("`window_aggregation`=%s: expected one of %s" %
                              (self.window_aggregation, ", ".join(WINDOW_AGGREGATIONS)))
     processor = self.processor
     if self.class_weights and (processor.is_regression or processor.is_multi_label):
-      raise errors.FlagError("--class_weights is for single-label classification tasks")
+      raise errors.FlagError("`class_weights` is for single-label classification tasks")
     self.class_weight_values = (None if processor.is_regression else
                                 class_weights_from_flag(self.class_weights,
                                                         processor.get_labels()))
@@ -337,7 +337,7 @@ class ClassifierTask(fine_tuning.Task):
     if shape and shape[0] != self.processor.num_outputs:
       raise task_files.BadInputError("checkpoint %s has a head of %d outputs, but the task has %s: "
                                      "that output_dir was trained for other labels; use a new "
-                                     "--output_dir" %
+                                     "`output_dir`" %
                                      (prefix, shape[0], self.processor.describe_labels()))
 
   def loss(self, model, features, training):
@@ -393,7 +393,7 @@ class ClassifierTask(fine_tuning.Task):
       labels = self.processor.get_labels()
       self.class_weight_values = class_weights_from_flag(
           "auto", labels, [labels.index(example.label) for example in examples])
-      logging.info("Class weights (--class_weights=auto): %s", ", ".join(
+      logging.info("Class weights (`class_weights`=auto): %s", ", ".join(
           "%s %.4g" % item for item in zip(labels, self.class_weight_values)))
     path = self._features_file("train", examples)
     rows = text_pairs.features_dataset(path, self.max_seq_length, self.processor.is_regression,

@@ -309,7 +309,7 @@ class GenericProcessor(DataProcessor):
                label_delimiter: Optional[str] = None):
     super().__init__(skip_bad_rows)
     if label_delimiter == "":
-      raise errors.FlagError("--label_delimiter must not be empty")
+      raise errors.FlagError("`label_delimiter` must not be empty")
     self.label_delimiter = label_delimiter
     self.columns = {"text_a_column": text_a_column, "text_b_column": text_b_column or None,
                     "label_column": label_column}
@@ -361,7 +361,7 @@ class GenericProcessor(DataProcessor):
     if not self.label_list_saved:
       return error
     return task_files.BadInputError("%s, which every run in its output_dir keeps: if the data's "
-                                    "labels changed, use a new --output_dir" % error)
+                                    "labels changed, use a new `output_dir`" % error)
 
   def _layout(self, data_dir: str, split: str) -> task_files.SplitLayout:
     path, file_format = self._file_of(data_dir, split)
@@ -386,9 +386,9 @@ class GenericProcessor(DataProcessor):
       return header.index(column)
     if column.isdigit():
       return int(column)
-    raise task_files.BadInputError("%s: no column %r (--%s); %s" % (
+    raise task_files.BadInputError("%s: no column %r (`%s`); %s" % (
         path, column, flag, "the header has %s" % header if header is not None
-        else "without header (--has_header=false) columns are 0-based indices"))
+        else "without header (`has_header`=false) columns are 0-based indices"))
 
   def _file_of(self, data_dir: str, split: str) -> tuple[str, str]:
     """Returns (path, format) of the split's file, which must be unique."""
@@ -435,7 +435,7 @@ def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "
   name = task_name.lower()
   name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
   if name not in PROCESSORS:
-    raise errors.FlagError("--task_name=%s: unknown task (known: %s)" %
+    raise errors.FlagError("`task_name`=%s: unknown task (known: %s)" %
                            (task_name, ", ".join(PROCESSORS)))
   if name == "generic":
     return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows,

@@ -11,6 +11,8 @@ A bad flag, a bad input file or a failed run (any `errors.InputError`, an `OSErr
 or of a full disk) ends the script in one line (`<script>: error: <message>`, exit status 1)
 instead of a traceback, before anything was written when the validation pass finds it. Anything
 else is a bug and keeps its traceback; BERT_TRACEBACK=1 shows the traceback of a one-line error too.
+Library modules name a setting in backquotes ("`learning_rate` must be ..."); that line and the
+script's log say it as the script's flag, "--learning_rate must be ..." (`as_flags`).
 
 This module is the only one below the scripts that reads absl's FLAGS besides `cli_setup`, which
 builds what the flags describe (strategy, config, tokenizer, training config). It imports no
@@ -24,6 +26,7 @@ script calling two groups that share a flag, defines each flag once.
 import dataclasses
 import errno
 import glob
+import logging
 import math
 import os
 import sys
@@ -517,10 +520,31 @@ def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> None:
 # ------------------------------------------------------------------------------------------------
 
 
+def as_flags(text: str) -> str:
+  """A library's message (or log line) as the command line says it: each backquoted setting that
+  is a flag of the running script becomes that flag ("`learning_rate`=-1" -> "--learning_rate=-1",
+  `errors.worded`). A backquoted name the script has no flag for (a file's name, a config field)
+  keeps its backquotes: it is not something to pass on this command line."""
+  return errors.worded(text, lambda name: "--" + name if name in FLAGS else "`%s`" % name)
+
+
+def _log_as_flags(record: logging.LogRecord) -> bool:
+  """The filter on absl's logger while a script runs: its log words settings as flags too
+  (`as_flags`). Keeps every record."""
+  try:
+    message = record.getMessage()
+  except Exception:  # pylint: disable=broad-except  # A malformed call: the handler reports it.
+    return True
+  if "`" in message:
+    record.msg, record.args = as_flags(message), None
+  return True
+
+
 def _exit_with_error(message: str) -> None:
-  """Ends the script with `<script>: error: <message>` on one line and exit status 1."""
+  """Ends the script with `<script>: error: <message>` on one line (settings worded as flags,
+  `as_flags`) and exit status 1."""
   raise SystemExit("%s: error: %s" % (os.path.basename(sys.argv[0]),
-                                      " ".join(str(message).split("\n"))))
+                                      " ".join(as_flags(str(message)).split("\n"))))
 
 
 def _parse_flags(argv: list[str]) -> list[str]:
@@ -545,9 +569,12 @@ def run_script(main: Callable[[list], Any],
   the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
   traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback. The pass
   ends with `check_run_paths(outputs)`: no output may replace an input, another output or a path
-  of the other kind."""
+  of the other kind. The error line, and the log while the script runs, name the settings of
+  library messages as the script's flags (`as_flags`)."""
 
   def main_with_clear_errors(argv):
+    absl_logger = logging.getLogger("absl")
+    absl_logger.addFilter(_log_as_flags)
     try:
       check_flags(check_input_paths)
       check_run_paths(outputs)
@@ -557,5 +584,7 @@ def run_script(main: Callable[[list], Any],
           os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")):
         raise
       _exit_with_error(str(error))
+    finally:  # A script run in-process (tests) leaves the logger as it was.
+      absl_logger.removeFilter(_log_as_flags)
 
   app.run(main_with_clear_errors, flags_parser=_parse_flags)

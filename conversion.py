@@ -538,9 +538,9 @@ def resolve_hf_files(hf_model_path: str) -> Tuple[list, str]:
     refuse_pickle(hf_model_path)
   if not tf.io.gfile.isdir(hf_model_path):
     if not tf.io.gfile.exists(hf_model_path):
-      raise ConversionError("--hf_model_path %s does not exist" % hf_model_path)
+      raise ConversionError("`hf_model_path` %s does not exist" % hf_model_path)
     if not hf_model_path.endswith(".safetensors"):
-      raise ConversionError("--hf_model_path %s is neither a directory nor a .safetensors file" %
+      raise ConversionError("`hf_model_path` %s is neither a directory nor a .safetensors file" %
                             hf_model_path)
     return [hf_model_path], os.path.join(os.path.dirname(hf_model_path), HF_CONFIG_NAME)
   config_path = os.path.join(hf_model_path, HF_CONFIG_NAME)

@@ -40,7 +40,7 @@ def google_architecture(names, checkpoint_dir: str, task_name: Optional[str],
     if len(heads) != 1:
       raise conversion.ConversionError(
           "%s has a task head, output_weights, and %s beside it: put there the one its run wrote "
-          "in its output_dir, or pass --task_name for a classifier of a task with fixed labels" %
+          "in its output_dir, or pass `task_name` for a classifier of a task with fixed labels" %
           (source, "both " + " and ".join(files) if heads else "neither " + " nor ".join(files)))
   if heads:
     return heads[0]
@@ -56,16 +56,16 @@ def _read_google_labels(model: conversion.ConvertedModel, checkpoint_dir: str,
   with fixed labels), else from the label file beside the checkpoint."""
   architecture = model.architecture
   if architecture is not conversion.SEQUENCE_CLASSIFICATION and (task_name or multi_label):
-    raise errors.FlagError("--task_name and --multi_label are for run_classifier checkpoints; %s "
+    raise errors.FlagError("`task_name` and `multi_label` are for run_classifier checkpoints; %s "
                            "is a %s" % (model.source, architecture.name))
   if task_name and task_name.lower() != "generic":
     processor = classifier_data.get_processor(task_name)
     if multi_label:
-      raise errors.FlagError("--multi_label needs --task_name=generic (labels from your files)")
+      raise errors.FlagError("`multi_label` needs `task_name`=generic (labels from your files)")
     model.labels = tuple(processor.get_labels())  # Empty for regression.
     model.problem_type = (conversion.REGRESSION if processor.is_regression else
                           conversion.SINGLE_LABEL)
-    model.labels_source = "--task_name=" + task_name
+    model.labels_source = "`task_name`=" + task_name
     return
   if architecture.label_file is None:
     return
@@ -81,7 +81,7 @@ def _read_google_labels(model: conversion.ConvertedModel, checkpoint_dir: str,
     if model.problem_type == conversion.SINGLE_LABEL and len(model.labels) < 2:
       raise conversion.ConversionError(
           "%s lists one label, but a single-label classifier has two or more "
-          "(pass --multi_label for a multi-label one)" % path)
+          "(pass `multi_label` for a multi-label one)" % path)
 
 
 def read_google_model(init_checkpoint: str, bert_config_file: Optional[str] = None,

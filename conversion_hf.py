@@ -168,7 +168,7 @@ def write_hf_model(model: conversion.ConvertedModel, output_dir: str) -> str:
                             hf_tokenizer_config(model.config, model.do_lower_case))
     conversion.write_json(os.path.join(output_dir, conversion.HF_CONFIG_NAME), hf_config)
   if not model.vocab:
-    logging.warning("No vocab.txt beside %s and no --vocab_file: %s has no tokenizer",
+    logging.warning("No vocab.txt beside %s and no `vocab_file`: %s has no tokenizer",
                     model.source, output_dir)
   conversion.log_left_out(model, kept, architecture.name)
   return weights_path

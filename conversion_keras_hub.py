@@ -98,7 +98,7 @@ def _keras_hub_object(module: str, class_name: str, config: dict) -> dict:
 def _check_keras_hub_class(value, class_name: str, source: str) -> dict:
   """The `config` of a serialized KerasHub object, which must be of `class_name`."""
   if not isinstance(value, dict) or "registered_name" not in value:
-    hint = (": a Hugging Face config.json, convert it with --hf_model_path"
+    hint = (": a Hugging Face config.json, convert it with `hf_model_path`"
             if isinstance(value, dict) and "model_type" in value else "")
     raise conversion.ConversionError("%s is not a KerasHub preset's file%s" % (source, hint))
   if value["registered_name"] != "keras_hub>" + class_name:
@@ -143,7 +143,7 @@ def read_keras_hub_preset(preset: str) -> conversion.ConvertedModel:
   task_path = os.path.join(preset, conversion.KERAS_HUB_TASK_NAME)
   if tf.io.gfile.exists(task_path):
     logging.warning("%s: the preset holds a task, but only its BertBackbone is converted: the "
-                    "checkpoint has no task head, so fine-tune it (--do_train) before evaluating, "
+                    "checkpoint has no task head, so fine-tune it (`do_train`) before evaluating, "
                     "predicting or exporting with it", task_path)
   model = conversion.ConvertedModel(
       config,
@@ -167,7 +167,7 @@ def write_keras_hub_preset(model: conversion.ConvertedModel, output_dir: str) ->
   if not model.vocab:
     raise conversion.ConversionError(
         "%s: a KerasHub preset holds its tokenizer, but there is no vocab.txt "
-        "beside it: pass --vocab_file" % model.source)
+        "beside it: pass `vocab_file`" % model.source)
   lacking = [name for name in model.absent if name.startswith("bert/")]
   if lacking:
     raise conversion.ConversionError("%s lacks %s, which KerasHub's BertBackbone needs" %

@@ -108,7 +108,7 @@ def make_strategy(name: str = "auto",
     The strategy. Batch sizes given to `train`, `evaluate` and `predict` are global.
   """
   if name not in choices.STRATEGIES:
-    raise DistributionError("--distribution_strategy must be one of %s, got %r" %
+    raise DistributionError("`distribution_strategy` must be one of %s, got %r" %
                             (choices.STRATEGIES, name))
   if name == "auto":
     if use_tpu:
@@ -129,7 +129,7 @@ def make_strategy(name: str = "auto",
     return tf.distribute.MirroredStrategy(devices=devices)
   if name == "multi_worker_mirrored":
     if not os.environ.get("TF_CONFIG"):
-      raise DistributionError("--distribution_strategy=multi_worker_mirrored needs the TF_CONFIG "
+      raise DistributionError("`distribution_strategy`=multi_worker_mirrored needs the TF_CONFIG "
                               "environment variable (cluster and task of this worker)")
     return tf.distribute.MultiWorkerMirroredStrategy()
   resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
@@ -138,7 +138,7 @@ def make_strategy(name: str = "auto",
   tf.tpu.experimental.initialize_tpu_system(resolver)
   strategy = tf.distribute.TPUStrategy(resolver)
   if num_tpu_cores and strategy.num_replicas_in_sync != num_tpu_cores:
-    logging.warning("--num_tpu_cores=%d but the TPU has %d cores; using %d", num_tpu_cores,
+    logging.warning("`num_tpu_cores`=%d but the TPU has %d cores; using %d", num_tpu_cores,
                     strategy.num_replicas_in_sync, strategy.num_replicas_in_sync)
   return strategy
 
@@ -146,7 +146,7 @@ def make_strategy(name: str = "auto",
 def set_precision(precision: str) -> None:
   """Sets Keras's global dtype policy: float32, or mixed float16/bfloat16 (float32 variables)."""
   if precision not in choices.TRAINING_PRECISIONS:
-    raise DistributionError("--mixed_precision must be one of %s, got %r" %
+    raise DistributionError("`mixed_precision` must be one of %s, got %r" %
                             (choices.TRAINING_PRECISIONS, precision))
   keras.mixed_precision.set_global_policy(
       "float32" if precision == "float32" else "mixed_" + precision)

@@ -1,13 +1,19 @@
 # coding=utf-8
-"""Errors a user can fix, and how a library names the file at fault.
+"""Errors a user can fix, and how a library names the setting or file at fault.
 
 Every module raises a subclass of `InputError` (`FlagError`, `TrainingError`,
 `task_files.BadInputError`, `squad_data.SquadFormatError`, `modeling.ConfigError`, ...) with a
-message that names the flag or the file (and line) at fault and says what is allowed. Errors of the
-libraries we call on a user's file (json, TensorFlow's readers, safetensors, SentencePiece) are
+message that names the setting or the file (and line) at fault and says what is allowed. Errors of
+the libraries we call on a user's file (json, TensorFlow's readers, safetensors, SentencePiece) are
 caught where the file is known and raised again as an `InputError` that names it (`named`) or
-quotes them in one line (`first_line`). `cli.run_script` ends a script on any of them with one
-line (`<script>: error: <message>`) instead of a traceback.
+quotes them in one line (`first_line`).
+
+A library module names a setting in backquotes, as a Python caller knows it ("`learning_rate`
+must be > 0, got -1", "`num_train_epochs`=0.5 ..."), never as a command-line flag: the same call
+serves scripts and Python code. The command line is the scripts' concern: `cli.run_script` ends a
+script on any `InputError` with one line (`<script>: error: <message>`) instead of a traceback,
+and there, as in the script's log, `worded` turns each backquoted setting that is one of the
+script's flags into `--learning_rate`.
 
 This module imports neither TensorFlow nor absl's flags: every module can import it.
 """
@@ -15,20 +21,33 @@ This module imports neither TensorFlow nor absl's flags: every module can import
 import os
 import re
 import stat
+from typing import Callable
 
 
 class InputError(ValueError):
-  """Input the user can fix; the message names the flag, file or line and what is allowed."""
+  """Input the user can fix; the message names the setting, file or line and what is allowed."""
 
 
 class FlagError(InputError):
-  """A flag is missing, out of range or does not fit another: the message names the flag."""
+  """A setting (a flag, on the command line) is missing, out of range or does not fit another:
+  the message names it."""
 
 
 class TrainingError(InputError):
   """A run cannot continue: the loss became NaN or Inf, no checkpoint is readable, the output
-  directory is in use or cannot be written, `--init_checkpoint` does not fit the model. The
+  directory is in use or cannot be written, `init_checkpoint` does not fit the model. The
   message says what to do; `cli.run_script` prints it as one line."""
+
+
+# A setting's name as a library message quotes it; a `=value` right after it is no part of it.
+_SETTING_NAME = re.compile(r"`([a-z][a-z0-9_]*)`")
+
+
+def worded(text: str, setting: Callable[[str], str]) -> str:
+  """`text` with each backquoted setting name replaced by `setting(name)` (a `=value` after it
+  stays): how the command line words "`learning_rate` must be > 0" as "--learning_rate must be
+  > 0" (`cli.as_flags`). Text without backquoted names is returned unchanged."""
+  return _SETTING_NAME.sub(lambda match: setting(match.group(1)), text)
 
 
 def named(path: str, error: BaseException) -> str:
@@ -49,7 +68,7 @@ def first_line(error: BaseException) -> str:
 def check_regular_file(path: str, what: str) -> None:
   """Raises InputError unless the local `path` is a readable regular file (remote `scheme://`
   paths are left to their reader): a directory, FIFO or device would hang or fail deep inside a
-  reader. `what` says what the file is for, e.g. "--vocab_file"."""
+  reader. `what` says what the file is for, e.g. "`vocab_file`"."""
   if "://" in path:  # file_patterns.is_remote (file_patterns imports this module).
     return
   if not os.path.exists(path):

@@ -165,10 +165,10 @@ def size_checks(input_ids: tf.Tensor, name: str, limits: RequestLimits) -> list[
   `limits.max_tokens` positions in all."""
   shape = tf.shape(input_ids, out_type=tf.int64)
   return [fail_unless(shape[0] <= limits.max_rows, name + " has {} rows: at most %d rows per "
-                      "request (--max_request_rows)" % limits.max_rows, shape[0]),
+                      "request (`max_request_rows`)" % limits.max_rows, shape[0]),
           fail_unless(tf.reduce_prod(shape) <= limits.max_tokens,
                       name + " has shape {}, {} token positions: at most %d per request "
-                      "(--max_request_tokens)" % limits.max_tokens, shape, tf.reduce_prod(shape))]
+                      "(`max_request_tokens`)" % limits.max_tokens, shape, tf.reduce_prod(shape))]
 
 
 def id_input_checks(features: Mapping[str, tf.Tensor],
@@ -237,7 +237,7 @@ def text_input_checks(texts: Mapping[str, tf.Tensor],
                         tf.shape(texts[name])[0], rows)
             for name in names[1:]]
   checks.append(fail_unless(rows <= limits.max_rows, names[0] + " has {} rows: at most %d rows "
-                            "per request (--max_request_rows)" % limits.max_rows, rows))
+                            "per request (`max_request_rows`)" % limits.max_rows, rows))
   total = tf.add_n([tf.reduce_sum(tf.cast(tf.strings.length(texts[name]), tf.int64))
                    for name in names])
   checks.append(fail_unless(total <= MAX_REQUEST_TEXT_BYTES,
@@ -559,14 +559,14 @@ def check_export_dir(export_dir: str, output_dir: Optional[str] = None) -> None:
     return
   names = os.listdir(export_dir)
   if "saved_model.pb" in names:
-    raise errors.FlagError("--export_dir=%s is a SavedModel (a version directory): name the "
+    raise errors.FlagError("`export_dir`=%s is a SavedModel (a version directory): name the "
                            "directory that holds the versions" % export_dir)
   if output_dir and os.path.isdir(output_dir) and os.path.samefile(export_dir, output_dir):
     return
   training = sorted(name for name in names if name in ("checkpoint", "training_settings.json") or
                     name.startswith("model.ckpt-"))
   if training:
-    raise errors.FlagError("--export_dir=%s holds another training run (%s): give the exports a "
+    raise errors.FlagError("`export_dir`=%s holds another training run (%s): give the exports a "
                            "directory of their own" % (export_dir, training[0]))
 
 
@@ -593,7 +593,7 @@ def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
   old, new = _signatures(newest), _signatures(staged_dir)
   if old != new:
     raise errors.InputError(
-        "--export_dir=%s: version %d serves another model (signatures %s, inputs %s; this one: %s, "
+        "`export_dir`=%s: version %d serves another model (signatures %s, inputs %s; this one: %s, "
         "inputs %s): export to a directory of this model's own" % (
             export_dir, versions[-1], sorted(old), old.get("serving_default", ([],))[0],
             sorted(new), new.get("serving_default", ([],))[0]))

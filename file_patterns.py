@@ -29,7 +29,7 @@ def is_remote(path: str) -> bool:
   return "://" in path
 
 
-def expand(value: str, flag: str = "--input_file") -> List[str]:
+def expand(value: str, flag: str = "`input_file`") -> List[str]:
   """The files of comma-separated paths or glob patterns, by the rule in the module docstring."""
   patterns = [pattern.strip() for pattern in (value or "").split(",") if pattern.strip()]
   if not patterns:

@@ -57,11 +57,11 @@ def check_settings(config: modeling.BertConfig, tokenizer: tokenization.FullToke
   tokenizer.special_token_id(tokenization.MASK_TOKEN)
   largest = max(tokenizer.inv_vocab)
   if largest >= config.vocab_size:
-    raise errors.FlagError("--vocab_file has token ids up to %d but the model's vocab_size is %d: "
+    raise errors.FlagError("`vocab_file` has token ids up to %d but the model's vocab_size is %d: "
                            "pass the vocab the model was trained with" %
                            (largest, config.vocab_size))
   if top_k > config.vocab_size:
-    raise errors.FlagError("--fill_mask_top_k=%d exceeds the model's vocab_size %d" %
+    raise errors.FlagError("`fill_mask_top_k`=%d exceeds the model's vocab_size %d" %
                            (top_k, config.vocab_size))
 
 
@@ -71,8 +71,8 @@ def restore_model(strategy: tf.distribute.Strategy, config: modeling.BertConfig,
   """The pretraining model of the newest checkpoint of `output_dir`, else of `init_checkpoint`
   (`checkpoints.restore_model`), which must hold the masked-LM head (else MissingHeadError)."""
   if not init_checkpoint and not checkpoints.list_checkpoints(output_dir):
-    raise errors.FlagError("--export_dir without --do_train needs --init_checkpoint (e.g. Google's "
-                           "bert_model.ckpt) or an --output_dir holding checkpoints")
+    raise errors.FlagError("`export_dir` without `do_train` needs `init_checkpoint` (e.g. Google's "
+                           "bert_model.ckpt) or an `output_dir` holding checkpoints")
   model, _, prefix = checkpoints.restore_model(
       strategy, lambda: pretraining.build_model(config), output_dir, init_checkpoint,
       allow_partial_init_checkpoint, head_required=False)  # Only cls/predictions: below.

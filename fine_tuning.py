@@ -124,7 +124,7 @@ class Task(abc.ABC):
                batch_size: int) -> dict:
     """Metrics on the dev set for eval_results.txt and for evaluation during training (tasks
     without either need not)."""
-    raise NotImplementedError("%s has no --do_eval" % type(self).__name__)
+    raise NotImplementedError("%s has no `do_eval`" % type(self).__name__)
 
   @abc.abstractmethod
   def predict(self, strategy: tf.distribute.Strategy, model: keras.Model,

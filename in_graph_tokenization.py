@@ -631,7 +631,7 @@ class BertInputEncoder(tf.Module):
     rows, width = tf.cast(rows, tf.int64), tf.cast(width, tf.int64)
     message = tf.strings.format(
         "%s: {} %s of {} token positions, {} in all: at most %d per request "
-        "(--max_request_tokens)" % (inputs, unit, max_positions), (rows, width, rows * width))
+        "(`max_request_tokens`)" % (inputs, unit, max_positions), (rows, width, rows * width))
     return [tf.debugging.Assert(rows * width <= max_positions, [message])]
 
   def pack(self, ids_a: tf.RaggedTensor, ids_b: Optional[tf.RaggedTensor] = None,

@@ -300,9 +300,9 @@ class BertConfig:
       raise ConfigError("%s: %s" % (json_file, e)) from e
 
   def check_max_seq_length(self, max_seq_length: int) -> None:
-    """Raises a ValueError naming `--max_seq_length` when it exceeds the learned positions."""
+    """Raises a ValueError naming `max_seq_length` when it exceeds the learned positions."""
     if max_seq_length > self.max_position_embeddings:
-      raise ConfigError("--max_seq_length=%d exceeds the model's max_position_embeddings=%d: the "
+      raise ConfigError("`max_seq_length`=%d exceeds the model's max_position_embeddings=%d: the "
                        "model was only trained up to that length" %
                        (max_seq_length, self.max_position_embeddings))
 

@@ -376,7 +376,7 @@ class MultipleChoiceTask(fine_tuning.Task):
     unlabeled = [example.guid for example in examples if example.label is None]
     if unlabeled:
       raise task_files.BadInputError(
-          "%s: %d examples have no label (first: %s); --do_eval needs labels" % (
+          "%s: %d examples have no label (first: %s); `do_eval` needs labels" % (
               os.path.join(self.data_dir, self.files["dev"]), len(unlabeled), unlabeled[0]))
     return examples
 

@@ -335,7 +335,7 @@ def create_optimizer(init_lr: float,
     clip_norm: global gradient norm to clip to (1.0 in the original); None disables clipping.
     optimizer_name: one of choices.OPTIMIZERS: `bert_adam` (the original's AdamWeightDecay),
       `adamw` (`AdamW`: with bias correction) or `lamb` (`Lamb`). `bert_adam` above
-      BERT_ADAM_WARNING_LEARNING_RATE logs a warning that names `--optimizer=adamw`.
+      BERT_ADAM_WARNING_LEARNING_RATE logs a warning that names `optimizer`=adamw.
     schedule_start_step: the step the schedule starts at (`WarmupLinearDecay`'s `start_step`):
       warmup and decay then span steps `schedule_start_step` to that plus `num_train_steps`.
     schedule: one of choices.SCHEDULES: `original` (`WarmupLinearDecay`: decay from step 0) or
@@ -350,17 +350,17 @@ def create_optimizer(init_lr: float,
     raise ValueError("compute_dtype must be float32, float16 or bfloat16 (optionally mixed_...), "
                      "got %r" % (compute_dtype,))
   if optimizer_name not in _OPTIMIZER_CLASSES:
-    raise ValueError("--optimizer must be one of %s, got %r" % (", ".join(choices.OPTIMIZERS),
+    raise ValueError("`optimizer` must be one of %s, got %r" % (", ".join(choices.OPTIMIZERS),
                                                                 optimizer_name))
   if schedule not in _SCHEDULE_CLASSES:
-    raise ValueError("--lr_schedule must be one of %s, got %r" % (", ".join(choices.SCHEDULES),
+    raise ValueError("`lr_schedule` must be one of %s, got %r" % (", ".join(choices.SCHEDULES),
                                                                   schedule))
   if optimizer_name == "bert_adam" and init_lr > BERT_ADAM_WARNING_LEARNING_RATE:
     logging.warning(
-        "--learning_rate=%g with --optimizer=bert_adam, the original's optimizer: it has no bias "
+        "`learning_rate`=%g with `optimizer`=bert_adam, the original's optimizer: it has no bias "
         "correction, so its early updates are several times the learning rate (up to 6.6x near "
         "step 12, 3.2x at step 100, 1.3x at step 1000), and rates above %g, tuned for "
-        "bias-corrected Adam, may make training collapse. For such rates use --optimizer=adamw "
+        "bias-corrected Adam, may make training collapse. For such rates use `optimizer`=adamw "
         "(the same with bias correction).", init_lr, BERT_ADAM_WARNING_LEARNING_RATE)
   logging.info("Optimizer: %s (%s); learning rate schedule: %s", optimizer_name,
                _OPTIMIZER_CLASSES[optimizer_name].__name__, describe_schedule(schedule))

@@ -49,7 +49,7 @@ class RecordLengthError(errors.InputError):
 
 def expand_input_files(input_file: str) -> list:
   """The TFRecord files of `--input_file`, by the one rule of `file_patterns.expand`."""
-  return file_patterns.expand(input_file, "--input_file")
+  return file_patterns.expand(input_file, "`input_file`")
 
 
 def _feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> dict:
@@ -70,7 +70,7 @@ def _feature_lengths(max_seq_length: int, max_predictions_per_seq: int) -> dict:
 def _expected(name: str, length: int, flag: Optional[str]) -> str:
   """The end of the message for a record whose feature `name` has other than `length` values."""
   return " values for feature %s but %s: pass the value the data was written with" % (
-      name, "--%s=%d expects %d" % (flag, length, length) if flag else "%d is expected" % length)
+      name, "`%s`=%d expects %d" % (flag, length, length) if flag else "%d is expected" % length)
 
 
 def decode_records(filenames: tf.Tensor, serialized: tf.Tensor, max_seq_length: int,
@@ -149,7 +149,7 @@ def _check_lengths(input_file: str, features: dict, max_seq_length: int,
     if count != length:
       message = "a record in %s has %d%s" % (input_file, count, _expected(name, length, flag))
       if agreeing_file:
-        message += " (%s, also in --input_file, has %d)" % (agreeing_file, length)
+        message += " (%s, also in `input_file`, has %d)" % (agreeing_file, length)
       raise RecordLengthError(message)
 
 
@@ -264,7 +264,7 @@ def metric_fn(model: keras.Model, features: Mapping[str, tf.Tensor]) -> dict:
   }
 
 
-SKIP_HINT = "pass --skip_corrupt_records to read each such file only up to its corrupt record"
+SKIP_HINT = "pass `skip_corrupt_records` to read each such file only up to its corrupt record"
 
 
 def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optional[list], str]:
@@ -273,7 +273,7 @@ def _record_limits(input_files: list, skip_corrupt_records: bool) -> tuple[Optio
   if not skip_corrupt_records:
     return None, ""
   limits, corrupt = tfrecord_files.readable_record_counts(input_files)
-  summary = "--skip_corrupt_records: " + tfrecord_files.skipped_summary(corrupt)
+  summary = "`skip_corrupt_records`: " + tfrecord_files.skipped_summary(corrupt)
   logging.info("%s", summary)
   return limits, summary
 
@@ -322,7 +322,7 @@ def phase2_config(config: training_loop.TrainConfig, phase2_steps: int, learning
   finds phase 1 finished and resumes phase 2.
   """
   if phase2_steps <= 0:
-    raise errors.FlagError("--phase2_steps must be positive with --phase2_input_file, got %r" %
+    raise errors.FlagError("`phase2_steps` must be positive with `phase2_input_file`, got %r" %
                            phase2_steps)
   return dataclasses.replace(
       config, num_train_steps=config.num_train_steps + phase2_steps,
@@ -370,7 +370,7 @@ def check_input_lengths(bert_config: modeling.BertConfig, input_files: list, max
     features = list(pool.map(first_record_features, input_files))
   readable = [(path, found) for path, found in zip(input_files, features) if found is not None]
   if not readable:
-    raise RecordLengthError("--input_file: none of its %d files holds a complete TFRecord record "
+    raise RecordLengthError("`input_file`: none of its %d files holds a complete TFRecord record "
                             "(first: %s)" % (len(input_files), input_files[0]))
   agreeing = None
   for path, found in readable:
@@ -451,9 +451,9 @@ class DynamicMasking:
                       do_whole_word_mask: bool) -> "DynamicMasking":
     """Reads the vocab; a missing special token or a bad probability is an InputError."""
     if not 0.0 <= masked_lm_prob <= 1.0:
-      raise errors.FlagError("--masked_lm_prob must be in [0, 1], got %r" % masked_lm_prob)
+      raise errors.FlagError("`masked_lm_prob` must be in [0, 1], got %r" % masked_lm_prob)
     vocab = pretraining_instances.VocabIds.from_tokenizer(
-        tokenization.FullTokenizer(vocab_file), "--vocab_file %s" % vocab_file,
+        tokenization.FullTokenizer(vocab_file), "`vocab_file` %s" % vocab_file,
         is_sentencepiece=False)
     return cls(masked_lm_prob, max_predictions_per_seq, do_whole_word_mask, vocab)
 
@@ -462,7 +462,7 @@ class DynamicMasking:
     deep in training)."""
     largest = max(self.vocab.random_ids)
     if largest >= vocab_size:
-      raise errors.FlagError("--vocab_file has token ids up to %d but the model's vocab_size is "
+      raise errors.FlagError("`vocab_file` has token ids up to %d but the model's vocab_size is "
                              "%d: pass the vocab the model and records were made with" %
                              (largest, vocab_size))
 
@@ -481,7 +481,7 @@ class DynamicMasking:
       input_ids = features["input_ids"].int64_list.value
       if not input_ids or input_ids[0] != self.vocab.cls_id:
         raise RecordVocabError(
-            "%s: record %d starts with id %s, not the [CLS] id %d of --vocab_file %s: the records "
+            "%s: record %d starts with id %s, not the [CLS] id %d of `vocab_file` %s: the records "
             "were made with another vocab" % (path, checked + 1,
                                               input_ids[0] if input_ids else "(none)",
                                               self.vocab.cls_id, vocab_file))
@@ -494,7 +494,7 @@ class DynamicMasking:
     if masked >= MIN_MASKED_POSITIONS and holding_mask < MIN_MASK_SHARE * masked:
       raise RecordVocabError(
           "%s: only %d of the %d masked positions of its first %d records hold the [MASK] id %d "
-          "of --vocab_file %s (the data tool writes [MASK] at 80%%): the records were made with "
+          "of `vocab_file` %s (the data tool writes [MASK] at 80%%): the records were made with "
           "another vocab" % (",".join(paths), holding_mask, masked, checked, self.vocab.mask_id,
                              vocab_file))
 

@@ -423,7 +423,7 @@ def shard_output_files(output_file: str, shard_index: int, num_shards: int) -> l
   """Output paths of comma-separated `output_file`; with shards, each gets `-SSSSS-of-NNNNN`."""
   paths = [path.strip() for path in output_file.split(",") if path.strip()]
   if not paths:
-    raise errors.InputError("--output_file is empty")
+    raise errors.InputError("`output_file` is empty")
   if num_shards > 1:
     paths = ["%s-%05d-of-%05d" % (path, shard_index, num_shards) for path in paths]
   return paths
@@ -465,7 +465,7 @@ def prepare(config: RunConfig) -> tuple:
                      (config.shard_index, config.num_shards))
   if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
     raise errors.InputError("chunk size and shuffle buffer size must be positive")
-  input_files = file_patterns.expand(config.input_file, "--input_file")
+  input_files = file_patterns.expand(config.input_file, "`input_file`")
   worker_config = WorkerConfig(config.vocab_file, config.do_lower_case, config.spm_model_file,
                                config.options, config.random_seed)
   return input_files, ChunkProcessor(worker_config)  # Fails here on a bad vocab.
@@ -475,12 +475,12 @@ def check_not_overwriting(config: RunConfig, input_files: Sequence[str],
                           output_files: Sequence[str]) -> None:
   """A FlagError if an output file is an input file, the vocab or another output, or is not a
   file (`atomic_files.check_run_paths`)."""
-  inputs = {"--input_file": input_files}
-  for flag, path in (("--vocab_file", config.vocab_file),
-                     ("--spm_model_file", config.spm_model_file)):
+  inputs = {"`input_file`": input_files}
+  for flag, path in (("`vocab_file`", config.vocab_file),
+                     ("`spm_model_file`", config.spm_model_file)):
     if path:
       inputs[flag] = [path]
-  atomic_files.check_run_paths(inputs, {"--output_file": (atomic_files.OUTPUT_FILE, output_files)})
+  atomic_files.check_run_paths(inputs, {"`output_file`": (atomic_files.OUTPUT_FILE, output_files)})
 
 
 def run(config: RunConfig) -> dict:
@@ -509,7 +509,7 @@ def run(config: RunConfig) -> dict:
       writer.close()
     if not counts["instances"]:
       raise errors.InputError(
-          "no instances were created from --input_file %s (%d documents, %d empty files): "
+          "no instances were created from `input_file` %s (%d documents, %d empty files): "
           "nothing written" % (describe_files(input_files), counts["documents"],
                                counts["empty_files"]))
   return make_summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())

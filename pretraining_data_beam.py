@@ -141,10 +141,10 @@ def run(config: pretraining_data.RunConfig, pipeline_args: str = "") -> dict:
   script prints as one line.
   """
   if "," in config.output_file:
-    raise errors.InputError("--runner=beam writes --num_shards files named after one "
-                            "--output_file; got a comma-separated list %r" % config.output_file)
+    raise errors.InputError("`runner`=beam writes `num_shards` files named after one "
+                            "`output_file`; got a comma-separated list %r" % config.output_file)
   if config.shard_index != 0:
-    raise errors.InputError("--runner=beam writes every shard in one job: leave --shard_index at 0")
+    raise errors.InputError("`runner`=beam writes every shard in one job: leave `shard_index` at 0")
   input_files, processor = pretraining_data.prepare(config)
   output_files = [shard_path(config.output_file, shard, config.num_shards)
                   for shard in range(config.num_shards)]
@@ -162,7 +162,7 @@ def run(config: pretraining_data.RunConfig, pipeline_args: str = "") -> dict:
   if not counts["instances"]:
     _remove_files(output_files)
     raise errors.InputError(
-        "no instances were created from --input_file %s (%d documents, %d empty files): "
+        "no instances were created from `input_file` %s (%d documents, %d empty files): "
         "nothing written" % (pretraining_data.describe_files(input_files), counts["documents"],
                              counts["empty_files"]))
   summary = pretraining_data.make_summary(config, input_files, output_files, total_bytes, counts,

@@ -38,7 +38,7 @@ class InstanceOptions:
   def validate(self) -> None:
     """Raises InputError naming the flag whose value the algorithm cannot work with."""
     if self.max_seq_length < 5:
-      raise errors.InputError("--max_seq_length must be at least 5 ([CLS] A [SEP] B [SEP] with A "
+      raise errors.InputError("`max_seq_length` must be at least 5 ([CLS] A [SEP] B [SEP] with A "
                               "and B non-empty), got %d" % self.max_seq_length)
     if self.max_predictions_per_seq < 0:
       raise errors.InputError("max_predictions_per_seq must be >= 0, got %d" %

@@ -94,10 +94,10 @@ def _phase2_input_files(bert_config: modeling.BertConfig) -> Optional[list]:
     input_files = pretraining.expand_input_files(FLAGS.phase2_input_file)
     pretraining.check_input_lengths(bert_config, input_files, FLAGS.phase2_max_seq_length,
                                     FLAGS.phase2_max_predictions_per_seq)
-  except ValueError as error:  # Its messages name phase 1's flags.
-    message = str(error).replace("--input_file", "--phase2_input_file")
+  except ValueError as error:  # Its messages name phase 1's settings.
+    message = str(error).replace("`input_file`", "`phase2_input_file`")
     for name in ("max_seq_length", "max_predictions_per_seq"):
-      message = message.replace("--%s=" % name, "--phase2_%s=" % name)
+      message = message.replace("`%s`=" % name, "`phase2_%s`=" % name)
     raise errors.FlagError(message) from None
   return input_files
 

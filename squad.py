@@ -318,7 +318,7 @@ def evaluate_v1(dataset: list[dict], predictions: dict[str, str]) -> dict[str, f
     logging.warning("%d questions have no prediction and score 0", missing)
   if unanswerable:
     logging.warning("%d questions have no gold answer and are not scored (v1.1 has none such; "
-                    "--version_2_with_negative scores them)", unanswerable)
+                    "`version_2_with_negative` scores them)", unanswerable)
   return {"exact_match": 100.0 * exact_match / total, "f1": 100.0 * f1 / total}
 
 

@@ -139,7 +139,7 @@ def _example_from_qa(qa: dict, context: str, words: list[str], char_to_word_offs
   elif qa.get("is_impossible") is True:
     raise SquadFormatError(
         "%s: an unanswerable question (is_impossible): SQuAD 2.0 data trains with "
-        "--version_2_with_negative=true (without it, every such question would be left out)" %
+        "`version_2_with_negative`=true (without it, every such question would be left out)" %
         where)
   if example.is_impossible:
     return example
@@ -287,11 +287,11 @@ def improve_answer_span(doc_tokens: Sequence[str], input_start: int, input_end: 
 def check_feature_settings(max_seq_length: int, doc_stride: int, max_query_length: int) -> None:
   """Raises FlagError (naming the flags) when the window settings cannot produce features."""
   if max_seq_length <= max_query_length + 3:
-    raise errors.FlagError("--max_seq_length=%d must be greater than --max_query_length=%d + 3 "
+    raise errors.FlagError("`max_seq_length`=%d must be greater than `max_query_length`=%d + 3 "
                            "(room for [CLS], the question, two [SEP] and some context)" %
                            (max_seq_length, max_query_length))
   if doc_stride <= 0:
-    raise errors.FlagError("--doc_stride must be positive, got %d" % doc_stride)
+    raise errors.FlagError("`doc_stride` must be positive, got %d" % doc_stride)
 
 
 def convert_examples_to_features(examples: Sequence[SquadExample], tokenizer: Any,

@@ -120,7 +120,7 @@ def read_tag_list(directory: str) -> list[str]:
   """The tags of the tag list written by `write_tag_list` (`task_files.read_label_list`)."""
   path = os.path.join(directory, TAG_LIST_FILE)
   if not os.path.exists(path):
-    raise ConllFormatError("%s not found: train first (--do_train) with this --output_dir, or "
+    raise ConllFormatError("%s not found: train first (`do_train`) with this `output_dir`, or "
                            "copy the tag list of the model there" % path)
   return list(task_files.read_label_list(path))
 
@@ -213,7 +213,7 @@ def convert_sentences_to_features(sentences: Sequence[TaggedSentence], tag_list:
   never read, only its position. Raises ConllFormatError for a tag missing from `tag_list`.
   """
   if max_seq_length < 3:
-    raise errors.FlagError("--max_seq_length=%d leaves no room for a word between [CLS] and [SEP]"
+    raise errors.FlagError("`max_seq_length`=%d leaves no room for a word between [CLS] and [SEP]"
                            % max_seq_length)
   tag_ids = {tag: index for index, tag in enumerate(tag_list)}
   cls_id = tokenizer.special_token_id(tokenization.CLS_TOKEN)
@@ -652,7 +652,7 @@ class TaggingTask(fine_tuning.Task):
 
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
-      raise errors.FlagError("--doc_stride must be positive, got %d" % self.doc_stride)
+      raise errors.FlagError("`doc_stride` must be positive, got %d" % self.doc_stride)
 
   def output_names(self) -> list[str]:
     return self.tags()
@@ -668,10 +668,10 @@ class TaggingTask(fine_tuning.Task):
 
   def _path(self, split: str) -> str:
     if not self.data_dir:
-      raise errors.FlagError("--data_dir is required for --do_train, --do_eval and --do_predict")
+      raise errors.FlagError("`data_dir` is required for `do_train`, `do_eval` and `do_predict`")
     path = os.path.join(self.data_dir, self._file_name(split))
     if not os.path.exists(path):
-      raise ConllFormatError("%s not found (--data_dir=%s, file name flag %r)" %
+      raise ConllFormatError("%s not found (`data_dir`=%s, file name flag %r)" %
                              (path, self.data_dir, self._file_name(split)))
     return path
 

@@ -90,11 +90,11 @@ class Row:
 def check_data_dir(data_dir: Optional[str]) -> None:
   """Raises BadInputError unless data_dir is an existing, non-empty directory."""
   if not data_dir:
-    raise BadInputError("--data_dir is required to read the task's files")
+    raise BadInputError("`data_dir` is required to read the task's files")
   if not os.path.isdir(data_dir):
-    raise BadInputError("--data_dir=%s: no such directory" % data_dir)
+    raise BadInputError("`data_dir`=%s: no such directory" % data_dir)
   if not os.listdir(data_dir):
-    raise BadInputError("--data_dir=%s: the directory is empty" % data_dir)
+    raise BadInputError("`data_dir`=%s: the directory is empty" % data_dir)
 
 
 class BadRows:
@@ -116,10 +116,10 @@ class BadRows:
   def reject(self, path: str, line_number: int, reason: str) -> None:
     if path in self.predicted:
       raise BadInputError("%s:%d: %s (a row of the file to predict is never skipped, not even with "
-                          "--skip_bad_rows: the predictions have one line per row, in order; fix "
+                          "`skip_bad_rows`: the predictions have one line per row, in order; fix "
                           "the row)" % (path, line_number, reason))
     if not self.skip:
-      raise BadInputError("%s:%d: %s (pass --skip_bad_rows to skip such rows)" %
+      raise BadInputError("%s:%d: %s (pass `skip_bad_rows` to skip such rows)" %
                           (path, line_number, reason))
     if not self.skipped[path]:
       logging.warning("%s:%d: %s; skipping this row and counting the others", path, line_number,
@@ -150,7 +150,7 @@ class BadRows:
     """Logs how many rows were skipped in all and per file (nothing when none was)."""
     total = sum(self.skipped.values())
     if total:
-      logging.info("Skipped %d bad rows (--skip_bad_rows): %s", total, ", ".join(
+      logging.info("Skipped %d bad rows (`skip_bad_rows`): %s", total, ", ".join(
           "%s %d" % (path, count) for path, count in self.skipped.items() if count))
 
 
@@ -284,7 +284,7 @@ def read_label_list(path: str) -> tuple:
     if not name:
       raise BadInputError("%s:%d: empty label: a blank line among the names (each line's "
                           "number is its id), from a training file with an empty label cell or "
-                          "an edit; train again in a new --output_dir" % (path, line_number))
+                          "an edit; train again in a new `output_dir`" % (path, line_number))
   check_distinct_names(names, path)
   return tuple(names)
 
@@ -311,7 +311,7 @@ def write_label_list(path: str, labels: Sequence[str]) -> None:
       return
     raise BadInputError(
         "%s holds other labels (%s) than this run's (%s), written by an earlier run there (any "
-        "checkpoints beside it use them). Use a new --output_dir, or delete the file to start "
+        "checkpoints beside it use them). Use a new `output_dir`, or delete the file to start "
         "over" %
         (path, _describe_list(old.splitlines()), _describe_list(list(labels))))
   atomic_files.write_text(path, text)

@@ -57,7 +57,7 @@ def check_max_seq_length(max_seq_length: int, is_pair: bool) -> None:
   """
   minimum = 5 if is_pair else 3
   if max_seq_length < minimum:
-    raise errors.FlagError("--max_seq_length=%d is too short for a %s task: at least %d, for %s"
+    raise errors.FlagError("`max_seq_length`=%d is too short for a %s task: at least %d, for %s"
                            % (max_seq_length, "sentence-pair" if is_pair else "single-sentence",
                               minimum, "[CLS] a [SEP] b [SEP]" if is_pair else "[CLS] a [SEP]"))
 
@@ -114,7 +114,7 @@ def window_inputs(tokenizer, text_a: str, text_b: Optional[str], max_seq_length:
   truncation gives, and a pair that fits is one window equal to it.
   """
   if doc_stride <= 0:
-    raise errors.FlagError("--doc_stride must be positive, got %d" % doc_stride)
+    raise errors.FlagError("`doc_stride` must be positive, got %d" % doc_stride)
   ids_a = tokenizer.tokenize_to_ids(text_a)
   ids_b = None if text_b is None else tokenizer.tokenize_to_ids(text_b)
   budget = max_seq_length - 2

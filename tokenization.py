@@ -96,8 +96,8 @@ def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: Optio
   else:
     return
   raise VocabError(
-      "You passed in `--do_lower_case=%s` with `--init_checkpoint=%s`. However, `%s` seems to be "
-      "a %s model, so you should pass in `--do_lower_case=%s` so that the fine-tuning matches how "
+      "You passed in `do_lower_case`=%s with `init_checkpoint`=%s. However, `%s` seems to be "
+      "a %s model, so you should pass in `do_lower_case`=%s so that the fine-tuning matches how "
       "the model was pre-trained. If this error is wrong, rename the checkpoint directory." %
       (actual_flag, init_checkpoint, model_name, case_name, opposite_flag))
 
@@ -136,8 +136,8 @@ def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
       token (naming the token and both lines).
   """
   if not vocab_file:
-    raise VocabError("No vocab file given (pass --vocab_file).")
-  errors.check_regular_file(vocab_file, "--vocab_file")
+    raise VocabError("No vocab file given (pass `vocab_file`).")
+  errors.check_regular_file(vocab_file, "`vocab_file`")
   with _open_text(vocab_file) as reader:
     return vocab_of_lines(reader, vocab_file)
 
@@ -556,7 +556,7 @@ class FullTokenizer(object):
 def _load_sentencepiece(spm_model_file: str):
   """Loads a SentencePiece model, with a clear error for a missing file."""
   import sentencepiece as spm  # pylint: disable=g-import-not-at-top
-  errors.check_regular_file(spm_model_file, "--spm_model_file")
+  errors.check_regular_file(spm_model_file, "`spm_model_file`")
   with _open_text(spm_model_file) as reader:
     model_proto = reader.read()
   processor = spm.SentencePieceProcessor()
@@ -564,5 +564,5 @@ def _load_sentencepiece(spm_model_file: str):
     processor.load_from_serialized_proto(model_proto)
   except RuntimeError as error:  # SentencePiece's message ("Internal: ... ParseFromArray").
     raise VocabError("%s is not a SentencePiece model (a WordPiece vocab.txt goes to "
-                     "--vocab_file): %s" % (spm_model_file, errors.first_line(error))) from error
+                     "`vocab_file`): %s" % (spm_model_file, errors.first_line(error))) from error
   return processor

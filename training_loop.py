@@ -127,8 +127,8 @@ class TrainConfig:
       raise ValueError("a schedule in epochs needs the number of training examples")
     num_train_steps = int(num_examples / self.train_batch_size * self.num_train_epochs)
     if num_train_steps <= 0:
-      raise errors.FlagError("--num_train_epochs=%g of %d training examples at "
-                             "--train_batch_size=%d is less than one step" %
+      raise errors.FlagError("`num_train_epochs`=%g of %d training examples at "
+                             "`train_batch_size`=%d is less than one step" %
                              (self.num_train_epochs, num_examples, self.train_batch_size))
     num_warmup_steps = int(num_train_steps * self.warmup_proportion)
     logging.info("num_train_steps = int(%d %s / batch %d * %g epochs) = %d; warmup %d steps "
@@ -141,24 +141,24 @@ class TrainConfig:
 
   def validate(self, num_replicas: int) -> None:
     if not self.output_dir:
-      raise errors.FlagError("--output_dir is required for training")
+      raise errors.FlagError("`output_dir` is required for training")
     for name in ("num_train_steps", "train_batch_size", "save_checkpoints_steps",
                  "iterations_per_loop", "gradient_accumulation_steps"):
       if getattr(self, name) <= 0:
-        raise errors.FlagError("--%s must be positive, got %r" % (name, getattr(self, name)))
+        raise errors.FlagError("`%s` must be positive, got %r" % (name, getattr(self, name)))
     if not 0 <= self.phase_start_step < self.num_train_steps:
       raise errors.FlagError("phase_start_step=%d must be in [0, num_train_steps=%d)" %
                              (self.phase_start_step, self.num_train_steps))
     for name in ("eval_every_steps", "early_stopping_patience"):
       if getattr(self, name) < 0:
-        raise errors.FlagError("--%s must not be negative, got %r" % (name, getattr(self, name)))
+        raise errors.FlagError("`%s` must not be negative, got %r" % (name, getattr(self, name)))
     if self.num_warmup_steps < 0:
-      raise errors.FlagError("--num_warmup_steps must not be negative, got %r" %
+      raise errors.FlagError("`num_warmup_steps` must not be negative, got %r" %
                              self.num_warmup_steps)
     if self.train_batch_size % (num_replicas * self.gradient_accumulation_steps):
       raise errors.FlagError(
-          "--train_batch_size=%d is not divisible by the %d replicas times "
-          "--gradient_accumulation_steps=%d" % (self.train_batch_size, num_replicas,
+          "`train_batch_size`=%d is not divisible by the %d replicas times "
+          "`gradient_accumulation_steps`=%d" % (self.train_batch_size, num_replicas,
                                                 self.gradient_accumulation_steps))
 
 
@@ -234,7 +234,7 @@ class _Trainer:
     self.loss_scaled = isinstance(optimizer, keras.optimizers.LossScaleOptimizer)
     compiled = use_xla and strategy.num_replicas_in_sync == 1
     if use_xla and not compiled and not isinstance(strategy, tf.distribute.TPUStrategy):
-      logging.warning("--use_xla is ignored with %d replicas (the loss all-reduces across "
+      logging.warning("`use_xla` is ignored with %d replicas (the loss all-reduces across "
                       "replicas, which XLA cannot compile on CPU/GPU)",
                       strategy.num_replicas_in_sync)
     # A nested tf.function may not all-reduce, so only the one-replica XLA case gets one.
@@ -448,7 +448,7 @@ class _Evaluations:
     if (self.config.early_stopping_patience or self.config.keep_best_checkpoint) and (
         metric not in metrics):
       raise errors.TrainingError(
-          "--early_stopping_metric=%s is not one of the evaluation's metrics: %s" %
+          "`early_stopping_metric`=%s is not one of the evaluation's metrics: %s" %
           (metric, ", ".join(sorted(metrics))))
     self.history.append({"step": step, "metrics": metrics})
     if not distribution.is_chief():
@@ -556,7 +556,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
                     evaluations and config.keep_best_checkpoint) else None)
 
   if step >= config.num_train_steps or (evaluations and evaluations.should_stop()):
-    logging.info("Training already finished: checkpoint at step %d (--num_train_steps=%d%s)",
+    logging.info("Training already finished: checkpoint at step %d (`num_train_steps`=%d%s)",
                  step, config.num_train_steps,
                  ", stopped early" if step < config.num_train_steps else "")
     return TrainResult(model, step, restored, {}, 0.0, **evaluation_results())
@@ -635,7 +635,7 @@ def _summary_writer(output_dir: str, chief: bool):
     return (tf.summary.create_file_writer(output_dir) if chief else
             tf.summary.create_noop_writer())
   except tf.errors.OpError as error:
-    raise errors.TrainingError("cannot write summaries to --output_dir=%s (%s)" %
+    raise errors.TrainingError("cannot write summaries to `output_dir`=%s (%s)" %
                                (output_dir, errors.first_line(error))) from error
 
 
@@ -743,7 +743,7 @@ def _setting_name(key: str, in_epochs: bool) -> str:
   setting, _, field = key.partition(".")
   if setting in _SETTING_FILES:
     return _SETTING_FILES[setting]
-  flag = "--" + _SETTING_FLAGS.get(setting, setting)
+  flag = "`%s`" % _SETTING_FLAGS.get(setting, setting)
   return "%s (%s)" % (flag, field) if field else flag
 
 
@@ -787,7 +787,7 @@ def check_model_settings_of_recorded_run(config: TrainConfig) -> None:
                  if key not in _SETTINGS_FREE_AT_INFERENCE and recorded[key] != current[key]]
   if differences:
     raise errors.TrainingError(
-        "the model in --output_dir=%s was trained with other settings (recorded in %s): %s. "
+        "the model in `output_dir`=%s was trained with other settings (recorded in %s): %s. "
         "Evaluate, predict and export with the run's settings and files" % (
             config.output_dir, SETTINGS_FILE, "; ".join(differences)))
 
@@ -827,13 +827,13 @@ def _check_and_record_settings(config: TrainConfig, step: int) -> None:
     where = "" if phase == "0" else " for the phase that starts at step %s" % phase
     if differences and not config.allow_changed_settings:
       raise errors.TrainingError(
-          "--output_dir=%s was trained with other settings (recorded in %s%s): %s. Resume with "
-          "the recorded values, use another --output_dir, or pass --allow_changed_settings to "
+          "`output_dir`=%s was trained with other settings (recorded in %s%s): %s. Resume with "
+          "the recorded values, use another `output_dir`, or pass `allow_changed_settings` to "
           "continue this run with the new ones" % (config.output_dir, path, where,
                                                    "; ".join(differences)))
     if differences:
       logging.warning("Resuming %s with settings that differ from those recorded%s "
-                      "(--allow_changed_settings): %s", config.output_dir, where,
+                      "(`allow_changed_settings`): %s", config.output_dir, where,
                       "; ".join(differences))
   if recorded != current:
     phases[phase] = current

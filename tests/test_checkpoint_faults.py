@@ -175,7 +175,7 @@ def test_a_second_writer_is_refused_and_a_dead_holder_is_taken_over(tmp_path, ca
     holder = open(os.path.join(output_dir, ".lock")).read().split()
     assert holder[:2] == [str(os.getpid()), socket.gethostname()]
     with pytest.raises(errors.TrainingError,
-                       match=r"--output_dir=%s is in use by pid %d on host %s since "
+                       match=r"`output_dir`=%s is in use by pid %d on host %s since "
                        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \(lock file %s/\.lock\)" % (
                            output_dir, os.getpid(), socket.gethostname(), output_dir)):
       training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn,
@@ -200,7 +200,7 @@ def test_unwritable_output_dir_is_a_one_line_error(tmp_path):
   (tmp_path / "file.txt").write_text("not a directory")
   output_dir = str(tmp_path / "file.txt" / "out")
   with pytest.raises(errors.TrainingError,
-                     match=r"^--output_dir=%s cannot be written \(\w+: .+\)$" % output_dir):
+                     match=r"^`output_dir`=%s cannot be written \(\w+: .+\)$" % output_dir):
     training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    train_config(output_dir))
 
@@ -214,10 +214,10 @@ def test_init_checkpoint_missing_encoder_variables_is_an_error(reference, tmp_pa
   output_dir = str(tmp_path / "out")
   config = train_config(output_dir, init_checkpoint=prefixed)
   with pytest.raises(errors.TrainingError,
-                     match=r"--init_checkpoint=.*prefixed/model\.ckpt fills only 0 of the "
+                     match=r"`init_checkpoint`=.*prefixed/model\.ckpt fills only 0 of the "
                      r"encoder's 23 variables: 23 missing, e\.g\. bert/embeddings/LayerNorm/beta, "
                      r".*; its unused names are e\.g\. model/bert/.*"
-                     r"--allow_partial_init_checkpoint"):
+                     r"`allow_partial_init_checkpoint`"):
     training_loop.train(tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
                    config)
   assert not tf.io.gfile.glob(os.path.join(output_dir, "model.ckpt-*"))

@@ -245,7 +245,7 @@ def test_missing_or_empty_data_dir_is_a_clear_error(tmp_path):
     processor.get_train_examples(str(tmp_path / "absent"))
   with pytest.raises(task_files.BadInputError, match="the directory is empty"):
     processor.get_train_examples(str(tmp_path))
-  with pytest.raises(task_files.BadInputError, match="--data_dir is required"):
+  with pytest.raises(task_files.BadInputError, match="`data_dir` is required"):
     processor.get_train_examples("")
   write_files(tmp_path, {"dev.tsv": ""})
   with pytest.raises(task_files.BadInputError, match=r"train\.tsv: no such file"):
@@ -253,7 +253,7 @@ def test_missing_or_empty_data_dir_is_a_clear_error(tmp_path):
 
 
 def test_unknown_task_is_a_clear_error():
-  with pytest.raises(ValueError, match="--task_name=glue9: unknown task"):
+  with pytest.raises(ValueError, match="`task_name`=glue9: unknown task"):
     classifier_data.get_processor("glue9")
 
 
@@ -314,7 +314,7 @@ def test_generic_column_and_file_errors(tmp_path):
   data_dir = write_files(tmp_path, {"train.csv": "a,b\nx,y\n", "dev.csv": "a\n", "dev.tsv": "a\n"})
   processor = classifier_data.get_processor("generic", text_a_column="text")
   with pytest.raises(task_files.BadInputError,
-                     match=r"train\.csv: no column 'text' \(--text_a_column\)"):
+                     match=r"train\.csv: no column 'text' \(`text_a_column`\)"):
     processor.load_or_create_label_list(data_dir, str(tmp_path / "out"))
   with pytest.raises(task_files.BadInputError, match="exactly one of dev.tsv, dev.csv, dev.jsonl"):
     processor.get_dev_examples(data_dir)
@@ -326,7 +326,7 @@ def test_empty_label_is_a_bad_row_never_a_class(tmp_path):
   output_dir = tmp_path / "out"
   strict = classifier_data.get_processor("generic", text_a_column="t", label_column="y")
   with pytest.raises(task_files.BadInputError,
-                     match=r"train\.tsv:3: empty label: .*--skip_bad_rows"):
+                     match=r"train\.tsv:3: empty label: .*`skip_bad_rows`"):
     strict.load_or_create_label_list(data_dir, str(output_dir))
   assert not output_dir.exists()  # No label list was written.
   skipping = classifier_data.get_processor("generic", text_a_column="t", label_column="y",
@@ -354,11 +354,11 @@ def test_a_label_list_that_does_not_fit_is_named_with_what_to_do(tmp_path):
   with pytest.raises(task_files.BadInputError) as error:
     processor.get_dev_examples(data_dir)
   assert str(error.value).startswith("%s:3: unknown label 'w'" % os.path.join(data_dir, "dev.tsv"))
-  assert str(label_list) in str(error.value) and "new --output_dir" in str(error.value)
+  assert str(label_list) in str(error.value) and "new `output_dir`" in str(error.value)
   # Written by a version that took an empty label cell for a class: its first line is empty.
   label_list.write_text("\nx\nz\n")
   with pytest.raises(task_files.BadInputError,
-                     match=r"%s:1: empty label.*new --output_dir" % re.escape(str(label_list))):
+                     match=r"%s:1: empty label.*new `output_dir`" % re.escape(str(label_list))):
     processor.load_or_create_label_list(data_dir, str(output_dir))
 
 
@@ -384,7 +384,7 @@ def test_head_of_another_size_in_output_dir_names_the_label_list(tmp_path):
   message = str(error.value)
   assert str(output_dir / classifier_data.LABEL_LIST_FILE) in message
   assert "model.ckpt-5" in message and "3 outputs" in message and "2 labels" in message
-  assert "new --output_dir" in message
+  assert "new `output_dir`" in message
 
 
 def test_blank_line_of_a_one_column_file_is_an_empty_text(tmp_path):
@@ -421,7 +421,7 @@ def test_a_test_row_is_never_skipped(task, test_file, tmp_path):
   processor = classifier_data.get_processor(task, skip_bad_rows=True)
   processor.labels = processor.labels or ("x",)
   with pytest.raises(task_files.BadInputError,
-                     match=r"test\.tsv:3: .*never skipped, not even with --skip_bad_rows"):
+                     match=r"test\.tsv:3: .*never skipped, not even with `skip_bad_rows`"):
     processor.get_test_examples(data_dir)
 
 # Metrics, against values computed by hand: labels 1 1 0 0 1 0, predictions 1 0 0 1 1 0 give
@@ -632,7 +632,7 @@ def test_window_aggregation_by_hand_and_in_graph():
     np.testing.assert_allclose(
         classifier.aggregate_windows_in_graph(tf.constant(logits), windows, method).numpy(),
         values, rtol=1e-6)
-  with pytest.raises(ValueError, match="--window_aggregation=median"):
+  with pytest.raises(ValueError, match="`window_aggregation`=median"):
     classifier.aggregate_windows(logits, index, "median")
 
 
@@ -643,7 +643,7 @@ def test_class_weights_auto_and_explicit():
   np.testing.assert_allclose(classifier.class_weights_from_flag("1,2.5", ["a", "b"]), [1, 2.5])
   assert classifier.class_weights_from_flag(None, ["a", "b"]) is None
   for bad in ("1", "1,x", "1,-2", "1,2,3"):
-    with pytest.raises(ValueError, match=r"--class_weights=.*2 positive numbers .*\(a, b\)"):
+    with pytest.raises(ValueError, match=r"`class_weights`=.*2 positive numbers .*\(a, b\)"):
       classifier.class_weights_from_flag(bad, ["a", "b"])
 
 
@@ -666,7 +666,7 @@ def test_class_weighted_loss_equals_numpy(tokenizer, tmp_path):
   loss, metrics = task.loss(model, features, training=False)
   np.testing.assert_allclose(loss.numpy(), expected, rtol=1e-5)
   assert "accuracy" in metrics
-  with pytest.raises(ValueError, match="--class_weights=1,2: expected"):
+  with pytest.raises(ValueError, match="`class_weights`=1,2: expected"):
     classifier.ClassifierTask(modeling.BertConfig.from_dict(TINY_CONFIG), processor, tokenizer,
                               None, str(tmp_path), 8, class_weights="1,2")
 

@@ -329,7 +329,7 @@ def test_a_glue_file_that_lost_its_header_is_refused(tmp_path):
 def test_restoring_without_any_checkpoint_is_an_error(tmp_path):
   # Before, a fresh model (random weights) evaluated, predicted and exported after a warning.
   output_dir = str(tmp_path / "out")
-  with pytest.raises(errors.TrainingError, match="no checkpoint in %s and no --init_checkpoint"
+  with pytest.raises(errors.TrainingError, match="no checkpoint in %s and no `init_checkpoint`"
                      % output_dir):
     checkpoints.restore_model(tf.distribute.get_strategy(),
                               built_classifier, output_dir)
@@ -404,7 +404,7 @@ def test_dynamic_masking_refuses_records_without_its_cls_id(tmp_path, pretrainin
   masking = pretraining.DynamicMasking.from_vocab_file(str(vocab_file), 0.15, MAX_PREDICTIONS,
                                                         False)
   with pytest.raises(pretraining.RecordVocabError,
-                     match=r"%s: record 1 starts with id 2, not the \[CLS\] id 3 of --vocab_file "
+                     match=r"%s: record 1 starts with id 2, not the \[CLS\] id 3 of `vocab_file` "
                      r"%s" % (re.escape(records), re.escape(str(vocab_file)))):
     masking.check_records([records], str(vocab_file))
   # The records' own vocab passes.

@@ -467,7 +467,7 @@ def test_preset_of_another_architecture_is_named(tmp_path):
         "keras_hub>RobertaBackbone"}, r"^%s: holds a RobertaBackbone, not a BertBackbone$"),
       (dict(CONFIG, model_type="bert"),
        r"^%s is not a KerasHub preset's file: a Hugging Face config.json, convert it with "
-       r"--hf_model_path$")):
+       r"`hf_model_path`$")):
     config_path.write_text(json.dumps(config))
     with pytest.raises(conversion.ConversionError, match=expected % config_path):
       convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "out"))

@@ -294,7 +294,7 @@ def test_empty_corpus_is_an_error_naming_it(tmp_path, uncased_vocab_file):
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n\n")
   output = tmp_path / "out.tfrecord"
-  with pytest.raises(ValueError, match="no instances were created from --input_file %s" % corpus):
+  with pytest.raises(ValueError, match="no instances were created from `input_file` %s" % corpus):
     pretraining_data.run(_pretraining_config(str(corpus), str(output), uncased_vocab_file))
   assert os.listdir(tmp_path) == ["corpus.txt"]  # The old code wrote a 0-byte file, exit 0.
 
@@ -361,10 +361,10 @@ def test_empty_train_tsv_is_an_error_naming_it(tmp_path):
 
 
 def test_pair_task_needs_room_for_both_texts():
-  with pytest.raises(ValueError, match=r"--max_seq_length=3 is too short for a sentence-pair "
+  with pytest.raises(ValueError, match=r"`max_seq_length`=3 is too short for a sentence-pair "
                                        r"task: at least 5"):
     text_pairs.check_max_seq_length(3, is_pair=True)
-  with pytest.raises(ValueError, match=r"--max_seq_length=2 is too short for a single-sentence"):
+  with pytest.raises(ValueError, match=r"`max_seq_length`=2 is too short for a single-sentence"):
     text_pairs.check_max_seq_length(2, is_pair=False)
   text_pairs.check_max_seq_length(5, is_pair=True)
   text_pairs.check_max_seq_length(3, is_pair=False)
@@ -449,7 +449,7 @@ def test_corrupt_record_names_the_file_and_can_be_skipped(tmp_path):
   # The old code failed with "corrupted record at <offset>", naming no file.
   with pytest.raises(tfrecord_files.CorruptRecordError,
                      match=r"corrupt.tfrecord: record 40 \(at byte offset %d of %d\) is corrupt.*"
-                           r"--skip_corrupt_records" % (offset, size)):
+                           r"`skip_corrupt_records`" % (offset, size)):
     pretraining.run_evaluation(strategy, bert_config, [intact, corrupt], str(tmp_path / "out"),
                                None, 8, 100, SEQ_LENGTH, MAX_PREDICTIONS, model=result.model,
                                global_step=2)

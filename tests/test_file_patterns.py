@@ -27,7 +27,7 @@ def test_directories_and_hidden_files_are_skipped_unless_named(tmp_path):
   (tmp_path / "part-dir.txt").mkdir()
   assert file_patterns.expand(str(tmp_path / "part*")) == [visible]
   assert file_patterns.expand(str(tmp_path / ".part*")) == [hidden]
-  with pytest.raises(ValueError, match=r"^--input_file: '.*part-dir\.txt' matches no files$"):
+  with pytest.raises(ValueError, match=r"^`input_file`: '.*part-dir\.txt' matches no files$"):
     file_patterns.expand(str(tmp_path / "part-dir.txt"))
 
 
@@ -36,7 +36,7 @@ def test_errors_name_the_flag_and_the_pattern(tmp_path):
   with pytest.raises(ValueError, match=r"^--train_files: '.*missing\*\.txt' matches no files$"):
     file_patterns.expand("%s/a.txt,%s/missing*.txt" % (tmp_path, tmp_path), "--train_files")
   for empty in ("", " , ", None):
-    with pytest.raises(ValueError, match="^--input_file is required"):
+    with pytest.raises(ValueError, match="^`input_file` is required"):
       file_patterns.expand(empty)
 
 
@@ -61,6 +61,6 @@ def test_local_patterns_do_not_import_tensorflow(tmp_path):
 
 def test_remote_pattern_that_cannot_be_listed_names_flag_and_pattern():
   with pytest.raises(errors.InputError,
-                     match=r"^--input_file: 'nosuchfs://bucket/\*\.tfrecord' cannot be listed "
+                     match=r"^`input_file`: 'nosuchfs://bucket/\*\.tfrecord' cannot be listed "
                      r"\(UnimplementedError: .*nosuchfs"):
     file_patterns.expand("nosuchfs://bucket/*.tfrecord")

@@ -370,7 +370,7 @@ def test_bad_config_names_the_field(overrides, field):
 def test_max_seq_length_up_to_the_learned_positions():
   config = tiny_config(max_position_embeddings=64)
   config.check_max_seq_length(64)
-  with pytest.raises(ValueError, match=r"--max_seq_length=65 .*max_position_embeddings=64"):
+  with pytest.raises(ValueError, match=r"`max_seq_length`=65 .*max_position_embeddings=64"):
     config.check_max_seq_length(65)
 
 

@@ -102,12 +102,12 @@ def test_skip_bad_rows_skips_and_counts_them_per_file(tmp_path):
     multiple_choice.read_examples(all_bad, "dev", bad_rows)
   # test_results.tsv has one line per test row: a bad one stops the run even when skipping.
   with pytest.raises(task_files.BadInputError,
-                     match=r"test\.jsonl:1: .* never skipped, not even with --skip_bad_rows"):
+                     match=r"test\.jsonl:1: .* never skipped, not even with `skip_bad_rows`"):
     multiple_choice.read_examples(write(tmp_path / "test.jsonl", '["c"]\n'),
                                   "test", bad_rows)
   # Without skipping, the first bad row stops the run and the message says how to skip it.
   with pytest.raises(task_files.BadInputError,
-                     match=r"train\.csv:3: 11 columns, expected 12 \(pass --skip_bad_rows"):
+                     match=r"train\.csv:3: 11 columns, expected 12 \(pass `skip_bad_rows`"):
     multiple_choice.read_examples(csv_path, "train")
 
 

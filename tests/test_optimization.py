@@ -192,7 +192,7 @@ def test_create_optimizer_takes_the_schedule_by_its_flag_name(caplog):
   assert "learning rate schedule: linear (decay from the end of warmup)" in caplog.text
   assert optimization.create_optimizer(1e-3, 20, 4).get_config()["learning_rate"] == (
       keras.saving.serialize_keras_object(optimization.WarmupLinearDecay(1e-3, 20, 4)))
-  with pytest.raises(ValueError, match="--lr_schedule must be one of original, linear"):
+  with pytest.raises(ValueError, match="`lr_schedule` must be one of original, linear"):
     optimization.create_optimizer(1e-3, 20, 4, schedule="cosine")
 
 
@@ -289,10 +289,10 @@ def test_bert_adam_warns_about_high_learning_rates_once(caplog):
 
   messages = warnings_for(3e-4, "bert_adam")
   assert len(messages) == 1
-  assert "no bias correction" in messages[0] and "--optimizer=adamw" in messages[0]
+  assert "no bias correction" in messages[0] and "`optimizer`=adamw" in messages[0]
   assert not warnings_for(1e-4, "bert_adam")  # the original's own rates stay quiet
   assert not warnings_for(3e-4, "adamw") and not warnings_for(3e-4, "lamb")
-  with pytest.raises(ValueError, match="--optimizer must be one of bert_adam, adamw, lamb"):
+  with pytest.raises(ValueError, match="`optimizer` must be one of bert_adam, adamw, lamb"):
     optimization.create_optimizer(1e-4, 10, 1, optimizer_name="adam")
 
 

@@ -202,7 +202,7 @@ def test_vocab_without_mask_token_is_a_clear_error(tmp_path):
   vocab_file.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\nthe\n")
   with pytest.raises(ValueError, match=r"vocab.txt has no \[MASK\]"):
     make_masking(str(vocab_file), False)
-  with pytest.raises(ValueError, match="--masked_lm_prob"):
+  with pytest.raises(ValueError, match="`masked_lm_prob`"):
     make_masking(str(vocab_file), False, masked_lm_prob=1.5)
   vocab_file.write_text("[PAD]\n[UNK]\n[CLS]\n[SEP]\n[MASK]\nthe\n")
   make_masking(str(vocab_file), False).check_vocab_size(6)

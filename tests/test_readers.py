@@ -346,12 +346,12 @@ def test_glob_whose_files_were_written_with_other_lengths_names_file_and_both_le
   more = record_file(tmp_path / "d.tfrecord", pretraining_record(predictions=6))
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"^a record in %s has 20 values for feature input_ids but "
-                     r"--max_seq_length=16 expects 16: .* \(%s, also in --input_file, has 16\)$" %
+                     r"`max_seq_length`=16 expects 16: .* \(%s, also in `input_file`, has 16\)$" %
                      (longer, fits)):
     pretraining.check_input_lengths(TINY_BERT, [fits, empty, longer], SEQ, PREDICTIONS)
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"a record in %s has 6 values for feature masked_lm_positions but "
-                     r"--max_predictions_per_seq=4 expects 4" % more):
+                     r"`max_predictions_per_seq`=4 expects 4" % more):
     pretraining.check_input_lengths(TINY_BERT, [fits, more], SEQ, PREDICTIONS)
   pretraining.check_input_lengths(TINY_BERT, [empty, fits, fits], SEQ, PREDICTIONS)
   with pytest.raises(pretraining.RecordLengthError, match=r"none of its 2 files holds a complete"):
@@ -376,7 +376,7 @@ def test_later_record_of_other_length_is_named_not_a_tensorflow_traceback(tmp_pa
   model = pretraining.build_model(TINY_BERT)
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"^a record in %s has 20 values for feature input_ids but "
-                     r"--max_seq_length=16 expects 16" % mixed):
+                     r"`max_seq_length`=16 expects 16" % mixed):
     pretraining.run_evaluation(tf.distribute.get_strategy(), TINY_BERT, [mixed], str(tmp_path),
                                None, eval_batch_size=1, max_eval_steps=2, max_seq_length=SEQ,
                                max_predictions_per_seq=PREDICTIONS, model=model, global_step=0)

@@ -99,7 +99,7 @@ def test_learns_a_generated_rule_and_writes_the_original_outputs(generic_task, c
   with caplog.at_level("WARNING"):
     run(do_train=True, do_eval=True, do_predict=True, **flag_values)
   # The default optimizer (the original's) at 1e-3 warns once, naming the alternative.
-  assert len([r for r in caplog.records if "--optimizer=adamw" in r.getMessage()]) == 1
+  assert len([r for r in caplog.records if "`optimizer`=adamw" in r.getMessage()]) == 1
   output_dir = flag_values["output_dir"]
   results = read_eval_results(output_dir)
   assert set(results) == {"eval_accuracy", "eval_loss", "global_step", "loss"}
@@ -155,7 +155,7 @@ def test_sts_b_regression_reports_correlations(tmp_path):
 def test_bad_flags_and_data_give_clear_errors(tmp_path):
   files = dict(tiny_model_files(str(tmp_path)), max_seq_length=16)
   output_dir = str(tmp_path / "out")
-  with pytest.raises(ValueError, match="do_lower_case=True.*cased"):
+  with pytest.raises(ValueError, match="`do_lower_case`=True.*cased"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
         init_checkpoint="/models/cased_L-12_H-768_A-12/bert_model.ckpt", **files)
   with pytest.raises(ValueError, match="At least one of"):
@@ -163,7 +163,7 @@ def test_bad_flags_and_data_give_clear_errors(tmp_path):
   with pytest.raises(task_files.BadInputError, match="no such directory"):
     run(task_name="mrpc", data_dir=str(tmp_path / "absent"), output_dir=output_dir, do_train=True,
         **files)
-  with pytest.raises(ValueError, match="--max_seq_length=128 exceeds .*max_position_embeddings=64"):
+  with pytest.raises(ValueError, match="`max_seq_length`=128 exceeds .*max_position_embeddings=64"):
     run(task_name="mrpc", data_dir=str(tmp_path), output_dir=output_dir, do_train=True,
         **dict(files, max_seq_length=128))
 
@@ -175,7 +175,7 @@ def test_optimizer_adamw_trains_saves_adam_slots_and_resumes(generic_task, caplo
   flag_values = dict(flag_values, optimizer="adamw", learning_rate=5e-3)
   with caplog.at_level("WARNING"):
     run(do_train=True, **flag_values)
-  assert not [r for r in caplog.records if "--optimizer=adamw" in r.getMessage()]
+  assert not [r for r in caplog.records if "`optimizer`=adamw" in r.getMessage()]
   output_dir = flag_values["output_dir"]
   reader = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-37"))
   shapes = reader.get_variable_to_shape_map()
@@ -208,7 +208,7 @@ def test_lr_schedule_linear_reaches_the_optimizer_and_a_resume_with_another_is_r
   for step, rate in rates.items():
     assert rate == pytest.approx(1e-3 * (12 - step) / 11, rel=1e-5, abs=1e-10), step
   with pytest.raises(errors.TrainingError,
-                     match="--lr_schedule: recorded linear, now original"):
+                     match="`lr_schedule`: recorded linear, now original"):
     run(do_train=True, **dict(flag_values, lr_schedule="original"))
 
 
@@ -413,7 +413,7 @@ def test_class_weights_auto_weighs_by_inverse_frequency(tmp_path, monkeypatch):
   np.testing.assert_allclose(tasks[0].class_weight_values, [2, 2 / 3], rtol=1e-6)
   assert set(read_eval_results(flag_values["output_dir"])) == {
       "eval_accuracy", "eval_loss", "global_step", "loss"}
-  with pytest.raises(ValueError, match=r"--class_weights=1,2,3: expected 'auto' or 2 positive"):
+  with pytest.raises(ValueError, match=r"`class_weights`=1,2,3: expected 'auto' or 2 positive"):
     run(do_eval=True, class_weights="1,2,3", **flag_values)
   with pytest.raises(ValueError, match="--multi_label needs --task_name=generic"):
     run(do_eval=True, multi_label=True, **dict(flag_values, task_name="sst-2"))
@@ -437,7 +437,7 @@ def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path)
                      text_a_column="sentence", output_dir=str(output_dir), max_seq_length=16,
                      train_batch_size=8, num_train_epochs=1.0)
   with pytest.raises(task_files.BadInputError,
-                     match=r"train\.tsv:7: empty label: .*--skip_bad_rows"):
+                     match=r"train\.tsv:7: empty label: .*`skip_bad_rows`"):
     run(do_train=True, **flag_values)
   assert not label_list.exists()
   run(do_train=True, do_predict=True, skip_bad_rows=True, **flag_values)
@@ -451,7 +451,7 @@ def test_no_row_disappears_and_a_label_list_that_does_not_fit_is_named(tmp_path)
   label_list.write_text("neg\npos\nzzz\n")
   with pytest.raises(task_files.BadInputError) as error:
     run(do_predict=True, **flag_values)
-  assert str(label_list) in str(error.value) and "new --output_dir" in str(error.value)
+  assert str(label_list) in str(error.value) and "new `output_dir`" in str(error.value)
   # The label list an earlier version wrote from the empty cell: "" first, then the others.
   label_list.write_text("\nneg\npos\n")
   with pytest.raises(task_files.BadInputError, match=r"label_list\.txt:1: empty label"):
@@ -471,7 +471,7 @@ def test_a_run_refused_before_training_leaves_no_label_list(tmp_path):
   flag_values = dict(tiny_model_files(str(tmp_path)), task_name="generic",
                      text_a_column="sentence", output_dir=str(output_dir), max_seq_length=16,
                      train_batch_size=4, num_train_epochs=1.0, do_train=True)
-  with pytest.raises(errors.FlagError, match="--class_weights=1,2"):
+  with pytest.raises(errors.FlagError, match="`class_weights`=1,2"):
     run(data_dir=str(three), class_weights="1,2", **flag_values)
   assert not (output_dir / classifier_data.LABEL_LIST_FILE).exists()
   two = tmp_path / "two"

@@ -91,9 +91,9 @@ def write_config(path):
 
 
 def test_bad_globs_give_clear_errors(tmp_path):
-  with pytest.raises(ValueError, match=r"--input_file: '.*nothing\*\.tfrecord' matches no files"):
+  with pytest.raises(ValueError, match=r"`input_file`: '.*nothing\*\.tfrecord' matches no files"):
     pretraining.expand_input_files(str(tmp_path / "nothing*.tfrecord"))
-  with pytest.raises(ValueError, match="--input_file is required"):
+  with pytest.raises(ValueError, match="`input_file` is required"):
     pretraining.expand_input_files(" , ")
   first = write_records(tmp_path / "b.tfrecord", 1)
   second = write_records(tmp_path / "a.tfrecord", 1)
@@ -104,9 +104,9 @@ def test_bad_globs_give_clear_errors(tmp_path):
 def test_mismatched_records_name_the_flag(tmp_path):
   path = write_records(tmp_path / "data.tfrecord", 2)
   with pytest.raises(ValueError, match=r"data\.tfrecord has 16 values for feature input_ids but "
-                     r"--max_seq_length=32 expects 32"):
+                     r"`max_seq_length`=32 expects 32"):
     pretraining.check_first_record(path, 32, MAX_PREDICTIONS)
-  with pytest.raises(ValueError, match=r"masked_lm_positions but --max_predictions_per_seq=5"):
+  with pytest.raises(ValueError, match=r"masked_lm_positions but `max_predictions_per_seq`=5"):
     pretraining.check_first_record(path, SEQ_LENGTH, 5)
   pretraining.check_first_record(path, SEQ_LENGTH, MAX_PREDICTIONS)
   # A file whose later records disagree fails when a batch holding them is decoded. The stream
@@ -119,7 +119,7 @@ def test_mismatched_records_name_the_flag(tmp_path):
     writer.write(make_example(rng, seq_length=20).SerializeToString())
   pretraining.check_first_record(mixed, SEQ_LENGTH, MAX_PREDICTIONS)
   with pytest.raises(tf.errors.InvalidArgumentError, match=r"mixed\.tfrecord has 20 values .*"
-                     r"--max_seq_length=16"):
+                     r"`max_seq_length`=16"):
     list(pretraining.train_dataset([mixed], 2, 0, SEQ_LENGTH, MAX_PREDICTIONS).take(20))
 
 
@@ -278,7 +278,7 @@ def test_cli_lamb_trains_and_saves_adam_slots(tmp_path, caplog):
   caplog.set_level(logging.INFO)
   run_main(tmp_path, "--do_train", "--num_train_steps=20", "--optimizer=lamb",
            "--learning_rate=5e-2", "--num_warmup_steps=2")
-  assert "Optimizer: lamb (Lamb)" in caplog.text and "--optimizer=adamw" not in caplog.text
+  assert "Optimizer: lamb (Lamb)" in caplog.text and "`optimizer`=adamw" not in caplog.text
   losses = _logged_losses(str(output_dir))
   assert sorted(losses) == [10, 20] and losses[20] < losses[10]
   # Every trainable variable's LAMB moments are in the checkpoint under the Adam slot names, and
@@ -297,7 +297,7 @@ def test_cli_lamb_trains_and_saves_adam_slots(tmp_path, caplog):
 def test_cli_rejects_mismatched_records(tmp_path):
   write_records(tmp_path / "data.tfrecord", 4)
   write_config(tmp_path / "bert_config.json")
-  with pytest.raises(ValueError, match="--max_predictions_per_seq=6 expects 6"):
+  with pytest.raises(ValueError, match="`max_predictions_per_seq`=6 expects 6"):
     run_main(tmp_path, "--do_eval", "--max_predictions_per_seq=6")
 
 
@@ -408,7 +408,7 @@ def test_phase2_continues_step_and_optimizer_state_at_its_length_and_resumes_in_
   _copy_checkpoint(one_job, 30, changed)
   with pytest.raises(errors.TrainingError, match=(
       r"\(recorded in .*training_settings.json for the phase that starts at step 20\): "
-      r"--learning_rate: recorded 0.0005, now 0.001\. ")):
+      r"`learning_rate`: recorded 0.0005, now 0.001\. ")):
     _two_phases(changed, phase1_file, phase2_file, phase2_learning_rate=1e-3)
 
 
@@ -420,7 +420,7 @@ def test_cli_phase2_trains_both_phases_and_checks_its_input_before_phase1(tmp_pa
       modeling.BertConfig.from_dict(PHASE2_CONFIG).to_json_string())
   phase2 = ["--phase2_input_file=%s" % (tmp_path / "phase2.tfrecord"), "--phase2_steps=10",
             "--phase2_max_seq_length=%d" % PHASE2_LENGTH, "--phase2_learning_rate=5e-4"]
-  with pytest.raises(errors.FlagError, match="--phase2_max_predictions_per_seq=7 expects 7"):
+  with pytest.raises(errors.FlagError, match="`phase2_max_predictions_per_seq`=7 expects 7"):
     run_main(tmp_path, "--do_train", "--num_train_steps=10", *phase2,
              "--phase2_max_predictions_per_seq=7")
   assert not (tmp_path / "out" / "checkpoint").exists()  # Found before phase 1 trained.

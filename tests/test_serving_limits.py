@@ -60,25 +60,25 @@ CLASSIFIER_REQUESTS = {
     "text not UTF-8": (texts(text_a=["good", "\udcff\udcfe bad"]),
                        "text_a row 1 is not valid UTF-8"),
     "text rows over": (texts(text_a=["a"] * 5),
-                       "text_a has 5 rows: at most 4 rows per request (--max_request_rows)"),
+                       "text_a has 5 rows: at most 4 rows per request (`max_request_rows`)"),
     "text rows at": (texts(text_a=["a"] * 4), None),
     "text tokens over": (texts(text_a=[LONG] * 4),
                          "text_a: 4 rows of 16 token positions, 64 in all: at most 48 per "
-                         "request (--max_request_tokens)"),
+                         "request (`max_request_tokens`)"),
     "text tokens at": (texts(text_a=[LONG] * 3), None),
     "ids rows over": (ids(5, 4), "input_ids has 5 rows: at most 4 rows per request "
-                                 "(--max_request_rows)"),
+                                 "(`max_request_rows`)"),
     "ids tokens over": (ids(4, 16), "input_ids has shape [4 16], 64 token positions: at most 48 "
-                                    "per request (--max_request_tokens)"),
+                                    "per request (`max_request_tokens`)"),
     "ids tokens at": (ids(3, 16), None),
     "ids rows and tokens at": (ids(4, 12), None),
 }
 SQUAD_REQUESTS = {
     "rows over": (texts(question=["Why?"] * 5, context=["a b"] * 5),
-                  "context has 5 rows: at most 4 rows per request (--max_request_rows)"),
+                  "context has 5 rows: at most 4 rows per request (`max_request_rows`)"),
     "tokens over": (texts(question=["Why?"], context=[LONG_CONTEXT]),
                     "context + question: 5 windows of 48 token positions, 240 in all: at most "
-                    "96 per request (--max_request_tokens)"),
+                    "96 per request (`max_request_tokens`)"),
     "tokens at": (texts(question=["Why?", "Who?"], context=[LONG, "a cat"]), None),
     "empty context": (texts(question=["Who sat on the mat?", "Why?", "Who?"],
                             context=[LONG, "", " \t "]), None),

@@ -105,7 +105,7 @@ def test_read_examples_v2_impossible():
   # Without the flag, SQuAD 2.0's unanswerable questions are an error naming the first (before,
   # each was skipped with a warning and half of the data trained).
   with pytest.raises(squad_data.SquadFormatError, match="question b: an unanswerable question "
-                     r"\(is_impossible\): SQuAD 2.0 data trains with --version_2_with_negative"):
+                     r"\(is_impossible\): SQuAD 2.0 data trains with `version_2_with_negative`"):
     squad_data.examples_from_data(squad_json({"a": "sold", "b": ""}, version_2=True),
                                   is_training=True)
 
@@ -143,10 +143,10 @@ def _write(path, content):
 
 
 def test_check_feature_settings_names_the_flags():
-  with pytest.raises(errors.FlagError, match=r"--max_seq_length=10 must be greater than "
-                     r"--max_query_length=7 \+ 3"):
+  with pytest.raises(errors.FlagError, match=r"`max_seq_length`=10 must be greater than "
+                     r"`max_query_length`=7 \+ 3"):
     squad_data.check_feature_settings(10, 4, 7)
-  with pytest.raises(errors.FlagError, match="--doc_stride must be positive"):
+  with pytest.raises(errors.FlagError, match="`doc_stride` must be positive"):
     squad_data.check_feature_settings(64, 0, 7)
 
 

@@ -177,9 +177,9 @@ def test_validate_case_matches_checkpoint():
   tokenization.validate_case_matches_checkpoint(True, "/x/uncased_L-12_H-768_A-12/bert_model.ckpt")
   tokenization.validate_case_matches_checkpoint(False, "/x/cased_L-12_H-768_A-12/bert_model.ckpt")
   tokenization.validate_case_matches_checkpoint(False, "/x/my_model/bert_model.ckpt")
-  with pytest.raises(ValueError, match="do_lower_case=False"):
+  with pytest.raises(ValueError, match="`do_lower_case`=False"):
     tokenization.validate_case_matches_checkpoint(True, "/x/cased_L-12_H-768_A-12/bert_model.ckpt")
-  with pytest.raises(ValueError, match="do_lower_case=True"):
+  with pytest.raises(ValueError, match="`do_lower_case`=True"):
     tokenization.validate_case_matches_checkpoint(
         False, "gs://b/chinese_L-12_H-768_A-12/bert_model.ckpt")
 

@@ -313,7 +313,7 @@ def test_early_stopping_state_survives_a_resume(tmp_path):
 
 
 def test_an_unknown_early_stopping_metric_names_the_flag_and_the_metrics(tmp_path):
-  with pytest.raises(errors.TrainingError, match=r"--early_stopping_metric=f1 is not one of "
+  with pytest.raises(errors.TrainingError, match=r"`early_stopping_metric`=f1 is not one of "
                      r"the evaluation's metrics: eval_loss, m"):
     training_loop.train(
         tf.distribute.get_strategy(), model_fn, loss_fn, dataset_fn_of(examples(64)),
@@ -352,10 +352,10 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
   with pytest.raises(errors.TrainingError) as error:
     resume(output_dir, **changes)
   message = str(error.value)
-  for difference in ("--learning_rate: recorded 0.01, now 0.02",
-                     "--train_batch_size: recorded 8, now 4",
-                     "--bert_config_file (hidden_size): recorded 16, now 32",
-                     "pass --allow_changed_settings"):
+  for difference in ("`learning_rate`: recorded 0.01, now 0.02",
+                     "`train_batch_size`: recorded 8, now 4",
+                     "`bert_config_file` (hidden_size): recorded 16, now 32",
+                     "pass `allow_changed_settings`"):
     assert difference in message
   assert "\n" not in message and "max_seq_length" not in message
   assert checkpoints.latest_checkpoint(output_dir) == os.path.join(output_dir, "model.ckpt-4")
@@ -367,16 +367,16 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
     changed = resume(output_dir, learning_rate=2e-2, train_batch_size=4,
                      allow_changed_settings=True)
   assert changed.global_step == 6
-  assert "--learning_rate: recorded 0.01, now 0.02" in warnings_text(caplog)
+  assert "`learning_rate`: recorded 0.01, now 0.02" in warnings_text(caplog)
   assert recorded_settings(output_dir)["0"]["learning_rate"] == 2e-2
-  with pytest.raises(errors.TrainingError, match="--learning_rate: recorded 0.02, now 0.01"):
+  with pytest.raises(errors.TrainingError, match="`learning_rate`: recorded 0.02, now 0.01"):
     resume(output_dir)
 
 
 def test_a_resume_with_another_lr_schedule_is_refused_and_an_older_record_means_original(
     reference, tmp_path):
   output_dir = killed_after_step_4(reference, str(tmp_path / "out"))
-  refused = "--lr_schedule: recorded original, now linear"
+  refused = "`lr_schedule`: recorded original, now linear"
   with pytest.raises(errors.TrainingError, match=refused):
     resume(output_dir, lr_schedule="linear")
   # A record written before --lr_schedule existed has none: that run had the original's schedule.

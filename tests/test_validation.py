@@ -11,6 +11,7 @@ import re
 import subprocess
 import sys
 
+from absl import flags
 import pytest
 
 from conftest import REPO_ROOT
@@ -221,7 +222,7 @@ def test_vocab_paths_that_are_not_regular_files(tmp_path):
   for path, expected in ((str(tmp_path), "is a directory"), (fifo, "is not a regular file"),
                          ("/dev/null", "is not a regular file"),
                          (str(tmp_path / "absent.txt"), "does not exist")):
-    with pytest.raises(errors.InputError, match="--vocab_file: %s %s" % (path, expected)):
+    with pytest.raises(errors.InputError, match="`vocab_file`: %s %s" % (path, expected)):
       tokenization.load_vocab(path)
 
 
@@ -289,11 +290,78 @@ def test_bert_traceback_shows_the_traceback_behind_the_line(tmp_path):
   assert "Traceback" in run.stderr and "errors.FlagError: --vocab_size=0" in run.stderr
 
 
-def test_epochs_that_make_no_step_name_the_flags():
-  """Caught once the training examples are counted (the flags alone cannot tell)."""
+def test_epochs_that_make_no_step_name_the_settings():
+  """Caught once the training examples are counted (the flags alone cannot tell). A Python
+  caller reads the settings' names, no command-line flags."""
   config = training_loop.TrainConfig(output_dir="unused", num_train_epochs=0.5,
                                      warmup_proportion=0.1, train_batch_size=32)
-  with pytest.raises(errors.FlagError, match="--num_train_epochs=0.5 of 40 training examples at "
-                     "--train_batch_size=32 is less than one step"):
+  with pytest.raises(errors.FlagError) as error:
     config.with_schedule(40)
+  assert str(error.value) == ("`num_train_epochs`=0.5 of 40 training examples at "
+                              "`train_batch_size`=32 is less than one step")
   assert config.with_schedule(64).num_train_steps == 1
+
+
+def _generic_task_arguments(tmp_path) -> list:
+  """run_classifier's command line for a two-row generic task and a tiny model from scratch."""
+  data_dir = tmp_path / "data"
+  data_dir.mkdir()
+  _write(data_dir / "train.tsv", "sentence\tlabel\na good day\tpos\na bad night\tneg\n")
+  words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "good", "bad", "day", "night"]
+  words += ["w%d" % index for index in range(TINY_CONFIG["vocab_size"] - len(words))]
+  return ["run_classifier.py", "--task_name=generic", "--do_train", "--data_dir=%s" % data_dir,
+          "--text_a_column=sentence", "--max_seq_length=16", "--output_dir=%s" % (tmp_path / "out"),
+          "--vocab_file=" + _write(tmp_path / "vocab.txt", "\n".join(words) + "\n"),
+          "--bert_config_file=" + _write(tmp_path / "bert_config.json", json.dumps(TINY_CONFIG))]
+
+
+def test_a_script_words_the_settings_of_library_messages_as_its_flags(tmp_path):
+  """The same library error and warning, through the real command line (`cli.as_flags`)."""
+  arguments = _generic_task_arguments(tmp_path)
+  run = _run_script(arguments + ["--num_train_epochs=0.5"])
+  assert run.returncode == 1, run.stderr[-2000:]
+  assert run.stderr.strip().splitlines()[-1] == (
+      "run_classifier.py: error: --num_train_epochs=0.5 of 2 training examples at "
+      "--train_batch_size=32 is less than one step")
+  # optimization's warning about the original's optimizer at a high rate, in the script's log.
+  run = _run_script(arguments + ["--num_train_epochs=1", "--train_batch_size=2",
+                                 "--learning_rate=1e-3"])
+  assert run.returncode == 0, run.stderr[-2000:]
+  assert "] --learning_rate=0.001 with --optimizer=bert_adam, the original's optimizer" in (
+      run.stderr)
+  assert "use --optimizer=adamw" in run.stderr and "`optimizer`" not in run.stderr
+
+
+_FLAGS = {"learning_rate", "num_train_epochs", "train_batch_size"}
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("`learning_rate` must be > 0, got -1", "--learning_rate must be > 0, got -1"),
+    ("`num_train_epochs`=0.5 of 40 training examples at `train_batch_size`=32 is less than one "
+     "step", "--num_train_epochs=0.5 of 40 training examples at --train_batch_size=32 is less "
+     "than one step"),
+    # A backquoted name that is no flag (here: a file's name) keeps its backquotes.
+    ("directory d has no `checkpoint` file; pass `learning_rate`", "directory d has no "
+     "`checkpoint` file; pass --learning_rate"),
+    # Only lowercase identifiers are names: not code, paths or a model's directory name.
+    ("`uncased_L-12_H-768_A-12` and `a b` and `Learning_rate` and `` and `x/y`",
+     "`uncased_L-12_H-768_A-12` and `a b` and `Learning_rate` and `` and `x/y`"),
+    ("no backquotes: --learning_rate=1 and learning_rate stay",
+     "no backquotes: --learning_rate=1 and learning_rate stay"),
+])
+def test_worded_rewrites_each_backquoted_setting(text, expected):
+  assert errors.worded(text, lambda name: "--" + name if name in _FLAGS else "`%s`" % name) == (
+      expected)
+
+
+def test_worded_passes_the_bare_name_and_keeps_a_value():
+  assert errors.worded("`a` and `b_2`=`3`, `c`=x y", str.upper) == "A and B_2=`3`, C=x y"
+
+
+def test_the_command_line_words_only_the_running_scripts_flags(monkeypatch):
+  flag_values = flags.FlagValues()
+  cli.define_common_flags(flag_values=flag_values)
+  monkeypatch.setattr(cli, "FLAGS", flag_values)
+  assert cli.as_flags("`learning_rate`=-1 with `optimizer`=lamb; no `checkpoint` file, no "
+                      "`doc_stride`") == ("--learning_rate=-1 with --optimizer=lamb; no "
+                                          "`checkpoint` file, no `doc_stride`")
