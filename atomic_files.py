@@ -264,8 +264,11 @@ def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
   normally the temporary (and any `<temporary>.<suffix>` files) is renamed to `path` (+ suffix);
   when it raises, everything written is deleted and the exception propagates. A full disk in the
   block (an OSError, or TensorFlow's error for it) is raised as an OSError naming the output
-  (`named`, else `path`), which the operating system's message does not.
+  (`named`, else `path`), which the operating system's message does not. A local `path` that is a
+  symlink is written where it points, as the shell's `>` writes through one (the link stays).
   """
+  if not file_patterns.is_remote(path) and os.path.islink(path.rstrip("/")):
+    path = os.path.realpath(path)
   remove_stale_temporaries(path)
   temporary = temporary_path(path)
   try:

@@ -171,14 +171,16 @@ KNOWN_FIELDS = SHAPE_FIELDS + ("hidden_act", "hidden_dropout_prob", "attention_p
 
 
 def _check_config_file_fields(json_file: str, fields: Mapping[str, Any]) -> None:
-  """A config file names every shape field; a key that is a misspelt field is an error (it would
-  be kept as an extra field while the field took its default or kept another value)."""
+  """A config file names every shape field; a key that is a misspelt field (close to one, or one
+  lengthened or cut short: `hidden_dropout_probability`) is an error (it would be kept as an
+  extra field while the field took its default or kept another value)."""
   missing = [name for name in SHAPE_FIELDS if name not in fields]
   if missing:
     raise ConfigError("%s: BertConfig field %s is missing (Google's configs give all of %s)" %
                       (json_file, ", ".join(missing), ", ".join(SHAPE_FIELDS)))
   for key in fields:
-    close = difflib.get_close_matches(key, KNOWN_FIELDS, n=1, cutoff=0.85)
+    close = (difflib.get_close_matches(key, KNOWN_FIELDS, n=1, cutoff=0.85) or
+             [name for name in KNOWN_FIELDS if key.startswith(name) or name.startswith(key)])
     if key not in KNOWN_FIELDS and close:
       raise ConfigError("%s: unknown key %r: did you mean %r?" % (json_file, key, close[0]))
 

@@ -499,3 +499,8 @@ def test_a_config_file_without_a_shape_field_or_with_a_misspelt_one_is_refused(t
   with pytest.raises(modeling.ConfigError, match="unknown key 'hiden_size': did you mean "
                      "'hidden_size'"):
     modeling.BertConfig.from_json_file(str(path))
+  # Lengthened: before, kept as an extra key while training used the default dropout of 0.1.
+  path.write_text(json.dumps(dict(google, hidden_dropout_probability=0.5)))
+  with pytest.raises(modeling.ConfigError, match="unknown key 'hidden_dropout_probability': did "
+                     "you mean 'hidden_dropout_prob'"):
+    modeling.BertConfig.from_json_file(str(path))

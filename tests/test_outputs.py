@@ -503,6 +503,24 @@ def test_the_output_path_never_renames_across_kinds(tmp_path):
                              "a_file": _tree(a_file)["."]}
 
 
+def test_an_output_named_through_a_symlink_is_written_where_it_points(tmp_path):
+  # As the shell's `>`: the link stays and its target gets the output. Before, a link to a
+  # directory was "a file" (convert_checkpoint refused it) and a link to a file was replaced.
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  (tmp_path / "target").mkdir()
+  (tmp_path / "to_directory").symlink_to(tmp_path / "target")
+  with atomic_files.atomic_output(str(tmp_path / "to_directory")) as temporary:
+    os.makedirs(temporary)
+    with open(os.path.join(temporary, "model.txt"), "w") as f:
+      f.write("the model\n")
+  (tmp_path / "file.txt").write_text("old\n")
+  (tmp_path / "to_file").symlink_to(tmp_path / "file.txt")
+  atomic_files.write_text(str(tmp_path / "to_file"), "new\n")
+  assert (tmp_path / "to_directory").is_symlink() and (tmp_path / "to_file").is_symlink()
+  assert _tree(tmp_path / "target") == {"model.txt": _tree(tmp_path / "target" / "model.txt")["."]}
+  assert (tmp_path / "file.txt").read_text() == "new\n"
+
+
 def _dead_pid() -> int:
   process = subprocess.Popen([sys.executable, "-c", "pass"])
   process.wait()
