@@ -1,9 +1,11 @@
 # coding=utf-8
 """The named choices of the library's settings and the serving limits' defaults, as plain data.
 
-The library's modules (distribution, optimization, export) accept these names; the command line
-(`cli`) offers them as its flags' values. Both read them here because `cli` imports no TensorFlow
-(the data scripts run its validation pass and then fork their workers), while those modules do.
+The library's modules (distribution, optimization, export, classifier) accept these names; the
+command line (`cli` and the scripts' flags) offers them as its flags' values. Both read them here
+because the scripts define their flags and run the validation pass without TensorFlow (the data
+scripts then fork their workers; the others load it only when the pass found nothing wrong),
+while those modules import it.
 """
 
 # Where a run executes (`distribution.make_strategy`): the strategies, and the Keras precisions a
@@ -21,3 +23,10 @@ SCHEDULES = ("original", "linear")
 EXPORT_PRECISIONS = ("float32", "bfloat16")
 DEFAULT_MAX_REQUEST_ROWS = 1024
 DEFAULT_MAX_REQUEST_TOKENS = 65536
+
+# The classifier's tasks (`classifier_data.PROCESSORS`: the original's GLUE and XNLI processors and
+# the user's own files), and how a long text's window logits make its logits
+# (`classifier.aggregate_windows`).
+CLASSIFIER_TASKS = ("xnli", "mnli", "mrpc", "cola", "sst-2", "qnli", "qqp", "rte", "wnli", "sts-b",
+                    "generic")
+WINDOW_AGGREGATIONS = ("mean", "max", "first")

@@ -16,6 +16,7 @@ import numpy as np
 import tensorflow as tf
 
 import checkpoints
+import choices
 import classifier_data
 import distribution
 import errors
@@ -202,9 +203,6 @@ def class_weights_from_flag(value: Optional[str], labels: Sequence[str],
   return weights.astype(np.float32)
 
 
-WINDOW_AGGREGATIONS = ("mean", "max", "first")
-
-
 def aggregate_windows(window_values: np.ndarray, example_index: np.ndarray,
                       method: str) -> np.ndarray:
   """One row per example from the rows of its windows (`--window_aggregation`): their mean,
@@ -222,7 +220,7 @@ def aggregate_windows(window_values: np.ndarray, example_index: np.ndarray,
     sums = np.add.reduceat(window_values, starts, axis=0)
     return sums / counts.reshape([-1] + [1] * (window_values.ndim - 1))
   raise errors.FlagError("`window_aggregation`=%s: expected one of %s" %
-                         (method, ", ".join(WINDOW_AGGREGATIONS)))
+                         (method, ", ".join(choices.WINDOW_AGGREGATIONS)))
 
 
 def aggregate_windows_in_graph(window_values: tf.Tensor, windows: tf.RaggedTensor,
@@ -299,9 +297,9 @@ class ClassifierTask(fine_tuning.Task):
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
       raise errors.FlagError("`doc_stride` must be positive, got %d" % self.doc_stride)
-    if self.window_aggregation not in WINDOW_AGGREGATIONS:
+    if self.window_aggregation not in choices.WINDOW_AGGREGATIONS:
       raise errors.FlagError("`window_aggregation`=%s: expected one of %s" %
-                             (self.window_aggregation, ", ".join(WINDOW_AGGREGATIONS)))
+                             (self.window_aggregation, ", ".join(choices.WINDOW_AGGREGATIONS)))
     processor = self.processor
     if self.class_weights and (processor.is_regression or processor.is_multi_label):
       raise errors.FlagError("`class_weights` is for single-label classification tasks")

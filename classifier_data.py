@@ -407,6 +407,7 @@ def read_label_list(path: str) -> tuple[str, ...]:
   return task_files.read_label_list(path)
 
 
+# The processor of each of choices.CLASSIFIER_TASKS (the names --task_name offers).
 PROCESSORS = {
     "xnli": XnliProcessor,
     "mnli": MnliProcessor,

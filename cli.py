@@ -436,23 +436,31 @@ def _check_request_tokens() -> None:
                            "row of the longest length) for --export_dir" % (tokens, length))
 
 
-def _check_vocab_paths() -> None:
-  """`--vocab_file` and `--spm_model_file`, where a script has them, are readable files."""
-  for name in ("vocab_file", "spm_model_file"):
+def _check_model_paths() -> None:
+  """`--vocab_file`, `--spm_model_file` and `--bert_config_file`, where a script has them, are
+  readable files."""
+  for name in ("vocab_file", "spm_model_file", "bert_config_file"):
     path = flag_value(name)
     if path:
       errors.check_regular_file(path, "--" + name)
 
 
-def check_flags(check_input_paths: Optional[Callable[[], None]] = None) -> None:
-  """The validation pass `run_script` runs before `main`: every numeric flag in range, the flags
-  that go together consistent, the vocab readable, then `check_input_paths` (the script's other
-  files). Raises FlagError (or a reader's InputError) naming the first flag or file at fault."""
+def check_flags() -> None:
+  """The first checks of the validation pass `run_script` runs before `main`: every numeric flag
+  in range, the flags that go together consistent, the vocab and config readable. Raises
+  FlagError (or InputError for a file) naming the first flag at fault."""
   _check_flag_values()
   _check_flag_combinations()
-  _check_vocab_paths()
-  if check_input_paths:
-    check_input_paths()
+  _check_model_paths()
+
+
+def check_model_files() -> None:
+  """The validation pass's checks of the files a TensorFlow script reads: the config, the vocab
+  against it, the init checkpoint, the input file patterns, the data and export directories and
+  TF_CONFIG (`cli_setup.check_input_paths`). A script passes this to `run_script`, which calls it
+  after the checks that need no TensorFlow: it loads TensorFlow, imported here only then."""
+  import cli_setup  # pylint: disable=g-import-not-at-top
+  cli_setup.check_input_paths()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -564,20 +572,24 @@ def _is_disk_full(error: OSError) -> bool:
 def run_script(main: Callable[[list], Any],
                check_input_paths: Optional[Callable[[], None]] = None,
                outputs: Optional[dict[str, OutputFlag]] = None) -> None:
-  """`app.run(main)` after the validation pass (`check_flags(check_input_paths)`). An
-  `InputError` from anywhere, or an `OSError` on a named file or of a full disk, ends
-  the script with one line on stderr (`<script>: error: <message>`, exit status 1) instead of a
-  traceback, unless BERT_TRACEBACK=1. Anything else is a bug and keeps its traceback. The pass
-  ends with `check_run_paths(outputs)`: no output may replace an input, another output or a path
-  of the other kind. The error line, and the log while the script runs, name the settings of
-  library messages as the script's flags (`as_flags`)."""
+  """`app.run(main)` after the validation pass: `check_flags`, then `check_run_paths(outputs)`
+  (no output may replace an input, another output or a path of the other kind), then
+  `check_input_paths` (the script's files, e.g. `check_model_files`). The first two need no
+  TensorFlow: a script that imports it only in `main` refuses bad flags and outputs in a fraction
+  of a second, with one line on stderr and none of TensorFlow's start-up lines. An `InputError`
+  from anywhere, or an `OSError` on a named file or of a full disk, ends the script with one line
+  (`<script>: error: <message>`, exit status 1) instead of a traceback, unless BERT_TRACEBACK=1.
+  Anything else is a bug and keeps its traceback. The error line, and the log while the script
+  runs, name the settings of library messages as the script's flags (`as_flags`)."""
 
   def main_with_clear_errors(argv):
     absl_logger = logging.getLogger("absl")
     absl_logger.addFilter(_log_as_flags)
     try:
-      check_flags(check_input_paths)
+      check_flags()
       check_run_paths(outputs)
+      if check_input_paths:
+        check_input_paths()
       return main(argv)
     except (errors.InputError, OSError) as error:
       if (isinstance(error, OSError) and not (error.filename or _is_disk_full(error)) or

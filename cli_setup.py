@@ -4,15 +4,15 @@ training config, a fine-tuning task's run; and the validation pass's checks that
 
 A script defines its flags with `cli`'s groups; its `main` builds what they describe with
 `setup_strategy`, `bert_config`, `tokenizer` and `train_config` (or `setup_task_script` and
-`run_task` for a fine-tuning task). `run_script` is `cli.run_script` with the checks here added
-to the validation pass: the config read (and checked against --max_seq_length and the vocab), the
-init checkpoint found, the input file patterns matched, the data and export directories, TF_CONFIG.
-Like `cli`, and unlike the library below it, this module reads absl's FLAGS.
+`run_task` for a fine-tuning task). `check_input_paths` is the validation pass's last step for
+these scripts (`cli.check_model_files`): the config read (and checked against --max_seq_length
+and the vocab), the init checkpoint found, the input file patterns matched, the data and export
+directories, TF_CONFIG. Like `cli`, and unlike the library below it, this module reads absl's
+FLAGS.
 """
 
 import hashlib
 import os
-from typing import Any, Callable, Optional
 
 from absl import flags
 import tensorflow as tf
@@ -180,13 +180,12 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
 # ------------------------------------------------------------------------------------------------
 
 
-def _check_input_paths() -> None:
+def check_input_paths() -> None:
   """The files the flags of TensorFlow's scripts name: the config (read, and checked against
   --max_seq_length where the script has it), the init checkpoint, the input file patterns, the
   data directory, the export directory (`export.check_export_dir`), and the TF_CONFIG variable."""
   distribution.check_tf_config()
   if cli.flag_value("bert_config_file"):
-    errors.check_regular_file(FLAGS.bert_config_file, "--bert_config_file")
     _check_vocab_fits_model(bert_config())
   if cli.flag_value("init_checkpoint"):
     checkpoints.resolve_checkpoint_path(cli.flag_value("init_checkpoint"))
@@ -218,11 +217,3 @@ def _check_vocab_fits_model(config: modeling.BertConfig) -> None:
     raise errors.FlagError("--%s: %s (--bert_config_file=%s)" % (
         "spm_model_file" if spm_model_file else "vocab_file", error,
         FLAGS.bert_config_file)) from None
-
-
-def run_script(main: Callable[[list], Any],
-               outputs: Optional[dict[str, cli.OutputFlag]] = None) -> None:
-  """`cli.run_script` for a script that uses these flags: the validation pass also reads
-  `--bert_config_file` and checks `--init_checkpoint` and TF_CONFIG before `main` runs;
-  `outputs` are the script's output flags of another kind than `cli.OUTPUT_FLAGS` says."""
-  cli.run_script(main, check_input_paths=_check_input_paths, outputs=outputs)

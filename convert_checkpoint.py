@@ -86,7 +86,7 @@ import numpy as np
 import tensorflow as tf
 
 import atomic_files
-import cli_setup
+import cli
 import conversion
 import conversion_google
 import conversion_hf
@@ -260,4 +260,5 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("output_dir")
-  cli_setup.run_script(main, outputs={"output_dir": atomic_files.OUTPUT_DIRECTORY})
+  cli.run_script(main, check_input_paths=cli.check_model_files,
+                 outputs={"output_dir": atomic_files.OUTPUT_DIRECTORY})

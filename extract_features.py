@@ -606,4 +606,5 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli_setup.run_script(main, outputs={"output_file": _output_file})
+  cli.run_script(main, check_input_paths=cli.check_model_files,
+                 outputs={"output_file": _output_file})

@@ -15,12 +15,9 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 
 from absl import flags
 
-import classifier
-import classifier_data
+import choices
 import cli
-import cli_setup
 import errors
-import text_pairs
 
 FLAGS = flags.FLAGS
 
@@ -31,7 +28,7 @@ def define_flags() -> None:
                         "tasks) and `token_ids` on token ids")
   cli.define_data_dir_flag("the task's .tsv files, or other data files")
   flags.DEFINE_string("task_name", None, "The name of the task to train: %s." %
-                      ", ".join(classifier_data.PROCESSORS))
+                      ", ".join(choices.CLASSIFIER_TASKS))
   cli.define_skip_bad_rows_flag()
   cli.define_packing_flag()
   flags.DEFINE_string("xnli_language", "zh", "The XNLI language to train and evaluate on.")
@@ -48,7 +45,7 @@ def define_flags() -> None:
                        "every doc_stride tokens (each window trains with the text's label; "
                        "evaluation, prediction and the export aggregate the windows). Default: "
                        "truncate, as the original.")
-  flags.DEFINE_enum("window_aggregation", "mean", list(classifier.WINDOW_AGGREGATIONS),
+  flags.DEFINE_enum("window_aggregation", "mean", list(choices.WINDOW_AGGREGATIONS),
                     "With --doc_stride: how a text's window logits make its logits.")
   flags.DEFINE_bool("multi_label", False,
                     "task_name=generic: each label cell lists any number of labels separated by "
@@ -64,6 +61,13 @@ def define_flags() -> None:
 
 
 def main(_):
+  # TensorFlow loads here, once the validation pass found nothing wrong (cli.run_script).
+  # pylint: disable=g-import-not-at-top
+  import classifier
+  import classifier_data
+  import cli_setup
+  import text_pairs
+  # pylint: enable=g-import-not-at-top
   cli.require("task_name")
   strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   if FLAGS.multi_label and FLAGS.task_name.lower() != "generic":
@@ -87,4 +91,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli_setup.run_script(main)
+  cli.run_script(main, check_input_paths=cli.check_model_files)

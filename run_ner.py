@@ -18,8 +18,6 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
-import cli_setup
-import tagging
 
 FLAGS = flags.FLAGS
 
@@ -37,6 +35,11 @@ def define_flags() -> None:
 
 
 def main(_):
+  # TensorFlow loads here, once the validation pass found nothing wrong (cli.run_script).
+  # pylint: disable=g-import-not-at-top
+  import cli_setup
+  import tagging
+  # pylint: enable=g-import-not-at-top
   strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   task = tagging.TaggingTask(bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
@@ -48,4 +51,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli_setup.run_script(main)
+  cli.run_script(main, check_input_paths=cli.check_model_files)

@@ -197,4 +197,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli_setup.run_script(main)
+  cli.run_script(main, check_input_paths=cli.check_model_files)

@@ -19,9 +19,6 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 from absl import flags
 
 import cli
-import cli_setup
-import squad
-import squad_data
 
 FLAGS = flags.FLAGS
 
@@ -56,6 +53,12 @@ def define_flags() -> None:
 
 
 def main(_):
+  # TensorFlow loads here, once the validation pass found nothing wrong (cli.run_script).
+  # pylint: disable=g-import-not-at-top
+  import cli_setup
+  import squad
+  import squad_data
+  # pylint: enable=g-import-not-at-top
   strategy, tokenizer, bert_config = cli_setup.setup_task_script()
   if FLAGS.do_train:
     cli.require("train_file", reason=" with --do_train")
@@ -79,4 +82,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli_setup.run_script(main)
+  cli.run_script(main, check_input_paths=cli.check_model_files)

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import checkpoints
+import choices
 import classifier
 import classifier_data
 import task_files
@@ -208,6 +209,11 @@ def test_processor_reads_the_shared_glue_training_file(task, directory, rows, fi
   assert len(examples) == rows
   assert triples(examples[:1]) == [first]
   assert {e.label for e in examples} == labels
+
+
+def test_task_name_offers_every_processor():
+  # run_classifier defines --task_name from `choices` (which needs no TensorFlow).
+  assert tuple(classifier_data.PROCESSORS) == choices.CLASSIFIER_TASKS
 
 
 def test_wrong_column_count_names_file_and_line(tmp_path):

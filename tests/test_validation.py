@@ -262,11 +262,11 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
        {"TF_CONFIG": '{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1}}'},
        "run_ner.py: error: TF_CONFIG: task index 1 is not in [0, 1) for type 'worker'"),
       # A valid config, read by a script without --max_seq_length.
-      (["convert_checkpoint.py", "--init_checkpoint=%s/x" % output_dir,
+      (["convert_checkpoint.py", "--init_checkpoint=%s/x" % (tmp_path / "missing"),
         "--bert_config_file=" + _write(tmp_path / "valid_config.json", json.dumps(TINY_CONFIG)),
         "--output_dir=%s" % output_dir], {},
        "convert_checkpoint.py: error: no checkpoint at {0}/x ({0}/x.index does not exist)".format(
-           output_dir)),
+           tmp_path / "missing")),
       (["create_pretraining_data.py", "--input_file=x", "--output_file=%s/y" % output_dir,
         "--vocab_file=" + vocab, "--short_seq_prob=1.5"], {},
        "create_pretraining_data.py: error: --short_seq_prob=1.5: must be a number in [0, 1]"),
@@ -281,6 +281,24 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
     assert run.stderr.strip().splitlines()[-1] == expected
     assert "Traceback" not in run.stderr
     assert not output_dir.exists()
+
+
+@pytest.mark.parametrize("script", ["run_classifier.py", "run_ner.py", "run_squad.py",
+                                    "run_multiple_choice.py"])
+def test_a_fine_tuning_script_refuses_bad_flags_and_outputs_before_loading_tensorflow(tmp_path,
+                                                                                     script):
+  # The whole of stderr is the one error line: TensorFlow, which prints its start-up lines
+  # whatever TF_CPP_MIN_LOG_LEVEL says, was not loaded (the refusal takes a fraction of a second).
+  (tmp_path / "a_file").write_text("kept\n")
+  for flag, expected in (("--learning_rate=-1", "--learning_rate=-1.0: must be a finite number"),
+                         ("--do_predict", "--output_dir=%s is a file" % (tmp_path / "a_file"))):
+    task = ["--task_name=mrpc"] if script == "run_classifier.py" else []
+    run = subprocess.run([sys.executable, script, *task, "--do_train",
+                          "--output_dir=%s" % (tmp_path / "a_file"), flag], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 1 and run.stderr.count("\n") == 1, run.stderr[-2000:]
+    assert run.stderr.startswith("%s: error: %s" % (script, expected)), run.stderr
+  assert (tmp_path / "a_file").read_text() == "kept\n"
 
 
 def test_bert_traceback_shows_the_traceback_behind_the_line(tmp_path):
