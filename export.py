@@ -253,7 +253,8 @@ def _utf8_check(name: str, texts: tf.Tensor) -> tf.Operation:
   not is refused naming its row, never answered from the bytes' replacements."""
   valid = tf.reshape(tf.equal(
       tf.strings.unicode_transcode(texts, "UTF-8", "UTF-8", errors="replace"), texts), [-1])
-  first_invalid = tf.argmin(tf.cast(valid, tf.int32))
+  # A 1 after the rows: argmin has a row to return when a request has none (zero rows are valid).
+  first_invalid = tf.argmin(tf.concat([tf.cast(valid, tf.int32), [1]], 0))
   return fail_unless(tf.reduce_all(valid), name + " row {} is not valid UTF-8", first_invalid)
 
 

@@ -593,7 +593,9 @@ class TaggerServing(export.ServingModule):
     position = tf.expand_dims(first_piece, 1)
     # Padding windows (length 0) hold no position, so they score -1.
     score = windowing.context_score(position, window_start, window_length)
-    best = tf.argmax(score, axis=1)  # The first of equal scores.
+    # The first of equal scores. A column scoring below every window gives argmax a column to
+    # return when a request has no rows (and so no windows); it is never a real word's best.
+    best = tf.argmax(tf.pad(score, [[0, 0], [0, 1]], constant_values=-2), axis=1)
     window = tf.gather(starts.row_starts(), word_rows) + best
     offset = position[:, 0] - tf.gather_nd(window_start, tf.stack([tf.range(tf.size(best),
                                                                              dtype=tf.int64),
