@@ -467,7 +467,7 @@ def test_google_chinese_checkpoint_layout_loads_completely(chinese_bert_dir, tmp
   google = tf.train.list_variables(os.path.join(chinese_bert_dir, "bert_model.ckpt"))
   rng = np.random.default_rng(19)
   tensors = {name: rng.random(shape, np.float32) for name, shape in google}
-  prefix = checkpoints.write_checkpoint(tensors, str(tmp_path / "bert_model.ckpt"))
+  checkpoints.write_checkpoint(tensors, str(tmp_path / "bert_model.ckpt"))
   config = modeling.BertConfig.from_json_file(os.path.join(chinese_bert_dir, "bert_config.json"))
   model = _built(heads.BertPretrainingModel(config))
   report = checkpoints.init_from_checkpoint(model, str(tmp_path))
