@@ -267,8 +267,7 @@ def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
   (`named`, else `path`), which the operating system's message does not. A local `path` that is a
   symlink is written where it points, as the shell's `>` writes through one (the link stays).
   """
-  if not file_patterns.is_remote(path) and os.path.islink(path.rstrip("/")):
-    path = os.path.realpath(path)
+  path = _written_path(path)
   remove_stale_temporaries(path)
   temporary = temporary_path(path)
   try:
@@ -292,6 +291,14 @@ def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
     raise
   for suffix in parts:
     _rename(temporary + suffix, path.rstrip("/") + suffix)
+
+
+def _written_path(path: str) -> str:
+  """Where an output named `path` is written: a local symlink's target (as the shell's `>`
+  writes through one), else `path`. Every check of what an output would replace looks there."""
+  if not file_patterns.is_remote(path) and os.path.islink(path.rstrip("/")):
+    return os.path.realpath(path)
+  return path
 
 
 def _disk_full_errno(error: BaseException) -> Optional[int]:
@@ -531,7 +538,9 @@ def check_replaceable_directory(path: str, what: str, writer: str,
   by `write_files_mark`) lists, or, for a writer whose files' names say what they are, only files
   named as `written_names` (fnmatch patterns); or `overwrite` is set (`overwrite_flag` names the
   flag that sets it). A file someone added (notes, predictions) is never deleted unasked, and a
-  directory holding a training run (TRAINING_RUN_NAMES) never replaced."""
+  directory holding a training run (TRAINING_RUN_NAMES) never replaced. A symlink is judged by
+  what it points to (`_written_path`), which is what would be replaced."""
+  path = _written_path(path)
   if not _is_directory(path):
     return
   names = {name.rstrip("/") for name in _list_dir(path)}

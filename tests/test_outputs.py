@@ -521,6 +521,29 @@ def test_an_output_named_through_a_symlink_is_written_where_it_points(tmp_path):
   assert (tmp_path / "file.txt").read_text() == "new\n"
 
 
+def test_a_directory_replaced_whole_is_judged_by_what_a_symlink_to_it_holds(tmp_path):
+  # Before, a symlink to a user's directory or a training run passed the check (a link is no
+  # directory) and convert_checkpoint or an npz output then replaced what it points to.
+  import atomic_files  # pylint: disable=g-import-not-at-top
+  import errors  # pylint: disable=g-import-not-at-top
+  (tmp_path / "documents").mkdir()
+  (tmp_path / "documents" / "thesis.txt").write_text("years of work\n")
+  run = tmp_path / "run"
+  _fake_training_dir(run)
+  for target, converter_refusal, npz_refusal in (
+      ("documents", "it holds thesis.txt", "did not write \\(thesis.txt\\)"),
+      ("run", "holds a training run", "holds a training run")):
+    link = tmp_path / ("link_to_" + target)
+    link.symlink_to(tmp_path / target)
+    with pytest.raises(errors.FlagError, match=converter_refusal):
+      atomic_files.check_replaceable_directory(str(link), "--output_dir", "convert_checkpoint.py",
+                                               mark_name=".convert_checkpoint.json")
+    with pytest.raises(errors.FlagError, match=npz_refusal):
+      atomic_files.check_replaceable_directory(str(link), "--output_file", "extract_features.py",
+                                               written_names=["features-*.npz"])
+  assert (tmp_path / "documents" / "thesis.txt").read_text() == "years of work\n"
+
+
 def _dead_pid() -> int:
   process = subprocess.Popen([sys.executable, "-c", "pass"])
   process.wait()
