@@ -810,10 +810,11 @@ def _check_and_record_settings(config: TrainConfig, step: int) -> None:
   and, when it resumes (it has trained past its first step), checks them first.
 
   A resume with other settings than the recorded ones is an error naming each difference, or
-  with `allow_changed_settings` a WARNING (the new ones are recorded). Phases are keyed by their
-  first step (`phase_start_step`), so pretraining's phase 2 starts with settings of its own. An
-  output_dir trained without a record (by an older version) resumes and records these. The chief
-  calls this under the output directory's lock; the other workers follow it.
+  with `allow_changed_settings` a WARNING (the new ones are recorded when a step trains with
+  them: a run that has nothing left to train keeps the record of its model). Phases are keyed
+  by their first step (`phase_start_step`), so pretraining's phase 2 starts with settings of its
+  own. An output_dir trained without a record (by an older version) resumes and records these.
+  The chief calls this under the output directory's lock; the other workers follow it.
   """
   path = os.path.join(config.output_dir, SETTINGS_FILE)
   phases = _read_settings(path)
@@ -835,7 +836,8 @@ def _check_and_record_settings(config: TrainConfig, step: int) -> None:
       logging.warning("Resuming %s with settings that differ from those recorded%s "
                       "(`allow_changed_settings`): %s", config.output_dir, where,
                       "; ".join(differences))
-  if recorded != current:
+  trains = step < config.num_train_steps
+  if recorded != current and (recorded is None or trains):
     phases[phase] = current
     atomic_files.write_text(path, json.dumps({"phases": phases}, indent=1, sort_keys=True) + "\n")
 

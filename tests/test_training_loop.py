@@ -371,6 +371,12 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
   assert recorded_settings(output_dir)["0"]["learning_rate"] == 2e-2
   with pytest.raises(errors.TrainingError, match="`learning_rate`: recorded 0.02, now 0.01"):
     resume(output_dir)
+  # Finished, the run trains no step with an allowed change, so its record still describes its
+  # model (before, the record took the new values and then refused the model's own).
+  finished = resume(output_dir, learning_rate=3e-2, train_batch_size=4,
+                    allow_changed_settings=True)
+  assert finished.global_step == 6
+  assert recorded_settings(output_dir)["0"]["learning_rate"] == 2e-2
 
 
 def test_a_resume_with_another_lr_schedule_is_refused_and_an_older_record_means_original(
