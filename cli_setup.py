@@ -99,12 +99,12 @@ def _check_case_of_converted_model() -> None:
   """Raises FlagError when `--do_lower_case` differs from the casing convert_checkpoint recorded
   beside the model it wrote (the source's tokenizer's): its vocab would give other tokens than
   the model was trained on."""
-  init_checkpoint = cli.flag_value("init_checkpoint")
-  places = [("init_checkpoint", init_checkpoint if init_checkpoint and os.path.isdir(
-      init_checkpoint) else os.path.dirname(init_checkpoint or ""))]
-  if not cli.flag_value("do_train"):
-    places.append(("output_dir", cli.flag_value("output_dir")))
-  for flag, directory in places:
+  init_checkpoint = cli.flag_value("init_checkpoint") or ""
+  directories = {"init_checkpoint": init_checkpoint if os.path.isdir(init_checkpoint)
+                 else os.path.dirname(init_checkpoint)}
+  if not cli.flag_value("do_train"):  # The model evaluated, predicted or exported is its own.
+    directories["output_dir"] = cli.flag_value("output_dir")
+  for flag, directory in directories.items():
     if not directory:
       continue
     recorded = atomic_files.read_files_mark(directory, conversion.CONVERTED_MARK_NAME).get(
