@@ -455,6 +455,32 @@ def check_floating(value: np.ndarray, source: str, name: str) -> None:
                           (source, name, np.asarray(value).dtype))
 
 
+_SELF_ATTENTION = re.compile(r"/attention/self/(query|key|value)/(kernel|bias)$")
+_ATTENTION_OUTPUT_KERNEL = "/attention/output/dense/kernel"
+
+
+def split_attention_heads(google_name: str, value: np.ndarray,
+                          config: modeling.BertConfig) -> np.ndarray:
+  """A Google-layout encoder tensor in the layout of Keras's MultiHeadAttention (KerasHub, Model
+  Garden), which keeps the heads apart: query, key and value kernels [H, heads, size] and biases
+  [heads, size], the output kernel [heads, size, H]. Other tensors are returned as they are."""
+  heads = (config.num_attention_heads, config.size_per_head)
+  if _SELF_ATTENTION.search(google_name):
+    return value.reshape(value.shape[:-1] + heads)
+  if google_name.endswith(_ATTENTION_OUTPUT_KERNEL):
+    return value.reshape(heads + value.shape[1:])
+  return value
+
+
+def join_attention_heads(google_name: str, value: np.ndarray) -> np.ndarray:
+  """The inverse of `split_attention_heads`: the heads of an attention tensor joined again."""
+  if _SELF_ATTENTION.search(google_name) and value.ndim >= 2:
+    return value.reshape(value.shape[:-2] + (-1,))
+  if google_name.endswith(_ATTENTION_OUTPUT_KERNEL) and value.ndim >= 2:
+    return value.reshape((-1,) + value.shape[2:])
+  return value
+
+
 def hf_to_google_tensors(hf_tensors: Mapping[str, np.ndarray], architecture: Architecture,
                          source: str = "<tensors>"
                          ) -> Tuple[Dict[str, np.ndarray], Dict[str, str]]:

@@ -48,8 +48,6 @@ KERAS_VARIABLE_ORDER = {"kernel": 0, "gamma": 0, "bias": 1, "beta": 1}
 # BertTextClassifier's output layer in task.weights.h5: kernel [H, N] and bias [N].
 KERAS_HUB_CLASSIFIER_WEIGHTS = ("layers/dense/vars/0", "layers/dense/vars/1")
 _ENCODER_LAYER = re.compile(r"^bert/encoder/layer_(\d+)/(.+)$")
-_SELF_ATTENTION = re.compile(r"/attention/self/(query|key|value)/(kernel|bias)$")
-_ATTENTION_OUTPUT_KERNEL = "/attention/output/dense/kernel"
 
 
 def keras_hub_path_for_google(google_name: str) -> str:
@@ -65,28 +63,6 @@ def keras_hub_path_for_google(google_name: str) -> str:
   else:
     group = KERAS_HUB_SCOPES[scope]
   return "%s/vars/%d" % (group, KERAS_VARIABLE_ORDER[leaf])
-
-
-def keras_hub_layout(google_name: str, value: np.ndarray,
-                     config: modeling.BertConfig) -> np.ndarray:
-  """A Google-layout encoder tensor in KerasHub's layout: its attention keeps heads apart (query,
-  key and value kernels [H, heads, size] and biases [heads, size], the output kernel
-  [heads, size, H]); everything else is as here."""
-  heads = (config.num_attention_heads, config.size_per_head)
-  if _SELF_ATTENTION.search(google_name):
-    return value.reshape(value.shape[:-1] + heads)
-  if google_name.endswith(_ATTENTION_OUTPUT_KERNEL):
-    return value.reshape(heads + value.shape[1:])
-  return value
-
-
-def google_layout(google_name: str, value: np.ndarray) -> np.ndarray:
-  """The inverse of `keras_hub_layout`: the heads of an attention tensor joined again."""
-  if _SELF_ATTENTION.search(google_name) and value.ndim >= 2:
-    return value.reshape(value.shape[:-2] + (-1,))
-  if google_name.endswith(_ATTENTION_OUTPUT_KERNEL) and value.ndim >= 2:
-    return value.reshape((-1,) + value.shape[2:])
-  return value
 
 
 def _keras_hub_object(module: str, class_name: str, config: dict) -> dict:
@@ -132,7 +108,7 @@ def read_keras_hub_preset(preset: str) -> conversion.ConvertedModel:
       continue
     name = google_names[path]
     conversion.check_floating(value, weights_path, path)
-    tensors[name] = google_layout(name, np.asarray(value, dtype=np.float32))
+    tensors[name] = conversion.join_attention_heads(name, np.asarray(value, dtype=np.float32))
     source_names[name] = path
   if unknown:
     raise conversion.ConversionError("%s: tensor(s) not in a BertBackbone: %s" %
@@ -182,7 +158,7 @@ def write_keras_hub_preset(model: conversion.ConvertedModel, output_dir: str) ->
     vocab_path = os.path.join(output_dir, *conversion.KERAS_HUB_VOCAB_PATH)
     tf.io.gfile.makedirs(os.path.dirname(vocab_path))
     conversion.write_keras_weights(os.path.join(output_dir, conversion.KERAS_HUB_WEIGHTS_NAME), {
-        keras_hub_path_for_google(name): keras_hub_layout(name, value, model.config)
+        keras_hub_path_for_google(name): conversion.split_attention_heads(name, value, model.config)
         for name, value in kept.items()})
     atomic_files.write_text(vocab_path, model.vocab)
     conversion.write_json(os.path.join(output_dir, conversion.KERAS_HUB_TOKENIZER_NAME), tokenizer)
