@@ -470,6 +470,7 @@ def check_model_files() -> None:
 # The flags that name what a run reads, in every script (a flag a script lacks is skipped).
 INPUT_FLAGS = ("input_file", "phase2_input_file", "vocab_file", "spm_model_file",
                "bert_config_file", "init_checkpoint", "hf_model_path", "keras_hub_preset",
+               "tf_hub_model_path", "model_garden_checkpoint", "bert_hub_module_handle",
                "data_dir", "stdlib_dir", "train_file", "dev_file", "test_file", "predict_file")
 # Input flags whose value is a file name in --data_dir where the script has that flag.
 DATA_DIR_FILE_FLAGS = ("train_file", "dev_file", "test_file")
@@ -491,7 +492,7 @@ OutputFlag = Union[str, Callable[[], tuple]]
 def _input_paths(name: str, value: str) -> list:
   """The paths an input flag names: its comma-separated parts, glob patterns expanded; a
   checkpoint prefix's files."""
-  if name == "init_checkpoint":
+  if name in ("init_checkpoint", "model_garden_checkpoint"):
     return [value] + glob.glob(glob.escape(value) + ".*")
   if name in DATA_DIR_FILE_FLAGS and flag_value("data_dir"):
     value = os.path.join(flag_value("data_dir"), value)

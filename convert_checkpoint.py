@@ -1,6 +1,6 @@
 # coding=utf-8
 """Converts BERT models, fine-tuned heads included, between Google's checkpoint format, Hugging
-Face safetensors and KerasHub presets.
+Face safetensors and KerasHub presets, and BERT encoders from and to TF Hub and Model Garden.
 
 Hugging Face -> Google:
 
@@ -22,6 +22,24 @@ KerasHub -> Google:
 reads a `BertBackbone` preset as `save_to_preset` writes it (`config.json`, `model.weights.h5`,
 `tokenizer.json` and `assets/tokenizer/vocabulary.txt`) into the same files.
 
+TF Hub -> Google:
+
+  python convert_checkpoint.py --tf_hub_model_path=path/to/bert_en_uncased_L-12_H-768_A-12_4 \
+      --output_dir=out
+
+reads a TF2 BERT encoder SavedModel in TF Hub's layout (tfhub.dev's and Kaggle's, Model Garden's
+`export_tfhub_lib.export_model`, our `extract_features.py --export_format=tf_hub`): its weights,
+`vocab_file` asset and `do_lower_case`. Its config is read off the weights (ours carry it) and
+checked by running the SavedModel: the converted model must give its outputs.
+
+Model Garden -> Google:
+
+  python convert_checkpoint.py --model_garden_checkpoint=path/to/bert_model.ckpt --output_dir=out
+
+reads a `BertEncoder` checkpoint (`tf.train.Checkpoint(encoder=...)` or `model=...`, Model
+Garden's released TF2 checkpoints and what its converter writes) with the bert_config.json and
+vocab.txt beside it (or --bert_config_file, --vocab_file, --do_lower_case).
+
 Google -> Hugging Face:
 
   python convert_checkpoint.py --init_checkpoint=uncased_L-12_H-768_A-12/bert_model.ckpt \
@@ -31,8 +49,10 @@ writes `out/model.safetensors` (names with the `bert.` prefix, as `transformers`
 `out/config.json` and the tokenizer (`vocab.txt` from --vocab_file or beside the checkpoint, and a
 `tokenizer_config.json` with --do_lower_case), so that `AutoTokenizer.from_pretrained(out)` and the
 `AutoModelFor...` class of the head load it. With `--output_format=keras_hub` it writes a KerasHub
-preset instead (`BertBackbone.from_preset(out)`; a classifier also `BertTextClassifier`). Optimizer
-slots and `global_step` of training checkpoints are left out.
+preset instead (`BertBackbone.from_preset(out)`; a classifier also `BertTextClassifier`), and
+with `--output_format=model_garden` a Model Garden checkpoint (`out/bert_model.ckpt`, which
+`tf.train.Checkpoint(encoder=BertEncoder(...))` restores, with its bert_config.json and vocab.txt;
+heads are left out). Optimizer slots and `global_step` of training checkpoints are left out.
 
 The task heads (`ARCHITECTURES`), found by their variable names here and by config.json's
 `architectures` there:
@@ -91,11 +111,12 @@ import conversion
 import conversion_google
 import conversion_hf
 import conversion_keras_hub
+import conversion_model_garden
 import errors
 
 FLAGS = flags.FLAGS
 
-OUTPUT_FORMATS = ("hugging_face", "keras_hub")
+OUTPUT_FORMATS = ("hugging_face", "keras_hub", "model_garden")
 
 
 def define_flags() -> None:
@@ -107,13 +128,25 @@ def define_flags() -> None:
   flags.DEFINE_string("keras_hub_preset", None,
                       "KerasHub BERT preset to convert to Google's format: a directory with "
                       "config.json (a BertBackbone) and model.weights.h5.")
+  flags.DEFINE_string("tf_hub_model_path", None,
+                      "TF Hub BERT encoder to convert to Google's format: the directory of a TF2 "
+                      "SavedModel in TF Hub's layout (tfhub.dev's and Kaggle's bert_en_* "
+                      "encoders, Model Garden's export_tfhub, or extract_features.py "
+                      "--export_format=tf_hub), with its vocab_file asset and do_lower_case.")
+  flags.DEFINE_string("model_garden_checkpoint", None,
+                      "Model Garden BertEncoder checkpoint to convert to Google's format (an "
+                      "object-based checkpoint's prefix, or its directory), with "
+                      "--bert_config_file and --vocab_file (default: those beside it; without a "
+                      "config, it is read off the weights).")
   flags.DEFINE_string("init_checkpoint", None,
                       "Google-format checkpoint (prefix such as .../bert_model.ckpt or "
                       ".../model.ckpt-N, or a directory) to convert to --output_format.")
   flags.DEFINE_enum("output_format", "hugging_face", list(OUTPUT_FORMATS),
                     "With --init_checkpoint: hugging_face (model.safetensors, config.json and the "
-                    "tokenizer's files) or keras_hub (a preset for BertBackbone.from_preset, and "
-                    "BertTextClassifier.from_preset for a run_classifier checkpoint).")
+                    "tokenizer's files), keras_hub (a preset for BertBackbone.from_preset, and "
+                    "BertTextClassifier.from_preset for a run_classifier checkpoint) or "
+                    "model_garden (bert_model.ckpt that tf.train.Checkpoint(encoder=BertEncoder("
+                    "...)) restores, bert_config.json and vocab.txt).")
   flags.DEFINE_string("bert_config_file", None,
                       "The bert_config.json of --init_checkpoint (default: bert_config.json in the "
                       "checkpoint's directory).")
@@ -215,6 +248,30 @@ def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
       conversion_keras_hub.write_keras_hub_preset, output_dir)
 
 
+def convert_tf_hub_to_google(tf_hub_model_path: str, output_dir: str) -> str:
+  """Converts a TF Hub BERT encoder SavedModel to Google's format in output_dir; returns the
+  checkpoint prefix written."""
+  return _convert(lambda: conversion_model_garden.read_tf_hub_encoder(tf_hub_model_path),
+                  conversion_google.write_google_model, output_dir)
+
+
+def convert_model_garden_to_google(checkpoint: str, output_dir: str,
+                                   bert_config_file: Optional[str] = None, **options) -> str:
+  """Converts a Model Garden BertEncoder checkpoint to Google's format in output_dir; `options`
+  are `read_model_garden_checkpoint`'s. Returns the checkpoint prefix written."""
+  return _convert(lambda: conversion_model_garden.read_model_garden_checkpoint(
+      checkpoint, bert_config_file, **options), conversion_google.write_google_model, output_dir)
+
+
+def convert_google_to_model_garden(init_checkpoint: str, output_dir: str,
+                                   bert_config_file: Optional[str] = None, **options) -> str:
+  """Converts a Google-format checkpoint to a Model Garden BertEncoder checkpoint in output_dir
+  (`write_model_garden_checkpoint`); `options` are `read_google_model`'s. Returns the prefix."""
+  return _convert(
+      lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
+      conversion_model_garden.write_model_garden_checkpoint, output_dir)
+
+
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
   """Raises FlagError unless output_dir may be replaced by a converted model
   (`atomic_files.check_replaceable_directory`: missing, empty, or an earlier converted model
@@ -226,35 +283,51 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
       overwrite=overwrite)
 
 
-# Flags that only a conversion from --init_checkpoint reads.
-_GOOGLE_SOURCE_FLAGS = ("output_format", "bert_config_file", "vocab_file", "do_lower_case",
-                        "task_name", "multi_label")
+# The flags of the sources, and the flags each reads besides --output_dir.
+SOURCES = {
+    "hf_model_path": (),
+    "keras_hub_preset": (),
+    "tf_hub_model_path": (),
+    "model_garden_checkpoint": ("bert_config_file", "vocab_file", "do_lower_case"),
+    "init_checkpoint": ("output_format", "bert_config_file", "vocab_file", "do_lower_case",
+                        "task_name", "multi_label"),
+}
+_GOOGLE_CONVERSIONS = {"hugging_face": convert_google_to_hf,
+                       "keras_hub": convert_google_to_keras_hub,
+                       "model_garden": convert_google_to_model_garden}
 
 
 def main(argv):
   del argv
-  sources = [name for name in ("hf_model_path", "keras_hub_preset", "init_checkpoint")
-             if FLAGS[name].value]
+  sources = [name for name in SOURCES if FLAGS[name].value]
   if len(sources) != 1:
     raise errors.FlagError("pass exactly one of --hf_model_path (Hugging Face -> Google), "
-                           "--keras_hub_preset (KerasHub -> Google) and --init_checkpoint "
-                           "(Google -> --output_format)")
-  if not FLAGS.init_checkpoint:
-    given = [name for name in _GOOGLE_SOURCE_FLAGS if FLAGS[name].present]
-    if given:
-      raise errors.FlagError("--%s: only for --init_checkpoint (the model of --%s says what it "
-                             "is)" % (given[0], sources[0]))
+                           "--keras_hub_preset (KerasHub -> Google), --tf_hub_model_path (TF Hub "
+                           "-> Google), --model_garden_checkpoint (Model Garden -> Google) and "
+                           "--init_checkpoint (Google -> --output_format)")
+  source = sources[0]
+  unread = [name for name in sorted(set().union(*SOURCES.values()))
+            if FLAGS[name].present and name not in SOURCES[source]]
+  if unread:
+    raise errors.FlagError("--%s: not read with --%s (the model of --%s says what it is)" %
+                           (unread[0], source, source))
   check_output_dir(FLAGS.output_dir, FLAGS.overwrite_output_dir)
-  if FLAGS.hf_model_path:
+  if source == "hf_model_path":
     convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
-  elif FLAGS.keras_hub_preset:
+  elif source == "keras_hub_preset":
     convert_keras_hub_to_google(FLAGS.keras_hub_preset, FLAGS.output_dir)
+  elif source == "tf_hub_model_path":
+    convert_tf_hub_to_google(FLAGS.tf_hub_model_path, FLAGS.output_dir)
+  elif source == "model_garden_checkpoint":
+    convert_model_garden_to_google(
+        FLAGS.model_garden_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
+        vocab_file=FLAGS.vocab_file,
+        do_lower_case=FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None)
   else:
-    convert = (convert_google_to_hf if FLAGS.output_format == "hugging_face"
-               else convert_google_to_keras_hub)
-    convert(FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
-            vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
-            task_name=FLAGS.task_name, multi_label=FLAGS.multi_label)
+    _GOOGLE_CONVERSIONS[FLAGS.output_format](
+        FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
+        vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
+        task_name=FLAGS.task_name, multi_label=FLAGS.multi_label)
 
 
 if __name__ == "__main__":

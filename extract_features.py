@@ -295,7 +295,9 @@ class TfHubEncoderServing(export.ServingModule):
     [batch, seq, H], `encoder_outputs` (a list of every layer's [batch, seq, H]) and `default`
     (= pooled_output), float32. `training=True` applies dropout (hub.KerasLayer passes it).
   - `variables`, `trainable_variables`: what `hub.KerasLayer(..., trainable=True)` fine-tunes.
-  - `vocab_file` (or `sp_model_file`) and `do_lower_case`, as TF Hub's encoders keep them.
+  - `vocab_file` (or `sp_model_file`) and `do_lower_case`, as TF Hub's encoders keep them, and
+    `bert_config`, the model's bert_config.json text (a string variable), so that
+    convert_checkpoint.py and run_classifier_with_tfhub.py know its config.
   Its one signature, `serving_default`, takes the same three inputs (checked as every export's
   ids) and returns the same outputs with `encoder_outputs` stacked [batch, layers, seq, H].
   """
@@ -338,6 +340,8 @@ class TfHubEncoderServing(export.ServingModule):
                          if hasattr(self.encoder, name)}
     return {"__call__": call, "variables": variables,
             "trainable_variables": [variable for variable in variables if variable.trainable],
+            "bert_config": tf.Variable(self.bert.config.to_json_string(), trainable=False,
+                                       name="bert_config"),
             **tokenization_info}
 
 

@@ -31,6 +31,8 @@ from test_serving import texts_input
 from test_serving import warmup_requests
 from test_tokenization import train_sentencepiece
 import checkpoints
+import conversion
+import conversion_model_garden
 import extract_features
 import modeling
 import tokenization
@@ -192,6 +194,20 @@ def test_encoder_keeps_the_vocab_and_casing_for_clients_that_tokenize(hub_pair):
   tokenizer = tokenization.FullTokenizer(encoder.vocab_file.asset_path.numpy().decode(),
                                          bool(encoder.do_lower_case.numpy()))
   assert tokenizer.vocab == hub_pair["tokenizer"].vocab and tokenizer.do_lower_case
+
+
+def test_encoder_converts_back_to_its_model_config_and_casing(hub_pair):
+  """What convert_checkpoint.py --tf_hub_model_path and run_classifier_with_tfhub.py read from
+  the encoder: every weight, the config (kept as `bert_config`) and the vocab and casing."""
+  model = conversion_model_garden.read_tf_hub_encoder(hub_pair["encoder_dir"])
+  assert model.config.to_dict() == hub_pair["bert"].config.to_dict()
+  assert model.do_lower_case is True and model.vocab.split() == list(hub_pair["tokenizer"].vocab)
+  variables = checkpoints.checkpoint_variables(hub_pair["bert"])
+  assert sorted(model.tensors) == sorted(variables)
+  for name, variable in variables.items():
+    np.testing.assert_array_equal(model.tensors[name], variable.numpy(), err_msg=name)
+  with pytest.raises(conversion.ConversionError, match="holds no BERT encoder"):
+    conversion_model_garden.read_tf_hub_encoder(hub_pair["preprocessor_dir"])
 
 
 def test_sentencepiece_preprocessor_tokenizes_and_packs_as_full_tokenizer(tmp_path):

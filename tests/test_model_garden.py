@@ -1,0 +1,213 @@
+"""TF Hub encoders and Model Garden checkpoints, in and out, refereed by Model Garden's own code.
+
+`tests/model_garden_reference.py` (a fresh process with `official.nlp`) builds Model Garden's
+`BertEncoder` with random weights, saves its checkpoint, exports it in TF Hub's layout with
+`export_tfhub_lib.export_model`, and restores the checkpoints we write into its own encoder. Every
+conversion is checked by outputs on the same ids (1e-5), not by our own reading of what we wrote.
+run_classifier_with_tfhub.py runs as the original's command line, in fresh processes.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import REPO_ROOT
+from test_serving import run_client
+import checkpoints
+import conversion
+import conversion_model_garden
+import convert_checkpoint
+import modeling
+
+pytestmark = [pytest.mark.slow, pytest.mark.reference]
+
+REFERENCE = os.path.join(REPO_ROOT, "tests", "model_garden_reference.py")
+WORDS = ["w%d" % i for i in range(35)]
+VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + WORDS
+# Model Garden's legacy BertConfig fields; its "gelu" is the tanh approximation.
+MG_CONFIG = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
+                 intermediate_size=32, hidden_act="gelu", hidden_dropout_prob=0.1,
+                 attention_probs_dropout_prob=0.1, max_position_embeddings=32, type_vocab_size=2,
+                 initializer_range=0.02)
+IDS = {"input_word_ids": [[2, 7, 9, 11, 3, 20, 21, 3], [2, 30, 8, 3, 0, 0, 0, 0]],
+       "input_mask": [[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0]],
+       "input_type_ids": [[0, 0, 0, 0, 0, 1, 1, 1], [0] * 8]}
+TOLERANCE = 1e-5
+
+
+def bert_outputs(directory):
+  """Our BertModel from a Google-format directory (bert_config.json, bert_model.ckpt): its
+  sequence and pooled outputs on IDS."""
+  config = modeling.BertConfig.from_json_file(os.path.join(directory, "bert_config.json"))
+  bert = modeling.BertModel(config, name="bert")
+  bert.build()
+  checkpoints.init_from_checkpoint(bert, os.path.join(directory, "bert_model.ckpt"))
+  return our_outputs(bert)
+
+
+def our_outputs(bert):
+  outputs = bert(np.array(IDS["input_word_ids"]), input_mask=np.array(IDS["input_mask"]),
+                 token_type_ids=np.array(IDS["input_type_ids"]), training=False)
+  return {name: outputs[name].numpy() for name in ("sequence_output", "pooled_output")}
+
+
+def assert_outputs_equal(ours, theirs, what):
+  for name in ("sequence_output", "pooled_output"):
+    np.testing.assert_allclose(ours[name], np.array(theirs[name]), atol=TOLERANCE,
+                               err_msg="%s: %s" % (what, name))
+
+
+@pytest.fixture(scope="module")
+def garden(tmp_path_factory):
+  """Model Garden's models and what it made of ours: an uncased and a cased (swish) encoder,
+  each as checkpoint and TF Hub export; our random BERT converted to Model Garden's format and
+  restored there."""
+  root = str(tmp_path_factory.mktemp("model_garden"))
+  vocab_file = os.path.join(root, "vocab.txt")
+  with open(vocab_file, "w", encoding="utf-8") as writer:
+    writer.write("\n".join(VOCAB) + "\n")
+  keras.utils.set_random_seed(3)
+  ours = modeling.BertModel(modeling.BertConfig.from_dict(
+      dict(MG_CONFIG, hidden_act="gelu_approximate")), name="bert")
+  ours.build()
+  for variable in ours.weights:
+    variable.assign(np.random.RandomState(len(variable.path)).normal(
+        0.0, 0.5, variable.shape).astype(np.float32))
+  ours_dir = os.path.join(root, "ours")
+  os.makedirs(ours_dir)
+  checkpoints.save_checkpoint(ours, os.path.join(ours_dir, "bert_model.ckpt"))
+  with open(os.path.join(ours_dir, "bert_config.json"), "w", encoding="utf-8") as writer:
+    writer.write(ours.config.to_json_string())
+  shutil.copy(vocab_file, ours_dir)
+  ours_in_garden = os.path.join(root, "ours_in_garden")
+  convert_checkpoint.convert_google_to_model_garden(os.path.join(ours_dir, "bert_model.ckpt"),
+                                                    ours_in_garden)
+  reference = run_client(REFERENCE, root, {
+      "root": root, "ids": IDS, "restore": [ours_in_garden],
+      "models": [
+          {"name": "uncased", "config": MG_CONFIG, "vocab_file": vocab_file,
+           "do_lower_case": True, "seed": 1},
+          {"name": "swish", "config": dict(MG_CONFIG, hidden_act="swish"),
+           "vocab_file": vocab_file, "do_lower_case": False, "seed": 2}]})
+  return {"root": root, "vocab_file": vocab_file, "ours": ours, "ours_dir": ours_dir,
+          "ours_in_garden": ours_in_garden, **reference}
+
+
+def test_tf_hub_encoder_of_model_garden_converts_to_a_model_with_its_outputs(garden, tmp_path):
+  model = garden["models"]["uncased"]
+  out = str(tmp_path / "google")
+  convert_checkpoint.convert_tf_hub_to_google(model["hub"], out)
+  assert_outputs_equal(bert_outputs(out), model, "converted TF Hub encoder")
+  with open(os.path.join(out, "vocab.txt"), encoding="utf-8") as reader:
+    assert reader.read().split() == VOCAB
+  config = modeling.BertConfig.from_json_file(os.path.join(out, "bert_config.json"))
+  assert (config.num_attention_heads, config.intermediate_size, config.hidden_act) == (
+      2, 32, "gelu_approximate")
+  mark = os.path.join(out, conversion.CONVERTED_MARK_NAME)
+  assert '"do_lower_case": true' in open(mark, encoding="utf-8").read()
+
+
+def test_model_garden_checkpoint_converts_with_its_config_read_off_the_weights(garden, tmp_path):
+  model = garden["models"]["uncased"]
+  out = str(tmp_path / "google")
+  convert_checkpoint.convert_model_garden_to_google(os.path.dirname(model["checkpoint"]), out,
+                                                    vocab_file=garden["vocab_file"])
+  assert_outputs_equal(bert_outputs(out), model, "converted Model Garden checkpoint")
+
+
+def test_model_garden_checkpoint_with_a_config_that_does_not_fit_is_refused(garden, tmp_path):
+  config_file = str(tmp_path / "bert_config.json")
+  with open(config_file, "w", encoding="utf-8") as writer:
+    writer.write(modeling.BertConfig.from_dict(dict(MG_CONFIG, intermediate_size=64))
+                 .to_json_string())
+  with pytest.raises(conversion.ConversionError, match=r"transformer/layer_0/intermediate/bias "
+                     r"\(bert/.*\) has shape \[32\] but the config needs \[64\]"):
+    conversion_model_garden.read_model_garden_checkpoint(
+        garden["models"]["uncased"]["checkpoint"], config_file)
+
+
+def test_our_checkpoint_restores_in_model_garden_with_equal_outputs(garden):
+  assert_outputs_equal(our_outputs(garden["ours"]), garden["restored"][garden["ours_in_garden"]],
+                       "our checkpoint in Model Garden's BertEncoder")
+
+
+def test_tf_hub_encoder_whose_activation_is_none_of_berts_is_refused(garden):
+  with pytest.raises(conversion.ConversionError, match="does not give its outputs"):
+    conversion_model_garden.read_tf_hub_encoder(garden["models"]["swish"]["hub"])
+
+
+def test_what_is_not_a_tf2_bert_encoder_is_refused_in_one_line(garden, tmp_path):
+  hub = garden["models"]["uncased"]["hub"]
+  without_vocab = str(tmp_path / "without_vocab")
+  shutil.copytree(hub, without_vocab)
+  os.remove(os.path.join(without_vocab, "assets", "vocab.txt"))
+  tf1_module = str(tmp_path / "tf1_module")
+  shutil.copytree(hub, tf1_module)
+  open(os.path.join(tf1_module, "tfhub_module.pb"), "wb").close()
+  cases = [(without_vocab, "vocab.txt does not exist"),
+           (tf1_module, "a TF1 Hub module"),
+           ("https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4",
+            "nothing is downloaded"),
+           (str(tmp_path), "holds no saved_model.pb")]
+  for path, message in cases:
+    with pytest.raises(conversion.ConversionError, match=message):
+      conversion_model_garden.read_tf_hub_encoder(path)
+
+
+def run_script(script, *args):
+  """Runs one of our scripts as a user does, in a fresh process; its stderr."""
+  completed = subprocess.run([sys.executable, script, *args], cwd=REPO_ROOT, capture_output=True,
+                             text=True, timeout=600)
+  assert completed.returncode == 0, completed.stderr[-3000:]
+  return completed.stderr
+
+
+def write_mrpc(directory):
+  """A small MRPC-format task of WORDS (train, dev and test files with GLUE's headers)."""
+  random = np.random.RandomState(0)
+  os.makedirs(directory)
+  header = "Quality\t#1 ID\t#2 ID\t#1 String\t#2 String\n"
+  rows = ["%d\t%d\t%d\t%s\t%s\n" % (i % 2, i, 100 + i, " ".join(random.choice(WORDS, 5)),
+                                    " ".join(random.choice(WORDS, 4))) for i in range(16)]
+  for name, first in (("train.tsv", header), ("dev.tsv", header),
+                      ("test.tsv", header.replace("Quality", "index"))):
+    with open(os.path.join(directory, name), "w", encoding="utf-8") as writer:
+      writer.write(first + "".join(rows))
+
+
+def test_run_classifier_with_tfhub_trains_as_run_classifier_from_the_converted_module(
+    garden, tmp_path):
+  data_dir = str(tmp_path / "MRPC")
+  write_mrpc(data_dir)
+  common = ["--task_name=MRPC", "--do_train", "--do_eval", "--do_predict",
+            "--data_dir=" + data_dir, "--max_seq_length=16", "--train_batch_size=4",
+            "--learning_rate=1e-3", "--num_train_epochs=1.0", "--random_seed=7"]
+  hub_out = str(tmp_path / "hub_run")
+  run_script("run_classifier_with_tfhub.py",
+             "--bert_hub_module_handle=" + garden["models"]["uncased"]["hub"],
+             "--output_dir=" + hub_out, "--export_dir=" + str(tmp_path / "export"), *common)
+  module = os.path.join(hub_out, "tf_hub_module")
+  plain_out = str(tmp_path / "plain_run")
+  run_script("run_classifier.py", "--init_checkpoint=" + os.path.join(module, "bert_model.ckpt"),
+             "--bert_config_file=" + os.path.join(module, "bert_config.json"),
+             "--vocab_file=" + os.path.join(module, "vocab.txt"), "--output_dir=" + plain_out,
+             *common)
+  trained = [tf.train.load_checkpoint(checkpoints.latest_checkpoint(out))
+             for out in (hub_out, plain_out)]
+  names = [name for name in trained[0].get_variable_to_shape_map()
+           if not checkpoints.is_training_state_name(name)]
+  assert "output_weights" in names and "bert/encoder/layer_1/output/dense/kernel" in names
+  for name in names:
+    np.testing.assert_allclose(trained[0].get_tensor(name), trained[1].get_tensor(name),
+                               atol=TOLERANCE, err_msg=name)
+  for name in ("eval_results.txt", "test_results.tsv"):
+    with open(os.path.join(hub_out, name), encoding="utf-8") as first, \
+        open(os.path.join(plain_out, name), encoding="utf-8") as second:
+      assert first.read() == second.read(), name
+  assert tf.saved_model.contains_saved_model(str(tmp_path / "export" / "1"))
