@@ -49,6 +49,12 @@ SKIPPED = {
     "saved_model_cli show": "saved_model_cli is not installed with the project",
     "docker run": "needs docker and the tensorflow/serving image",
     "curl ": "needs a running TF Serving model server",
+    "python run_classifier_with_tfhub.py": "needs a TF Hub encoder: tests/test_model_garden.py runs "
+                                           "this command on Model Garden's export",
+    "python convert_checkpoint.py --tf_hub_model_path=": "needs a TF Hub encoder: "
+                                                        "tests/test_model_garden.py converts one",
+    "python convert_checkpoint.py --model_garden_checkpoint=": "needs a Model Garden checkpoint: "
+                                                              "tests/test_model_garden.py converts one",
 }
 
 # What `...` stands for in a command of each script: the model, data and output flags of the
