@@ -438,11 +438,14 @@ def _check_request_tokens() -> None:
 
 def _check_model_paths() -> None:
   """`--vocab_file`, `--spm_model_file` and `--bert_config_file`, where a script has them, are
-  readable files."""
+  readable files; a TF Hub encoder to read is a local TF2 SavedModel's directory."""
   for name in ("vocab_file", "spm_model_file", "bert_config_file"):
     path = flag_value(name)
     if path:
       errors.check_regular_file(path, "--" + name)
+  for name in ("tf_hub_model_path", "bert_hub_module_handle"):
+    if flag_value(name):
+      errors.check_tf_hub_encoder_directory(flag_value(name), "--" + name)
 
 
 def check_flags() -> None:

@@ -21,7 +21,6 @@ import atomic_files
 import checkpoints
 import cli
 import conversion
-import conversion_model_garden
 import distribution
 import errors
 import export
@@ -183,8 +182,8 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
 
 def check_input_paths() -> None:
   """The files the flags of TensorFlow's scripts name: the config (read, and checked against
-  --max_seq_length where the script has it), the init checkpoint (or the Model Garden checkpoint,
-  or TF Hub encoder, to convert), the input file patterns, the
+  --max_seq_length where the script has it), the init checkpoint (or the Model Garden checkpoint
+  to convert), the input file patterns, the
   data directory, the export directory (`export.check_export_dir`), and the TF_CONFIG variable."""
   distribution.check_tf_config()
   if cli.flag_value("bert_config_file"):
@@ -192,9 +191,6 @@ def check_input_paths() -> None:
   for name in ("init_checkpoint", "model_garden_checkpoint"):
     if cli.flag_value(name):
       checkpoints.resolve_checkpoint_path(cli.flag_value(name))
-  for name in ("tf_hub_model_path", "bert_hub_module_handle"):
-    if cli.flag_value(name):
-      conversion_model_garden.check_tf_hub_encoder_path(cli.flag_value(name), "--" + name)
   for name in ("input_file", "phase2_input_file"):
     if cli.flag_value(name):
       file_patterns.expand(cli.flag_value(name), "--" + name)

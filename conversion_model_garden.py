@@ -31,6 +31,7 @@ from tensorflow.core.protobuf import trackable_object_graph_pb2
 import atomic_files
 import checkpoints
 import conversion
+import errors
 import modeling
 
 # ------------------------------------------------------------------------------------------------
@@ -85,7 +86,6 @@ OUTPUT_TOLERANCE = 1e-4
 # The settings a TF Hub encoder's root keeps beside its weights: its casing (TF Hub's layout) and,
 # in ours, the BertConfig as JSON text.
 TF_HUB_SETTINGS = ("do_lower_case", "bert_config")
-TF1_HUB_MODULE_FILE = "tfhub_module.pb"
 # Keras 3's dropout layers keep their random state as variables: not weights.
 _RANDOM_STATE = re.compile(r"^seed_generator(_\d+)?/seed_generator_state$")
 
@@ -354,26 +354,6 @@ def write_model_garden_checkpoint(model: conversion.ConvertedModel, output_dir: 
 # ------------------------------------------------------------------------------------------------
 
 
-def check_tf_hub_encoder_path(path: str, flag: str) -> None:
-  """Raises ConversionError unless `path` is a local directory holding a TF2 SavedModel (a TF1
-  Hub module, or a URL to download, is refused with what to do instead)."""
-  if "://" in path:
-    raise conversion.ConversionError(
-        "%s=%s: nothing is downloaded at run time: download the model (tfhub.dev and Kaggle "
-        "serve it as a .tar.gz), unpack it and pass its directory" % (flag, path))
-  if not os.path.isdir(path):
-    raise conversion.ConversionError("%s=%s is not a directory (a TF Hub SavedModel's)" %
-                                     (flag, path))
-  if os.path.exists(os.path.join(path, TF1_HUB_MODULE_FILE)):
-    raise conversion.ConversionError(
-        "%s=%s is a TF1 Hub module (%s), which tensorflow_hub 0.16 can no longer load: use the "
-        "TF2 SavedModel of the same BERT (tfhub.dev's version 3 and later, or Kaggle's "
-        "\"tensorflow2\" variation)" % (flag, path, TF1_HUB_MODULE_FILE))
-  if not os.path.exists(os.path.join(path, "saved_model.pb")):
-    raise conversion.ConversionError("%s=%s holds no saved_model.pb: not a TF Hub SavedModel" %
-                                     (flag, path))
-
-
 def _asset_files(path: str) -> Dict[str, str]:
   """Name the SavedModel's objects give their asset (e.g. `vocab_file`) -> the asset's path."""
   saved_model = saved_model_pb2.SavedModel()
@@ -451,7 +431,7 @@ def read_tf_hub_encoder(path: str, flag: str = "`tf_hub_model_path`"
   extract_features.py --export_format=tf_hub): its weights, `vocab_file` asset and
   `do_lower_case`; its config from its config asset or its weights, checked by running it
   (`check_outputs_of_saved_model`)."""
-  check_tf_hub_encoder_path(path, flag)
+  errors.check_tf_hub_encoder_directory(path, flag)
   prefix = os.path.join(path, "variables", "variables")
   tensors, source_names, heads = _google_tensors(prefix, path)
   assets = _asset_files(path)

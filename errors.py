@@ -79,3 +79,27 @@ def check_regular_file(path: str, what: str) -> None:
     raise InputError("%s: %s is not a regular file (a FIFO, socket or device)" % (what, path))
   if not os.access(path, os.R_OK):
     raise InputError("%s: %s cannot be read (permission denied)" % (what, path))
+
+
+# A TF1 Hub module (`hub.Module`'s format) holds this file beside its saved_model.pb.
+_TF1_HUB_MODULE_FILE = "tfhub_module.pb"
+
+
+def check_tf_hub_encoder_directory(path: str, what: str) -> None:
+  """Raises InputError unless `path` is a local directory holding a TF2 SavedModel (`what` names
+  it, e.g. "--bert_hub_module_handle"). A URL (nothing is downloaded) and a TF1 Hub module are
+  refused with what to do instead: TF2's tensorflow_hub has no `hub.Module`, and `hub.load` gives
+  such a module's signatures, not a model to fine-tune."""
+  if "://" in path:
+    raise InputError(
+        "%s=%s: nothing is downloaded at run time: download the model (tfhub.dev and Kaggle "
+        "serve it as a .tar.gz), unpack it and pass its directory" % (what, path))
+  if not os.path.isdir(path):
+    raise InputError("%s=%s is not a directory (a TF Hub SavedModel's)" % (what, path))
+  if os.path.exists(os.path.join(path, _TF1_HUB_MODULE_FILE)):
+    raise InputError(
+        "%s=%s is a TF1 Hub module (%s): TF2 has no hub.Module to fine-tune it (hub.load gives "
+        "only its signatures): use the TF2 SavedModel of the same BERT (tfhub.dev's version 3 "
+        "and later, or Kaggle's \"tensorflow2\" variation)" % (what, path, _TF1_HUB_MODULE_FILE))
+  if not os.path.exists(os.path.join(path, "saved_model.pb")):
+    raise InputError("%s=%s holds no saved_model.pb: not a TF Hub SavedModel" % (what, path))

@@ -14,8 +14,9 @@ module's own outputs) into `<output_dir>/tf_hub_module/` (bert_model.ckpt, bert_
 vocab.txt) and runs run_classifier.py from there, with its flags, processors and outputs. The
 output_dir is a run_classifier one: `run_classifier.py --do_predict` (or `--export_dir`) with
 `--bert_config_file`, `--vocab_file` and `--do_lower_case` of `tf_hub_module/` works on it, and
-convert_checkpoint.py converts its checkpoints. The original's TF1 Hub modules (`hub.Module`),
-which tensorflow_hub no longer loads, are refused with what to use instead.
+convert_checkpoint.py converts its checkpoints. The original's TF1 Hub modules (`hub.Module`'s
+format) are refused, naming what to use instead: TF2's tensorflow_hub has no `hub.Module`, and
+`hub.load` gives such a module's signatures, not a model to fine-tune.
 """
 
 import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)

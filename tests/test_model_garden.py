@@ -22,6 +22,7 @@ from test_serving import run_client
 import checkpoints
 import conversion
 import conversion_model_garden
+import errors
 import convert_checkpoint
 import modeling
 
@@ -156,7 +157,7 @@ def test_what_is_not_a_tf2_bert_encoder_is_refused_in_one_line(garden, tmp_path)
             "nothing is downloaded"),
            (str(tmp_path), "holds no saved_model.pb")]
   for path, message in cases:
-    with pytest.raises(conversion.ConversionError, match=message):
+    with pytest.raises(errors.InputError, match=message):
       conversion_model_garden.read_tf_hub_encoder(path)
 
 
@@ -211,3 +212,18 @@ def test_run_classifier_with_tfhub_trains_as_run_classifier_from_the_converted_m
         open(os.path.join(plain_out, name), encoding="utf-8") as second:
       assert first.read() == second.read(), name
   assert tf.saved_model.contains_saved_model(str(tmp_path / "export" / "1"))
+
+
+def test_run_classifier_with_tfhub_refuses_what_is_not_a_module_in_one_line(tmp_path):
+  """A directory without a SavedModel: one error line naming the flag, nothing written."""
+  data_dir = str(tmp_path / "MRPC")
+  write_mrpc(data_dir)
+  output_dir = str(tmp_path / "out")
+  completed = subprocess.run(
+      [sys.executable, "run_classifier_with_tfhub.py", "--task_name=MRPC", "--do_train",
+       "--data_dir=" + data_dir, "--bert_hub_module_handle=" + data_dir,
+       "--output_dir=" + output_dir], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+  assert completed.returncode == 1
+  assert completed.stderr.splitlines() == ["run_classifier_with_tfhub.py: error: --bert_hub_module_handle=%s holds no "
+                    "saved_model.pb: not a TF Hub SavedModel" % data_dir], completed.stderr[-2000:]
+  assert not os.path.exists(output_dir)
