@@ -288,6 +288,7 @@ class ClassifierTask(fine_tuning.Task):
   output_dir: str
   max_seq_length: int
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
+  pack_sequences: bool = False  # packed rows in eval and predict (packing.py)
   group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
   doc_stride: Optional[int] = None
   window_aggregation: str = "mean"

@@ -194,12 +194,13 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
 
 
 def define_packing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
-  """Defines `pack_sequences` (training of the tasks whose heads read each sequence's [CLS] or
-  tokens: run_classifier, run_ner, run_multiple_choice)."""
+  """Defines `pack_sequences` (the tasks whose heads read each sequence's [CLS] or tokens:
+  run_classifier, run_ner, run_multiple_choice)."""
   _define(flag_values, "bool", "pack_sequences", False,
-          "Pack the sequences of each training batch into shared rows, each sequence attending "
-          "only to itself with its own positions (the same examples per step and the same math "
-          "as padded batches, fewer positions computed; see packing.py).")
+          "Pack the sequences of each training, evaluation and prediction batch into shared "
+          "rows, each sequence attending only to itself with its own positions (the same "
+          "examples per step and the same math as padded batches, fewer positions computed; "
+          "see packing.py).")
 
 
 def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:

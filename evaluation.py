@@ -8,6 +8,8 @@ whole dataset (so the result does not depend on the batch size or the number of 
 marked not real (`training_loop.REAL_EXAMPLE_KEY`), which count in no metric and are dropped from
 the predictions; each example's position rides along with its features, so bucketing examples by
 length (`length_buckets`) can reorder batches and the rows still come back in input order.
+`predict` can also pack each batch's sequences into shared rows (`packing`): the same outputs per
+example, fewer positions computed.
 """
 
 from typing import Optional
@@ -19,6 +21,7 @@ import tensorflow as tf
 
 import distribution
 import length_buckets
+import packing
 import training_loop
 
 # Key under which each example's position in the input rides along with its features.
@@ -142,30 +145,52 @@ def _concatenate_rows(arrays: list) -> np.ndarray:
              constant_values=fill) for array in arrays])
 
 
+def _packed(batches: tf.data.Dataset, num_groups: int) -> tf.data.Dataset:
+  """(features, index) batches with their sequences packed into rows (`packing.pack_batch`), one
+  group per replica; the index stays one entry per example, [groups, examples]."""
+
+  @tf.autograph.experimental.do_not_convert
+  def pack(features, index):
+    packed = packing.pack_batch(dict(features, **{_INDEX_KEY: index}), num_groups)
+    return packed, packed.pop(_INDEX_KEY)
+
+  return batches.map(pack, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
 def predict(strategy: tf.distribute.Strategy,
             model: keras.Model,
             predict_fn: training_loop.PredictFn,
             dataset: tf.data.Dataset,
             batch_size: int,
-            bucket_by_length: bool = False) -> dict:
+            bucket_by_length: bool = False,
+            pack_sequences: bool = False) -> dict:
   """Runs a model over an unbatched, finite dataset; one output row per example, in input order.
 
   With `bucket_by_length` examples of similar length are batched together and padded only to
   their length bucket (`length_buckets`). Outputs per position ([batch, length, ...]) then come
   back as wide as the longest bucket that occurred: positions below an example's bucket length
-  hold what the padded path computes there, positions past it -inf (floats) or -1.
+  hold what the padded path computes there, positions past it -inf (floats) or -1. With
+  `pack_sequences` each batch's sequences share rows (`packing`; for models whose heads read
+  packed rows): per-example outputs are the padded path's, per-position ones too up to each
+  sequence's length (0 past it, up to the packed row's width).
 
   Returns:
     {name: np.ndarray with one row per input example}, without padding rows, on every worker.
   """
-  distributed = distribution.distribute_dataset(strategy, _padded_batches(
-      dataset, batch_size, False, bucket_by_length, _row_multiple(strategy, batch_size)))
+  batches = _padded_batches(dataset, batch_size, False, bucket_by_length,
+                            _row_multiple(strategy, batch_size))
+  if pack_sequences:
+    batches = _packed(batches, strategy.num_replicas_in_sync)
+  distributed = distribution.distribute_dataset(strategy, batches)
+
+  def replica_outputs(features, index):
+    if pack_sequences:
+      features, index = packing.merge_groups(features), tf.reshape(index, [-1])
+    return dict(predict_fn(model, features), **{_INDEX_KEY: index})
 
   @tf.function(input_signature=[distributed.element_spec], autograph=False)
   def step(inputs):
-    features, index = inputs
-    outputs = strategy.run(lambda f, i: dict(predict_fn(model, f), **{_INDEX_KEY: i}),
-                           args=(features, index))
+    outputs = strategy.run(replica_outputs, args=inputs)
     return {name: strategy.gather(value, axis=0) for name, value in outputs.items()}
 
   collected = {}

@@ -82,6 +82,9 @@ class Task(abc.ABC):
   # Evaluation and prediction batch examples of similar length (length_buckets); tasks set it
   # from --bucket_by_length.
   bucket_by_length = True
+  # Evaluation and prediction pack each batch's sequences into shared rows (packing.py); tasks
+  # whose models read packed rows set it from --pack_sequences.
+  pack_sequences = False
 
   @abc.abstractmethod
   def build_model(self) -> keras.Model:
@@ -147,13 +150,14 @@ class Task(abc.ABC):
                       dataset: tf.data.Dataset, batch_size: int,
                       feature_files: Sequence[str] = ()) -> dict:
     """`predict_outputs` over an unbatched, finite dataset of features, one row per example in
-    input order (`evaluation.predict`, by length bucket as `bucket_by_length` says). The one
+    input order (`evaluation.predict`, by length bucket as `bucket_by_length` says, in packed rows
+    as `pack_sequences` says). The one
     prediction path of every task's evaluation and prediction: a corrupt record in one of the
     cached `feature_files` the dataset reads is an error naming the file and how to rebuild it."""
     with tfrecord_files.naming_corrupt_records(list(feature_files),
                                                tfrecord_files.REBUILD_CACHE_HINT):
       return evaluation.predict(strategy, model, self.predict_outputs, dataset, batch_size,
-                                self.bucket_by_length)
+                                self.bucket_by_length, self.pack_sequences)
 
 
 def _with_output_names(config: training_loop.TrainConfig,

@@ -307,6 +307,7 @@ class MultipleChoiceTask(fine_tuning.Task):
   test_file: str = "test.csv"
   # Each example padded only to the length bucket of its longest (context, ending) pair.
   bucket_by_length: bool = True
+  pack_sequences: bool = False  # packed rows in eval and predict (packing.py)
   skip_bad_rows: bool = False
   group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
 

@@ -153,10 +153,8 @@ def pack_batch(features: Mapping[str, tf.Tensor], num_groups: int) -> dict:
   mask_shape = features["input_mask"].shape
   # What is per position is decided on the static shapes, as length_buckets.trim_to_bucket does.
   per_position = [name for name in names if features[name].shape == mask_shape]
-  batch_size = features["input_mask"].shape[0]
-  if batch_size is None:
-    raise ValueError("packing needs batches of a static size (drop_remainder=True)")
-  per_group = batch_size // num_groups
+  batch_size = features["input_mask"].shape[0]  # None for evaluation's last partial batch.
+  per_group = None if batch_size is None else batch_size // num_groups
   out_names = sorted(set(names) | set(PACKED_FEATURES))
   out_dtypes = {name: (tf.int32 if name in PACKED_FEATURES else features[name].dtype)
                 for name in out_names}

@@ -83,6 +83,7 @@ def main(_):
       bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
       FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),
       group_by_length=FLAGS.group_by_length,
+      pack_sequences=FLAGS.pack_sequences,
       doc_stride=FLAGS.doc_stride, window_aggregation=FLAGS.window_aggregation,
       multi_label_threshold=FLAGS.multi_label_threshold, class_weights=FLAGS.class_weights)
   cli_setup.run_task(task, strategy)

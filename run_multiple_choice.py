@@ -47,7 +47,8 @@ def main(_):
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
       train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,
       bucket_by_length=cli.bucket_by_length(), skip_bad_rows=FLAGS.skip_bad_rows,
-      group_by_length=FLAGS.group_by_length)
+      group_by_length=FLAGS.group_by_length,
+      pack_sequences=FLAGS.pack_sequences)
   cli_setup.run_task(task, strategy)
   task.bad_rows.log_summary()
 

@@ -45,6 +45,7 @@ def main(_):
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
                              FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),
                              group_by_length=FLAGS.group_by_length,
+                             pack_sequences=FLAGS.pack_sequences,
                              doc_stride=FLAGS.doc_stride)
   cli_setup.run_task(task, strategy)
 

@@ -648,6 +648,7 @@ class TaggingTask(fine_tuning.Task):
   test_file: str = "test.txt"
   tag_list: Optional[Sequence[str]] = None
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
+  pack_sequences: bool = False  # packed rows in eval and predict (packing.py)
   group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
   doc_stride: Optional[int] = None
   _split_cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)

@@ -240,6 +240,51 @@ def test_a_packed_training_step_equals_the_padded_step(make_task, make_features,
 
 
 # ------------------------------------------------------------------------------------------------
+# Evaluation and prediction.
+
+
+# Eleven examples in batches of four: length buckets reorder them and the last batch is partial.
+PREDICT_LENGTHS = [27, 3, 11, 1, 17, 8, 30, 5, 2, 19, 9]
+
+
+@pytest.mark.parametrize("make_task, make_features", [
+    (classifier_task, lambda: classifier_features(PREDICT_LENGTHS, seed=8)),
+    (tagger_task, lambda: tagger_features(PREDICT_LENGTHS, seed=9)),
+    (multiple_choice_task, lambda: padded_features(
+        [[9, 14, 6], [3, 20, 11], [25, 4, 7], [12, 5, 0], [2, 3, 30]], seed=10, num_choices=3)),
+], ids=["classifier", "tagger", "multiple_choice"])
+def test_packed_predictions_equal_padded_predictions_in_input_order(make_task, make_features,
+                                                                    tmp_path, monkeypatch):
+  """`Task.predict_dataset`, the one path of every task's evaluation and prediction, with and
+  without `pack_sequences`: every example's outputs, in input order (per-position outputs at the
+  sequence's own positions)."""
+  features = make_features()
+  dataset = tf.data.Dataset.from_tensor_slices(features)
+  task = make_task(str(tmp_path))
+  tf.keras.utils.set_random_seed(6)
+  model = task.build_model()
+  strategy = tf.distribute.get_strategy()
+  padded = task.predict_dataset(strategy, model, dataset, batch_size=4)
+  packed_batches = []
+  pack_batch = packing.pack_batch
+  monkeypatch.setattr(packing, "pack_batch", lambda *args: packed_batches.append(1) or
+                      pack_batch(*args))
+  task.pack_sequences = True
+  packed = task.predict_dataset(strategy, model, dataset, batch_size=4)
+  assert packed_batches  # The pipeline packed its batches.
+  assert sorted(packed) == sorted(padded)
+  lengths = packing.sequence_lengths(features["input_mask"])
+  for name, value in padded.items():
+    assert packed[name].shape[0] == value.shape[0] == len(lengths), name
+    if name == "tag_ids":  # Per position.
+      for index, length in enumerate(lengths):
+        np.testing.assert_allclose(packed[name][index, :length], value[index, :length],
+                                   atol=1e-5, err_msg=name)
+    else:
+      np.testing.assert_allclose(packed[name], value, atol=1e-5, err_msg=name)
+
+
+# ------------------------------------------------------------------------------------------------
 # The training loop.
 
 
