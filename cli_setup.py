@@ -149,7 +149,9 @@ def _model_settings() -> dict:
   `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case` and
   `--task_name`. Recorded with the run; a resume must match them, and evaluation, prediction and
   export must use the run's (`training_loop.check_model_settings_of_recorded_run`)."""
-  settings = {"max_seq_length": FLAGS.max_seq_length}
+  settings = {}
+  if cli.flag_value("max_seq_length") is not None:
+    settings["max_seq_length"] = FLAGS.max_seq_length
   if cli.flag_value("task_name"):
     settings["task_name"] = FLAGS.task_name.lower()
   if FLAGS.bert_config_file:
@@ -160,6 +162,28 @@ def _model_settings() -> dict:
       settings["vocab"] = "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
     settings["do_lower_case"] = FLAGS.do_lower_case
   return settings
+
+
+def check_models_of_recorded_runs() -> None:
+  """A model read from a training run's directory must be the one the run trained
+  (`training_loop.check_model_settings_of_recorded_run` against the flags' settings, with
+  `--do_lower_case` wherever the script has it). An `--init_checkpoint` that training starts from
+  is compared on what its encoder computes (config, vocab, casing); one used as it is
+  (prediction, export, extract_features, convert_checkpoint), and an `--output_dir` read without
+  training, on the task too."""
+  settings = _model_settings()
+  if cli.flag_value("do_lower_case") is not None:
+    settings["do_lower_case"] = FLAGS.do_lower_case
+  training = bool(cli.flag_value("do_train"))
+  init_checkpoint = cli.flag_value("init_checkpoint")
+  if init_checkpoint:
+    run_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
+               else os.path.dirname(init_checkpoint))
+    encoder_settings = {name: value for name, value in settings.items() if name != "task_name"}
+    training_loop.check_model_settings_of_recorded_run(
+        run_dir or ".", encoder_settings if training else settings, "--init_checkpoint")
+  if cli.flag_value("output_dir") and "do_train" in FLAGS and not training:
+    training_loop.check_model_settings_of_recorded_run(FLAGS.output_dir, settings, "--output_dir")
 
 
 
@@ -184,7 +208,8 @@ def check_input_paths() -> None:
   """The files the flags of TensorFlow's scripts name: the config (read, and checked against
   --max_seq_length where the script has it), the init checkpoint (or the Model Garden checkpoint
   to convert), the input file patterns, the
-  data directory, the export directory (`export.check_export_dir`), and the TF_CONFIG variable."""
+  data directory, the export directory (`export.check_export_dir`), the TF_CONFIG variable, and
+  that a training run's model is read with its settings (`check_models_of_recorded_runs`)."""
   distribution.check_tf_config()
   if cli.flag_value("bert_config_file"):
     _check_vocab_fits_model(bert_config())
@@ -199,6 +224,7 @@ def check_input_paths() -> None:
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
   if cli.flag_value("export_dir"):
     export.check_export_dir(cli.flag_value("export_dir"), cli.flag_value("output_dir"))
+  check_models_of_recorded_runs()
 
 
 def _check_vocab_fits_model(config: modeling.BertConfig) -> None:

@@ -187,7 +187,8 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   tf.io.gfile.makedirs(config.output_dir)
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
   if not do_train:
-    training_loop.check_model_settings_of_recorded_run(_with_output_names(config, task))
+    checked = _with_output_names(config, task)
+    training_loop.check_model_settings_of_recorded_run(checked.output_dir, checked.model_settings)
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}

@@ -61,12 +61,16 @@ class TaggedSentence:
 def read_conll(path: str) -> list[TaggedSentence]:
   """Reads a CoNLL-2003 style file: the first column is the word, the last one its tag.
 
-  Blank lines separate sentences; `-DOCSTART-` lines (document boundaries) are skipped.
-  Raises ValueError naming the file and line when a line has a single column or bytes that are
-  not UTF-8, and naming the file when it holds no sentence.
+  Blank lines separate sentences; `-DOCSTART-` lines (document boundaries) are skipped. Every
+  word line has as many columns as the file's first: a line that lost its tag column (or gained
+  one) would make another column its tag, a new tag class.
+  Raises ValueError naming the file and line when a line has a single column, another number of
+  columns than the first word line, or bytes that are not UTF-8, and naming the file when it
+  holds no sentence.
   """
   sentences = []
   words, tags = [], []
+  first_columns = None  # (number of columns, line) of the first word line.
   name = os.path.basename(path)
 
   def flush(line_number):
@@ -94,6 +98,12 @@ def read_conll(path: str) -> list[TaggedSentence]:
       if len(columns) < 2:
         raise ConllFormatError("%s:%d: expected `word ... tag`, got %r" %
                          (path, line_number, line.rstrip()))
+      first_columns = first_columns or (len(columns), line_number)
+      if len(columns) != first_columns[0]:
+        raise ConllFormatError("%s:%d: %d columns, but line %d has %d (the tag is the last "
+                               "column): %r" % (path, line_number, len(columns),
+                                                first_columns[1], first_columns[0],
+                                                line.rstrip()))
       words.append(columns[0])
       tags.append(columns[-1])
     flush(line_number + 1)

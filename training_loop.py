@@ -766,20 +766,21 @@ def _difference(key: str, recorded: Mapping[str, Any], current: Mapping[str, Any
   return "%s: recorded %s, now %s" % (_setting_name(key, in_epochs), shown[0], shown[1])
 
 
-def check_model_settings_of_recorded_run(config: TrainConfig) -> None:
-  """Raises TrainingError naming each difference when `output_dir` records a training run (its
-  newest phase) whose model settings differ from `config.model_settings` in what the trained
-  model computes: evaluating, predicting or exporting its model with another vocab (of the same
-  size) reads every id as another token, another casing gives other tokens, another config
-  (fewer layers, other heads or activation) another network, another task other inputs, and a
-  reordered label list names outputs after other labels. Settings a record lacks (older
-  versions) and those of _SETTINGS_FREE_AT_INFERENCE are not compared; another number of output
-  names is the checkpoint head's error."""
-  phases = _read_settings(os.path.join(config.output_dir, SETTINGS_FILE))
+def check_model_settings_of_recorded_run(run_dir: str, model_settings: Mapping[str, Any],
+                                         what: str = "`output_dir`") -> None:
+  """Raises TrainingError naming each difference when `run_dir` records a training run (its
+  newest phase) whose model settings differ from `model_settings` in what the trained model
+  computes: using its model with another vocab (of the same size) reads every id as another
+  token, another casing gives other tokens, another config (fewer layers, other heads or
+  activation) another network, another task other inputs, and a reordered label list names
+  outputs after other labels. Settings a record lacks (older versions), settings
+  `model_settings` lacks and those of _SETTINGS_FREE_AT_INFERENCE are not compared; another
+  number of output names is the checkpoint head's error. `what` names the directory's setting."""
+  phases = _read_settings(os.path.join(run_dir, SETTINGS_FILE))
   if not phases:
     return
   recorded = _flatten(phases[max(phases, key=int)])
-  current = _flatten(config.model_settings)
+  current = _flatten(model_settings)
   if len(recorded.get("output_names", [])) != len(current.get("output_names", [])):
     recorded.pop("output_names", None)
   differences = [_difference(key, recorded, current, False)
@@ -787,9 +788,9 @@ def check_model_settings_of_recorded_run(config: TrainConfig) -> None:
                  if key not in _SETTINGS_FREE_AT_INFERENCE and recorded[key] != current[key]]
   if differences:
     raise errors.TrainingError(
-        "the model in `output_dir`=%s was trained with other settings (recorded in %s): %s. "
-        "Evaluate, predict and export with the run's settings and files" % (
-            config.output_dir, SETTINGS_FILE, "; ".join(differences)))
+        "the model in %s=%s was trained with other settings (recorded in %s): %s. "
+        "Use it with the run's settings and files" % (
+            what, run_dir, SETTINGS_FILE, "; ".join(differences)))
 
 
 def _read_settings(path: str) -> dict:

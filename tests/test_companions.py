@@ -258,6 +258,24 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                       "--data_dir=%s" % (tmp_path / "sst"), *flags)
   assert_one_line_error(result, "run_classifier.py", "--task_name: recorded generic, now sst-2")
   assert not (tmp_path / "out" / "test_results.tsv").exists()
+  # The other scripts that read a run's model: from its checkpoint, as it is.
+  init_checkpoint = "--init_checkpoint=%s" % (tmp_path / "out")
+  relu = "--bert_config_file=%s" % (tmp_path / "relu.json")
+  converted = tmp_path / "converted"
+  result = run_script("convert_checkpoint.py", init_checkpoint, relu, "--task_name=MRPC",
+                      "--do_lower_case=false", "--output_dir=%s" % converted)
+  assert_one_line_error(result, "convert_checkpoint.py",
+                        "the model in %s was trained with other settings" % init_checkpoint,
+                        "recorded gelu, now relu", "--do_lower_case: recorded True, now False",
+                        "--task_name: recorded generic, now mrpc")
+  assert not converted.exists()
+  (tmp_path / "input.txt").write_text("the dog ran\n")
+  features = tmp_path / "features.jsonl"
+  result = run_script("extract_features.py", init_checkpoint, relu, vocab_file,
+                      "--input_file=%s" % (tmp_path / "input.txt"), "--layers=-1",
+                      "--max_seq_length=16", "--output_file=%s" % features)
+  assert_one_line_error(result, "extract_features.py", "recorded gelu, now relu")
+  assert not features.exists()
 
 
 def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier_files):

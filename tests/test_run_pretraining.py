@@ -5,6 +5,7 @@ that is trivially learnable: segment A repeats one token, segment B repeats the 
 is the next sentence and another token when it is random, so a masked token is a copy of its
 neighbours and the next-sentence label is whether the two segments' tokens agree.
 """
+import json
 import logging
 import os
 import signal
@@ -452,7 +453,20 @@ def test_cli_resume_with_changed_settings_is_a_one_line_error_but_evaluation_is_
           tmp_path / "out", tmp_path / "out" / training_loop.SETTINGS_FILE))
   # Evaluation alone trains nothing: the training flags are not checked.
   run_main(tmp_path, "--do_eval", *changed)
+  results = (tmp_path / "out" / "eval_results.txt").read_text()
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 10
+  # But the model is the run's: another activation in the config is refused, its results kept.
+  config = json.loads((tmp_path / "bert_config.json").read_text())
+  (tmp_path / "relu.json").write_text(json.dumps(dict(config, hidden_act="relu")))
+  run = subprocess.run(_cli(tmp_path, "--do_eval") + ["--bert_config_file=%s" %
+                                                      (tmp_path / "relu.json")],
+                       capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1 and "Traceback" not in run.stderr
+  assert run.stderr.strip().splitlines()[-1].startswith(
+      "run_pretraining.py: error: the model in --output_dir=%s was trained with other settings "
+      "(recorded in %s): --bert_config_file (hidden_act): recorded gelu, now relu" % (
+          tmp_path / "out", training_loop.SETTINGS_FILE)), run.stderr[-2000:]
+  assert (tmp_path / "out" / "eval_results.txt").read_text() == results
 
 
 def test_cli_gradient_accumulation_trains_as_the_whole_batch(tmp_path, caplog):

@@ -43,6 +43,16 @@ def test_read_conll_names_file_and_line_of_bad_line(tmp_path):
     tagging.read_conll(path)
 
 
+@pytest.mark.parametrize("line", ["lamb NN I-NP", "lamb NN I-NP O extra"])
+def test_read_conll_refuses_a_line_with_another_number_of_columns(tmp_path, line):
+  # A word line that lost its NER column (or gained one) would make another column a tag class.
+  path = _write(tmp_path, "train.txt", "-DOCSTART- -X- -X- O\n\nEU NNP B-NP B-ORG\n\n"
+                "Peter NNP B-NP B-PER\n%s\n" % line)
+  with pytest.raises(ValueError, match=r"train\.txt:6: %d columns, but line 3 has 4" %
+                     len(line.split())):
+    tagging.read_conll(path)
+
+
 def test_tag_list_puts_o_first_and_round_trips(tmp_path):
   sentences = [tagging.TaggedSentence(["a", "b", "c"], ["I-PER", "O", "B-LOC"])]
   tag_list = tagging.tag_list_from_sentences(sentences)
