@@ -208,6 +208,10 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
     if not token or any(char.isspace() for char in token):
       raise errors.FlagError("--reserved_tokens: %r is empty or holds whitespace, which the "
                              "tokenizer splits on: no text would ever become that token" % token)
+  repeated = sorted({token for token in reserved if reserved.count(token) > 1})
+  if repeated:
+    raise errors.FlagError("--reserved_tokens: %s given more than once (a vocab holds each token "
+                           "once)" % ", ".join(repeated))
   if vocab_size < len(reserved):
     raise errors.InputError("--vocab_size=%d is smaller than the %d reserved tokens." %
                             (vocab_size, len(reserved)))

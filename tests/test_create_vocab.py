@@ -157,3 +157,10 @@ def test_a_reserved_token_with_whitespace_is_refused(tmp_path):
   with pytest.raises(ValueError, match="--reserved_tokens: 'a b' is empty or holds whitespace"):
     create_vocab.create_vocab(str(tmp_path / "c.txt"), str(tmp_path / "v.txt"), 100, True,
                               reserved_tokens=["[X]", "a b"])
+
+
+def test_a_reserved_token_given_twice_is_refused_before_counting(tmp_path):
+  (tmp_path / "c.txt").write_text("a b c\n")
+  with pytest.raises(ValueError, match=r"--reserved_tokens: \[X\] given more than once"):
+    create_vocab.create_vocab(str(tmp_path / "c.txt"), str(tmp_path / "v.txt"), 100, True,
+                              reserved_tokens=["[X]", "[Y]", "[X]"])
