@@ -10,11 +10,13 @@ variable's name in the checkpoint's object graph (`word_embeddings/embeddings`,
 them into Google's by rule (`MODEL_GARDEN_SCOPES`, `MODEL_GARDEN_LAYER_SCOPES`) and writes the
 reverse, a checkpoint `tf.train.Checkpoint(encoder=BertEncoder(...)).restore` loads. Our own
 `extract_features.py --export_format=tf_hub` encoders are read the same way (their variables have
-Google's names and their config is an asset).
+Google's names and their root keeps the config as `bert_config`).
 
-Neither format stores the config whole: it is read off the weights' shapes, and for a SavedModel
-the activation is found by running it (`check_outputs_of_saved_model`): the converted model must
-give the SavedModel's own outputs on the same ids, or nothing is written.
+A checkpoint's config comes with it (bert_config.json, as Model Garden's released ones have it):
+its weights show the shapes and heads, not the activation. A TF Hub SavedModel has none: it is
+read off the weights' shapes and the activation found by running the SavedModel
+(`check_outputs_of_saved_model`): the converted model must give the SavedModel's own outputs on
+the same ids, or nothing is written.
 """
 
 import json
@@ -264,22 +266,25 @@ def read_model_garden_checkpoint(checkpoint: str, bert_config_file: Optional[str
                                  do_lower_case: Optional[bool] = None
                                  ) -> conversion.ConvertedModel:
   """Reads a Model Garden BertEncoder checkpoint (a prefix, or a directory with a `checkpoint`
-  state file). Its config is `bert_config_file` (default: bert_config.json beside it, as Model
-  Garden's released checkpoints have it, whose `hidden_act` "gelu" Model Garden computes with the
-  tanh approximation), else read off the weights with Model Garden's default activation; the
-  vocab is `vocab_file` or vocab.txt beside it."""
+  state file) with its config: `bert_config_file`, default bert_config.json beside it, as Model
+  Garden's released checkpoints have it (its `hidden_act` "gelu" is what Model Garden computes,
+  the tanh approximation). A checkpoint holds no activation, so there is no default. The vocab is
+  `vocab_file` or vocab.txt beside it."""
   prefix = checkpoints.resolve_checkpoint_path(checkpoint)
   directory = os.path.dirname(prefix)
   tensors, source_names, heads = _google_tensors(prefix, prefix)
   config_path = bert_config_file or os.path.join(directory, conversion.GOOGLE_CONFIG_NAME)
-  if tf.io.gfile.exists(config_path):
-    config = modeling.BertConfig.from_json_file(config_path)
-    if config.hidden_act.lower() == "gelu":
-      config.hidden_act = "gelu_approximate"  # What Model Garden computes for "gelu".
-  else:
-    config = config_of_weights(tensors, heads, "gelu_approximate", prefix)
-    logging.info("%s: no bert_config.json beside it; its config is read off the weights, with "
-                 "Model Garden's default activation (GELU, tanh approximation)", prefix)
+  if not tf.io.gfile.exists(config_path):
+    raise conversion.ConversionError(
+        "%s has no bert_config.json beside it: pass `bert_config_file` (the config the encoder "
+        "was built with: a checkpoint holds no activation)" % prefix)
+  config = modeling.BertConfig.from_json_file(config_path)
+  if config.hidden_act.lower() == "gelu":
+    config.hidden_act = "gelu_approximate"  # What Model Garden computes for "gelu".
+  if heads is not None and heads != config.num_attention_heads:
+    raise conversion.ConversionError(
+        "%s: its attention weights have %d heads, but %s says num_attention_heads %d" %
+        (prefix, heads, config_path, config.num_attention_heads))
   if vocab_file is None:
     vocab_file = os.path.join(directory, conversion.VOCAB_NAME)
     vocab = conversion.text_if_exists(vocab_file)

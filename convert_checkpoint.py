@@ -136,8 +136,8 @@ def define_flags() -> None:
   flags.DEFINE_string("model_garden_checkpoint", None,
                       "Model Garden BertEncoder checkpoint to convert to Google's format (an "
                       "object-based checkpoint's prefix, or its directory), with "
-                      "--bert_config_file and --vocab_file (default: those beside it; without a "
-                      "config, it is read off the weights).")
+                      "--bert_config_file and --vocab_file (default: those beside it; a config "
+                      "is needed, the checkpoint holds no activation).")
   flags.DEFINE_string("init_checkpoint", None,
                       "Google-format checkpoint (prefix such as .../bert_model.ckpt or "
                       ".../model.ckpt-N, or a directory) to convert to --output_format.")

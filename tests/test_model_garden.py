@@ -114,21 +114,33 @@ def test_tf_hub_encoder_of_model_garden_converts_to_a_model_with_its_outputs(gar
   assert '"do_lower_case": true' in open(mark, encoding="utf-8").read()
 
 
-def test_model_garden_checkpoint_converts_with_its_config_read_off_the_weights(garden, tmp_path):
+def write_config(path, **changes):
+  """bert_config.json of MG_CONFIG (Model Garden's names) with `changes`; its path."""
+  with open(path, "w", encoding="utf-8") as writer:
+    writer.write(modeling.BertConfig.from_dict(dict(MG_CONFIG, **changes)).to_json_string())
+  return str(path)
+
+
+def test_model_garden_checkpoint_converts_with_its_config(garden, tmp_path):
   model = garden["models"]["uncased"]
   out = str(tmp_path / "google")
-  convert_checkpoint.convert_model_garden_to_google(os.path.dirname(model["checkpoint"]), out,
-                                                    vocab_file=garden["vocab_file"])
+  convert_checkpoint.convert_model_garden_to_google(
+      os.path.dirname(model["checkpoint"]), out, write_config(tmp_path / "bert_config.json"),
+      vocab_file=garden["vocab_file"])
   assert_outputs_equal(bert_outputs(out), model, "converted Model Garden checkpoint")
 
 
-def test_model_garden_checkpoint_with_a_config_that_does_not_fit_is_refused(garden, tmp_path):
-  config_file = str(tmp_path / "bert_config.json")
-  with open(config_file, "w", encoding="utf-8") as writer:
-    writer.write(modeling.BertConfig.from_dict(dict(MG_CONFIG, intermediate_size=64))
-                 .to_json_string())
-  with pytest.raises(conversion.ConversionError, match=r"transformer/layer_0/intermediate/bias "
-                     r"\(bert/.*\) has shape \[32\] but the config needs \[64\]"):
+@pytest.mark.parametrize("changes, message", [
+    ({"intermediate_size": 64}, r"transformer/layer_0/intermediate/bias \(bert/.*\) has shape "
+                                r"\[32\] but the config needs \[64\]"),
+    ({"num_attention_heads": 4}, r"its attention weights have 2 heads, but .* says "
+                                 r"num_attention_heads 4"),
+    (None, "has no bert_config.json beside it: pass `bert_config_file`"),
+], ids=["other_shape", "other_heads", "no_config"])
+def test_model_garden_checkpoint_without_its_config_is_refused(garden, tmp_path, changes,
+                                                               message):
+  config_file = None if changes is None else write_config(tmp_path / "c.json", **changes)
+  with pytest.raises(conversion.ConversionError, match=message):
     conversion_model_garden.read_model_garden_checkpoint(
         garden["models"]["uncased"]["checkpoint"], config_file)
 
