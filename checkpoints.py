@@ -232,6 +232,17 @@ def open_checkpoint(prefix: str):
   return reader
 
 
+def check_name_based(reader, prefix: str) -> None:
+  """Raises CheckpointError for an object-based checkpoint (`tf.train.Checkpoint`'s, as Model
+  Garden writes them): its keys are object paths, not the original's variable names, so nothing
+  in it would match; convert_checkpoint.py reads Model Garden's."""
+  if reader.has_tensor("_CHECKPOINTABLE_OBJECT_GRAPH"):
+    raise CheckpointError(
+        "checkpoint %s is object-based (tf.train.Checkpoint's, as Model Garden writes them), not "
+        "a name-based one of Google's format: convert a Model Garden BertEncoder checkpoint with "
+        "convert_checkpoint.py --model_garden_checkpoint" % prefix)
+
+
 def _described_bytes(reader) -> int:
   """The bytes the tensors of a checkpoint's index take at least (strings not counted)."""
   shapes = reader.get_variable_to_shape_map()
@@ -312,6 +323,7 @@ def init_from_checkpoint(model: keras.Model, checkpoint_path: str) -> Checkpoint
   """
   prefix = resolve_checkpoint_path(checkpoint_path)
   reader = open_checkpoint(prefix)
+  check_name_based(reader, prefix)
   checkpoint_shapes = reader.get_variable_to_shape_map()
   variables = checkpoint_variables(model)
   check_fits(reader, prefix, variables)

@@ -101,6 +101,7 @@ def read_google_model(init_checkpoint: str, bert_config_file: Optional[str] = No
   config = modeling.BertConfig.from_json_file(
       bert_config_file or os.path.join(checkpoint_dir, conversion.GOOGLE_CONFIG_NAME))
   reader = checkpoints.open_checkpoint(prefix)
+  checkpoints.check_name_based(reader, prefix)
   tensors = {name: checkpoints.read_tensor(reader, prefix, name)
              for name in reader.get_variable_to_shape_map()
              if not checkpoints.is_training_state_name(name)}

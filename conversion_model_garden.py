@@ -114,6 +114,14 @@ def model_garden_name_for_google(google_name: str) -> str:
   return "transformer/layer_%s/%s/%s" % (layer.group(1), scope, layer.group(3))
 
 
+def _is_google_encoder_name(name: str) -> bool:
+  """Whether `name` is Google's name of a BertModel variable (the encoder, no heads)."""
+  if name in MODEL_GARDEN_SCOPES.values():
+    return True
+  layer = _GOOGLE_LAYER.match(name)
+  return bool(layer) and layer.group(2) in MODEL_GARDEN_LAYER_SCOPES.values()
+
+
 def _object_path(name: str, num_layers: int) -> str:
   """Where a variable (Model Garden's name) sits in the object graph of a BertEncoder."""
   embeddings = ("word_embeddings/embeddings", "position_embedding/embeddings",
@@ -211,7 +219,8 @@ def _google_tensors(prefix: str, source: str
   for name, key in sorted(read_named_variables(prefix).items()):
     if key in settings or _RANDOM_STATE.match(name):
       continue
-    google_name = name if name.startswith("bert/") else google_name_for_model_garden(name)
+    # Our own TF Hub encoders keep Google's names.
+    google_name = name if _is_google_encoder_name(name) else google_name_for_model_garden(name)
     if google_name is None:
       unknown.append(name)
       continue
@@ -228,8 +237,10 @@ def _google_tensors(prefix: str, source: str
     raise conversion.ConversionError("%s holds no BERT encoder (no word_embeddings/embeddings)" %
                                      source)
   if unknown:
-    raise conversion.ConversionError("%s: variable(s) not in a BERT encoder: %s" %
-                                     (source, conversion.describe_names(unknown)))
+    raise conversion.ConversionError(
+        "%s: variable(s) not in a BERT encoder: %s (only a BertEncoder's variables convert; "
+        "heads such as a pretrainer's masked LM do not)" %
+        (source, conversion.describe_names(unknown)))
   return tensors, source_names, heads
 
 
@@ -270,6 +281,9 @@ def read_model_garden_checkpoint(checkpoint: str, bert_config_file: Optional[str
   Garden's released checkpoints have it (its `hidden_act` "gelu" is what Model Garden computes,
   the tanh approximation). A checkpoint holds no activation, so there is no default. The vocab is
   `vocab_file` or vocab.txt beside it."""
+  if tf.io.gfile.exists(os.path.join(checkpoint, "saved_model.pb")):
+    raise conversion.ConversionError("%s is a SavedModel: convert a TF Hub encoder with "
+                                     "`tf_hub_model_path`" % checkpoint)
   prefix = checkpoints.resolve_checkpoint_path(checkpoint)
   directory = os.path.dirname(prefix)
   tensors, source_names, heads = _google_tensors(prefix, prefix)

@@ -239,3 +239,15 @@ def test_run_classifier_with_tfhub_refuses_what_is_not_a_module_in_one_line(tmp_
   assert completed.stderr.splitlines() == ["run_classifier_with_tfhub.py: error: --bert_hub_module_handle=%s holds no "
                     "saved_model.pb: not a TF Hub SavedModel" % data_dir], completed.stderr[-2000:]
   assert not os.path.exists(output_dir)
+
+
+def test_a_checkpoint_of_the_other_kind_is_refused_naming_the_flag_to_use(garden, tmp_path):
+  with pytest.raises(errors.InputError, match="is object-based .* --model_garden_checkpoint"):
+    convert_checkpoint.convert_google_to_hf(garden["models"]["uncased"]["checkpoint"],
+                                            str(tmp_path / "hf"),
+                                            write_config(tmp_path / "c.json"))
+  with pytest.raises(errors.InputError, match="is a SavedModel: convert a TF Hub encoder with"):
+    conversion_model_garden.read_model_garden_checkpoint(garden["models"]["uncased"]["hub"])
+  with pytest.raises(errors.InputError, match="is a name-based checkpoint"):
+    conversion_model_garden.read_model_garden_checkpoint(
+        os.path.join(garden["ours_dir"], "bert_model.ckpt"))
