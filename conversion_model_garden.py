@@ -50,6 +50,15 @@ MODEL_GARDEN_SCOPES = {
     "pooler_transform/kernel": "bert/pooler/dense/kernel",
     "pooler_transform/bias": "bert/pooler/dense/bias",
 }
+# Its masked-LM head (BertPretrainerV2, and the `mlm` of TF Hub's encoders): the original's
+# `cls/predictions`, the output bias kept as a layer's `bias`.
+MODEL_GARDEN_MASKED_LM = {
+    "bert/cls/predictions/transform/dense/kernel": "cls/predictions/transform/dense/kernel",
+    "bert/cls/predictions/transform/dense/bias": "cls/predictions/transform/dense/bias",
+    "bert/cls/predictions/transform/LayerNorm/gamma": "cls/predictions/transform/LayerNorm/gamma",
+    "bert/cls/predictions/transform/LayerNorm/beta": "cls/predictions/transform/LayerNorm/beta",
+    "bert/cls/predictions/output_bias/bias": "cls/predictions/output_bias",
+}
 # Within `transformer/layer_<i>/` there, and `bert/encoder/layer_<i>/` here.
 MODEL_GARDEN_LAYER_SCOPES = {
     "self_attention/query": "attention/self/query",
@@ -93,9 +102,13 @@ _RANDOM_STATE = re.compile(r"^seed_generator(_\d+)?/seed_generator_state$")
 
 
 def google_name_for_model_garden(name: str) -> Optional[str]:
-  """Google's name of a Model Garden BertEncoder variable, or None for a name it does not have."""
+  """Google's name of a Model Garden BertEncoder variable, or of its masked-LM head's (the `mlm`
+  part of TF Hub's encoders, BertPretrainerV2's `masked_lm`), or None for a name it does not
+  have."""
   if name in MODEL_GARDEN_SCOPES:
     return MODEL_GARDEN_SCOPES[name]
+  if name in MODEL_GARDEN_MASKED_LM:
+    return MODEL_GARDEN_MASKED_LM[name]
   layer = _MODEL_GARDEN_LAYER.match(name)
   if layer and layer.group(2) in MODEL_GARDEN_LAYER_SCOPES:
     return "bert/encoder/layer_%s/%s/%s" % (layer.group(1),
@@ -244,6 +257,12 @@ def _google_tensors(prefix: str, source: str
   return tensors, source_names, heads
 
 
+def _architecture(tensors: Mapping[str, np.ndarray]) -> conversion.Architecture:
+  """BertForMaskedLM where the masked-LM head came along, else the encoder alone."""
+  masked_lm = any(name.startswith("cls/predictions/") for name in tensors)
+  return conversion.ARCHITECTURES["BertForMaskedLM" if masked_lm else "BertModel"]
+
+
 def config_of_weights(tensors: Mapping[str, np.ndarray], heads: Optional[int], hidden_act: str,
                       source: str) -> modeling.BertConfig:
   """The BertConfig of Google-named weights with `heads` attention heads; dropouts and the
@@ -304,7 +323,7 @@ def read_model_garden_checkpoint(checkpoint: str, bert_config_file: Optional[str
     vocab = conversion.text_if_exists(vocab_file)
   else:
     vocab = conversion.read_text(vocab_file)
-  model = conversion.ConvertedModel(config, tensors, conversion.ARCHITECTURES["BertModel"], prefix,
+  model = conversion.ConvertedModel(config, tensors, _architecture(tensors), prefix,
                                     vocab=vocab, do_lower_case=do_lower_case)
   conversion.check_model(model, source_names)
   return model
@@ -468,7 +487,7 @@ def read_tf_hub_encoder(path: str, flag: str = "`tf_hub_model_path`"
   else:
     config = config_of_weights(tensors, heads, _CANDIDATE_ACTIVATIONS[0], path)
     activations = _CANDIDATE_ACTIVATIONS
-  model = conversion.ConvertedModel(config, tensors, conversion.ARCHITECTURES["BertModel"], path,
+  model = conversion.ConvertedModel(config, tensors, _architecture(tensors), path,
                                     vocab=conversion.read_text(assets["vocab_file"]),
                                     do_lower_case=bool(settings["do_lower_case"]))
   conversion.check_model(model, source_names)

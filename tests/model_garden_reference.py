@@ -5,14 +5,17 @@ request.json result.json`. The request:
 
   {"root": directory for what is written,
    "models": [{"name": ..., "config": {bert_config.json fields}, "vocab_file": ...,
-               "do_lower_case": bool, "seed": int}, ...],
+               "do_lower_case": bool, "seed": int, "with_mlm": bool}, ...],
+   "masked_lm_positions": [[...]],
    "ids": {"input_word_ids": [[...]], "input_mask": [[...]], "input_type_ids": [[...]]},
    "restore": [directories holding bert_model.ckpt and bert_config.json, ...]}
 
 For each model, Model Garden's `BertEncoder` (as its TF Hub export builds it) gets random weights
 (every variable, LayerNorms included, so that a transposed or swapped tensor shows), is saved as
 `tf.train.Checkpoint(encoder=...)` in `<root>/<name>/checkpoint/` and exported in TF Hub's layout
-with `export_tfhub_lib.export_model` to `<root>/<name>/hub/`. For each `restore` directory a
+with `export_tfhub_lib.export_model` to `<root>/<name>/hub/`; `with_mlm` builds Model Garden's
+`BertPretrainerV2` around it and exports its masked-LM head too (the `mlm` of TF Hub's BERT
+encoders), whose logits at `masked_lm_positions` the result then holds. For each `restore` directory a
 `BertEncoder` of its bert_config.json restores its checkpoint (`assert_consumed`: every value of
 the checkpoint finds its variable, and the reverse). The result holds each model's and each
 restored encoder's sequence and pooled outputs on `ids`, and the checkpoint and hub paths.
@@ -25,6 +28,8 @@ import sys
 import numpy as np
 import tensorflow as tf
 from official.legacy.bert import configs
+from official.modeling import tf_utils
+from official.nlp.modeling import models
 from official.nlp.tools import export_tfhub_lib
 
 
@@ -35,21 +40,32 @@ def outputs(encoder, ids):
   return {name: result[name].numpy().tolist() for name in ("sequence_output", "pooled_output")}
 
 
-def make_model(root, model, ids):
-  """Builds, saves and exports one random BertEncoder; returns its paths and outputs."""
+def make_model(root, model, ids, positions):
+  """Builds, saves and exports one random BertEncoder (in a BertPretrainerV2 `with_mlm`);
+  returns its paths and outputs."""
   config = configs.BertConfig.from_dict(model["config"])
   encoder = export_tfhub_lib.get_bert_encoder(config)
+  saved = {"encoder": encoder}
+  if model["with_mlm"]:
+    pretrainer = models.BertPretrainerV2(
+        encoder_network=encoder, mlm_activation=tf_utils.get_activation(config.hidden_act))
+    pretrainer(pretrainer.inputs)
+    saved = pretrainer.checkpoint_items
   random = np.random.RandomState(model["seed"])
-  for variable in encoder.weights:
+  for variable in (pretrainer if model["with_mlm"] else encoder).weights:
     variable.assign(random.normal(0.0, 0.5, variable.shape).astype(np.float32))
   directory = os.path.join(root, model["name"])
-  checkpoint = tf.train.Checkpoint(encoder=encoder).save(
-      os.path.join(directory, "checkpoint", "ckpt"))
+  checkpoint = tf.train.Checkpoint(**saved).save(os.path.join(directory, "checkpoint", "ckpt"))
   hub = os.path.join(directory, "hub")
   export_tfhub_lib.export_model(hub, bert_config=config, model_checkpoint_path=checkpoint,
-                                with_mlm=False, vocab_file=model["vocab_file"],
+                                with_mlm=model["with_mlm"], vocab_file=model["vocab_file"],
                                 do_lower_case=model["do_lower_case"])
-  return {"checkpoint": checkpoint, "hub": hub, **outputs(encoder, ids)}
+  result = {"checkpoint": checkpoint, "hub": hub, **outputs(encoder, ids)}
+  if model["with_mlm"]:
+    logits = pretrainer(dict({name: tf.constant(value) for name, value in ids.items()},
+                             masked_lm_positions=tf.constant(positions)), training=False)
+    result["mlm_logits"] = logits["mlm_logits"].numpy().tolist()
+  return result
 
 
 def restore(directory, ids):
@@ -65,7 +81,8 @@ def main(request_file, result_file):
   with open(request_file, encoding="utf-8") as reader:
     request = json.load(reader)
   ids = {name: np.array(value, np.int32) for name, value in request["ids"].items()}
-  result = {"models": {model["name"]: make_model(request["root"], model, ids)
+  positions = np.array(request["masked_lm_positions"], np.int32)
+  result = {"models": {model["name"]: make_model(request["root"], model, ids, positions)
                        for model in request["models"]},
             "restored": {directory: restore(directory, ids) for directory in request["restore"]}}
   with open(result_file, "w", encoding="utf-8") as writer:

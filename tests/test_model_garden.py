@@ -23,6 +23,7 @@ import checkpoints
 import conversion
 import conversion_model_garden
 import errors
+import heads
 import convert_checkpoint
 import modeling
 
@@ -39,6 +40,7 @@ MG_CONFIG = dict(vocab_size=len(VOCAB), hidden_size=16, num_hidden_layers=2, num
 IDS = {"input_word_ids": [[2, 7, 9, 11, 3, 20, 21, 3], [2, 30, 8, 3, 0, 0, 0, 0]],
        "input_mask": [[1] * 8, [1, 1, 1, 1, 0, 0, 0, 0]],
        "input_type_ids": [[0, 0, 0, 0, 0, 1, 1, 1], [0] * 8]}
+POSITIONS = [[1, 3, 6], [1, 2, 0]]
 TOLERANCE = 1e-5
 
 
@@ -90,12 +92,14 @@ def garden(tmp_path_factory):
   convert_checkpoint.convert_google_to_model_garden(os.path.join(ours_dir, "bert_model.ckpt"),
                                                     ours_in_garden)
   reference = run_client(REFERENCE, root, {
-      "root": root, "ids": IDS, "restore": [ours_in_garden],
+      "root": root, "ids": IDS, "restore": [ours_in_garden], "masked_lm_positions": POSITIONS,
       "models": [
           {"name": "uncased", "config": MG_CONFIG, "vocab_file": vocab_file,
-           "do_lower_case": True, "seed": 1},
+           "do_lower_case": True, "seed": 1, "with_mlm": False},
+          {"name": "with_mlm", "config": MG_CONFIG, "vocab_file": vocab_file,
+           "do_lower_case": True, "seed": 4, "with_mlm": True},
           {"name": "swish", "config": dict(MG_CONFIG, hidden_act="swish"),
-           "vocab_file": vocab_file, "do_lower_case": False, "seed": 2}]})
+           "vocab_file": vocab_file, "do_lower_case": False, "seed": 2, "with_mlm": False}]})
   return {"root": root, "vocab_file": vocab_file, "ours": ours, "ours_dir": ours_dir,
           "ours_in_garden": ours_in_garden, **reference}
 
@@ -119,6 +123,25 @@ def write_config(path, **changes):
   with open(path, "w", encoding="utf-8") as writer:
     writer.write(modeling.BertConfig.from_dict(dict(MG_CONFIG, **changes)).to_json_string())
   return str(path)
+
+
+def test_tf_hub_encoder_with_its_masked_lm_converts_with_the_head(garden, tmp_path):
+  """tfhub.dev's BERT encoders carry the pretrainer's masked-LM head as `mlm`: it becomes the
+  original's cls/predictions, giving Model Garden's logits."""
+  model = garden["models"]["with_mlm"]
+  out = str(tmp_path / "google")
+  convert_checkpoint.convert_tf_hub_to_google(model["hub"], out)
+  assert_outputs_equal(bert_outputs(out), model, "converted TF Hub encoder with its head")
+  config = modeling.BertConfig.from_json_file(os.path.join(out, "bert_config.json"))
+  pretraining = heads.BertPretrainingModel(config)
+  pretraining.build()
+  report = checkpoints.init_from_checkpoint(pretraining, os.path.join(out, "bert_model.ckpt"))
+  assert all(name.startswith("cls/seq_relationship/") for name in report.missing)
+  logits = pretraining(np.array(IDS["input_word_ids"]), input_mask=np.array(IDS["input_mask"]),
+                       token_type_ids=np.array(IDS["input_type_ids"]),
+                       masked_lm_positions=np.array(POSITIONS), training=False)
+  np.testing.assert_allclose(logits["masked_lm_logits"], np.array(model["mlm_logits"]),
+                             atol=TOLERANCE)
 
 
 def test_model_garden_checkpoint_converts_with_its_config(garden, tmp_path):
