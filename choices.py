@@ -1,5 +1,6 @@
 # coding=utf-8
-"""The named choices of the library's settings and the serving limits' defaults, as plain data.
+"""The named choices of the library's settings and the serving limits' defaults, as plain data
+(and `classifier_task`, the one reading of a classifier task's name).
 
 The library's modules (distribution, optimization, export, classifier) accept these names; the
 command line (`cli` and the scripts' flags) offers them as its flags' values. Both read them here
@@ -7,6 +8,8 @@ because the scripts define their flags and run the validation pass without Tenso
 scripts then fork their workers; the others load it only when the pass found nothing wrong),
 while those modules import it.
 """
+
+import errors
 
 # Where a run executes (`distribution.make_strategy`): the strategies, and the Keras precisions a
 # model trains in (`distribution.set_precision`).
@@ -29,4 +32,20 @@ DEFAULT_MAX_REQUEST_TOKENS = 65536
 # (`classifier.aggregate_windows`).
 CLASSIFIER_TASKS = ("xnli", "mnli", "mrpc", "cola", "sst-2", "qnli", "qqp", "rte", "wnli", "sts-b",
                     "generic")
+# Other spellings of CLASSIFIER_TASKS that `--task_name` accepts.
+CLASSIFIER_TASK_ALIASES = {"sst2": "sst-2", "stsb": "sts-b"}
 WINDOW_AGGREGATIONS = ("mean", "max", "first")
+
+
+def classifier_task(task_name: str) -> str:
+  """The task of CLASSIFIER_TASKS that `task_name` names (any case, or an alias).
+
+  Raises:
+    errors.FlagError: for a name that is none of them.
+  """
+  name = task_name.lower()
+  name = CLASSIFIER_TASK_ALIASES.get(name, name)
+  if name not in CLASSIFIER_TASKS:
+    raise errors.FlagError("`task_name`=%s: unknown task (known: %s)" %
+                           (task_name, ", ".join(CLASSIFIER_TASKS)))
+  return name

@@ -17,6 +17,7 @@ import math
 import os
 from typing import Optional, Sequence
 
+import choices
 import distribution
 import errors
 import task_files
@@ -433,11 +434,7 @@ def get_processor(task_name: str, skip_bad_rows: bool = False, language: str = "
   (run_classifier's flags of the same names) and `label_delimiter` (multi-label) only to
   "generic"; other tasks ignore them, so a script can pass its flags whatever the task.
   """
-  name = task_name.lower()
-  name = {"sst2": "sst-2", "stsb": "sts-b"}.get(name, name)
-  if name not in PROCESSORS:
-    raise errors.FlagError("`task_name`=%s: unknown task (known: %s)" %
-                           (task_name, ", ".join(PROCESSORS)))
+  name = choices.classifier_task(task_name)
   if name == "generic":
     return GenericProcessor(text_a_column, text_b_column, label_column, has_header, skip_bad_rows,
                             label_delimiter)

@@ -176,7 +176,7 @@ def define_flags() -> None:
 # ------------------------------------------------------------------------------------------------
 
 
-def _convert(read: Callable[[], conversion.ConvertedModel],
+def convert(read: Callable[[], conversion.ConvertedModel],
              write: Callable[[conversion.ConvertedModel, str], str], output_dir: str) -> str:
   """Reads a model, writes it to output_dir and logs what was converted; returns what `write`
   returns (under output_dir).
@@ -215,14 +215,14 @@ def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
   Returns:
     The checkpoint prefix written.
   """
-  return _convert(lambda: conversion_hf.read_hf_model(hf_model_path),
+  return convert(lambda: conversion_hf.read_hf_model(hf_model_path),
                   conversion_google.write_google_model, output_dir)
 
 
 def convert_keras_hub_to_google(preset: str, output_dir: str) -> str:
   """Converts a KerasHub BertBackbone preset to Google's format in output_dir; returns the
   checkpoint prefix written."""
-  return _convert(lambda: conversion_keras_hub.read_keras_hub_preset(preset),
+  return convert(lambda: conversion_keras_hub.read_keras_hub_preset(preset),
                   conversion_google.write_google_model, output_dir)
 
 
@@ -234,7 +234,7 @@ def convert_google_to_hf(init_checkpoint: str, output_dir: str,
   Returns:
     The safetensors file written.
   """
-  return _convert(
+  return convert(
       lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
       conversion_hf.write_hf_model, output_dir)
 
@@ -243,7 +243,7 @@ def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
                                 bert_config_file: Optional[str] = None, **options) -> str:
   """Converts a Google-format checkpoint to a KerasHub preset in output_dir
   (`write_keras_hub_preset`); `options` are `read_google_model`'s. Returns output_dir."""
-  return _convert(
+  return convert(
       lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
       conversion_keras_hub.write_keras_hub_preset, output_dir)
 
@@ -251,7 +251,7 @@ def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
 def convert_tf_hub_to_google(tf_hub_model_path: str, output_dir: str) -> str:
   """Converts a TF Hub BERT encoder SavedModel to Google's format in output_dir; returns the
   checkpoint prefix written."""
-  return _convert(lambda: conversion_model_garden.read_tf_hub_encoder(tf_hub_model_path),
+  return convert(lambda: conversion_model_garden.read_tf_hub_encoder(tf_hub_model_path),
                   conversion_google.write_google_model, output_dir)
 
 
@@ -259,7 +259,7 @@ def convert_model_garden_to_google(checkpoint: str, output_dir: str,
                                    bert_config_file: Optional[str] = None, **options) -> str:
   """Converts a Model Garden BertEncoder checkpoint to Google's format in output_dir; `options`
   are `read_model_garden_checkpoint`'s. Returns the checkpoint prefix written."""
-  return _convert(lambda: conversion_model_garden.read_model_garden_checkpoint(
+  return convert(lambda: conversion_model_garden.read_model_garden_checkpoint(
       checkpoint, bert_config_file, **options), conversion_google.write_google_model, output_dir)
 
 
@@ -267,7 +267,7 @@ def convert_google_to_model_garden(init_checkpoint: str, output_dir: str,
                                    bert_config_file: Optional[str] = None, **options) -> str:
   """Converts a Google-format checkpoint to a Model Garden BertEncoder checkpoint in output_dir
   (`write_model_garden_checkpoint`); `options` are `read_google_model`'s. Returns the prefix."""
-  return _convert(
+  return convert(
       lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
       conversion_model_garden.write_model_garden_checkpoint, output_dir)
 

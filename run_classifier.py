@@ -60,6 +60,14 @@ def define_flags() -> None:
                       "one weight per label, comma-separated, in label-list order.")
 
 
+def check_input_paths() -> None:
+  """The validation pass: `--task_name` is one of the tasks (before TensorFlow loads), then the
+  model's files (`cli.check_model_files`)."""
+  if FLAGS.task_name:
+    choices.classifier_task(FLAGS.task_name)
+  cli.check_model_files()
+
+
 def main(_):
   # TensorFlow loads here, once the validation pass found nothing wrong (cli.run_script).
   # pylint: disable=g-import-not-at-top
@@ -92,4 +100,4 @@ def main(_):
 
 if __name__ == "__main__":
   define_flags()
-  cli.run_script(main, check_input_paths=cli.check_model_files)
+  cli.run_script(main, check_input_paths=check_input_paths)

@@ -48,37 +48,94 @@ def define_flags() -> None:
 
 
 def check_input_paths() -> None:
-  """The validation pass: flags the module replaces are refused, then run_classifier's checks
-  (the module's directory among them)."""
+  """The validation pass: flags the module replaces are refused, and so is a module at the
+  place its conversion goes; then run_classifier's checks (the module's directory among them)."""
   given = [name for name in _MODULE_GIVES if FLAGS[name].present]
   if given:
     raise errors.FlagError("--%s: the model comes from --bert_hub_module_handle (its weights, "
                            "config and vocab)" % given[0])
-  cli.check_model_files()
+  module_dir = os.path.join(FLAGS.output_dir or "", MODULE_DIR)
+  if FLAGS.output_dir and os.path.realpath(FLAGS.bert_hub_module_handle) == os.path.realpath(
+      module_dir):
+    raise errors.FlagError("--bert_hub_module_handle=%s is where this run writes the module's "
+                           "conversion: pass the module's own directory" % module_dir)
+  if os.path.islink(module_dir):
+    raise errors.FlagError("%s is a symlink: the run keeps the module it trains from itself "
+                           "(remove the link)" % module_dir)
+  run_classifier.check_input_paths()
+
+
+def _holds(module_dir: str, model) -> bool:
+  """Whether module_dir holds `model` converted: the same config, vocab, casing and weights."""
+  # pylint: disable=g-import-not-at-top
+  import numpy as np
+  import checkpoints
+  import conversion
+  import modeling
+  # pylint: enable=g-import-not-at-top
+  mark = atomic_files.read_files_mark(module_dir, conversion.CONVERTED_MARK_NAME)
+  if not mark or mark.get("do_lower_case") != model.do_lower_case:
+    return False
+  config = modeling.BertConfig.from_json_file(os.path.join(module_dir,
+                                                           conversion.GOOGLE_CONFIG_NAME))
+  if (config.to_dict() != model.config.to_dict() or
+      conversion.text_if_exists(os.path.join(module_dir, conversion.VOCAB_NAME)) != model.vocab):
+    return False
+  prefix = os.path.join(module_dir, conversion.GOOGLE_CHECKPOINT_NAME)
+  reader = checkpoints.open_checkpoint(prefix)
+  return (set(reader.get_variable_to_shape_map()) == set(model.tensors) and
+          all(np.array_equal(checkpoints.read_tensor(reader, prefix, name), value)
+              for name, value in model.tensors.items()))
+
+
+def _write_module(model, module_dir: str) -> None:
+  """Writes the converted module into module_dir, unless it holds it already. Another module's
+  conversion there is replaced only before the run trained from it."""
+  # pylint: disable=g-import-not-at-top
+  import checkpoints
+  import conversion
+  import conversion_google
+  import convert_checkpoint
+  # pylint: enable=g-import-not-at-top
+  if os.path.isdir(module_dir):
+    if _holds(module_dir, model):
+      return
+    if checkpoints.latest_checkpoint(FLAGS.output_dir):
+      recorded = atomic_files.read_files_mark(module_dir, conversion.CONVERTED_MARK_NAME)
+      raise errors.FlagError(
+          "--output_dir=%s trained from another module (%s, in %s), not --bert_hub_module_handle="
+          "%s: use another --output_dir, or that module" % (
+              FLAGS.output_dir, recorded.get("source", "unknown"), module_dir,
+              FLAGS.bert_hub_module_handle))
+  convert_checkpoint.check_output_dir(module_dir, overwrite=False)
+  convert_checkpoint.convert(lambda: model, conversion_google.write_google_model, module_dir)
 
 
 def main(argv):
   # TensorFlow loads here, once the validation pass found nothing wrong (cli.run_script).
   # pylint: disable=g-import-not-at-top
-  import cli_setup
-  import convert_checkpoint
   import conversion
+  import conversion_model_garden
   # pylint: enable=g-import-not-at-top
   cli.require("output_dir")
-  module_dir = os.path.join(FLAGS.output_dir, MODULE_DIR)
-  convert_checkpoint.check_output_dir(module_dir, overwrite=False)
-  convert_checkpoint.convert_tf_hub_to_google(FLAGS.bert_hub_module_handle, module_dir)
-  do_lower_case = atomic_files.read_files_mark(module_dir,
-                                               conversion.CONVERTED_MARK_NAME)["do_lower_case"]
-  if FLAGS["do_lower_case"].present and FLAGS.do_lower_case != do_lower_case:
+  model = conversion_model_garden.read_tf_hub_encoder(FLAGS.bert_hub_module_handle,
+                                                      "--bert_hub_module_handle")
+  if FLAGS["do_lower_case"].present and FLAGS.do_lower_case != model.do_lower_case:
     raise errors.FlagError("--do_lower_case=%s, but the module at --bert_hub_module_handle=%s "
                            "has do_lower_case %s" % (str(FLAGS.do_lower_case).lower(),
-                                                     FLAGS.bert_hub_module_handle, do_lower_case))
+                                                     FLAGS.bert_hub_module_handle,
+                                                     model.do_lower_case))
+  try:
+    model.config.check_max_seq_length(FLAGS.max_seq_length)
+  except ValueError as error:
+    raise errors.FlagError("--max_seq_length: %s" % error) from None
+  module_dir = os.path.join(FLAGS.output_dir, MODULE_DIR)
+  _write_module(model, module_dir)
   FLAGS.init_checkpoint = os.path.join(module_dir, conversion.GOOGLE_CHECKPOINT_NAME)
   FLAGS.bert_config_file = os.path.join(module_dir, conversion.GOOGLE_CONFIG_NAME)
   FLAGS.vocab_file = os.path.join(module_dir, conversion.VOCAB_NAME)
-  FLAGS.do_lower_case = do_lower_case
-  cli_setup.check_input_paths()  # The config and vocab against --max_seq_length and each other.
+  FLAGS.do_lower_case = model.do_lower_case
+  run_classifier.check_input_paths()  # Its checks of the config, vocab and run, with the module's.
   run_classifier.main(argv)
 
 

@@ -247,21 +247,59 @@ def test_run_classifier_with_tfhub_trains_as_run_classifier_from_the_converted_m
         open(os.path.join(plain_out, name), encoding="utf-8") as second:
       assert first.read() == second.read(), name
   assert tf.saved_model.contains_saved_model(str(tmp_path / "export" / "1"))
+  # The trained run keeps its module: another one is refused before anything is written.
+  before = {name: open(os.path.join(module, name), "rb").read() for name in os.listdir(module)}
+  other = subprocess.run(
+      [sys.executable, "run_classifier_with_tfhub.py", "--do_predict", "--output_dir=" + hub_out,
+       "--bert_hub_module_handle=" + garden["models"]["with_mlm"]["hub"],
+       *[flag for flag in common if flag.startswith(("--task_name", "--data_dir", "--max_seq"))]],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+  assert other.returncode == 1
+  assert ("--output_dir=%s trained from another module (%s" % (
+      hub_out, garden["models"]["uncased"]["hub"])) in other.stderr.splitlines()[-1]
+  assert {name: open(os.path.join(module, name), "rb").read()
+          for name in os.listdir(module)} == before
 
 
-def test_run_classifier_with_tfhub_refuses_what_is_not_a_module_in_one_line(tmp_path):
-  """A directory without a SavedModel: one error line naming the flag, nothing written."""
+@pytest.mark.parametrize("case", ["not_a_module", "symlinked_module_dir", "module_in_place",
+                                  "unknown_task"])
+def test_run_classifier_with_tfhub_refuses_before_tensorflow_in_one_line(tmp_path, case):
+  """Refusals of the validation pass: one error line naming the flag or path, nothing written
+  (TensorFlow never loads, so stderr holds only that line)."""
   data_dir = str(tmp_path / "MRPC")
   write_mrpc(data_dir)
   output_dir = str(tmp_path / "out")
+  module_dir = os.path.join(output_dir, "tf_hub_module")
+  # What the checks before TensorFlow see of a module: a directory with a saved_model.pb.
+  handle = str(tmp_path / "module")
+  os.makedirs(handle)
+  open(os.path.join(handle, "saved_model.pb"), "wb").close()
+  task, expected = "MRPC", None
+  if case == "not_a_module":
+    handle, expected = data_dir, ("--bert_hub_module_handle=%s holds no saved_model.pb: not a TF "
+                                  "Hub SavedModel" % data_dir)
+  elif case == "symlinked_module_dir":
+    os.makedirs(output_dir)
+    os.symlink(data_dir, module_dir)
+    expected = "%s is a symlink: the run keeps the module it trains from itself" % module_dir
+  elif case == "module_in_place":
+    os.makedirs(output_dir)
+    os.rename(handle, module_dir)
+    handle = module_dir
+    expected = ("--bert_hub_module_handle=%s is where this run writes the module's conversion"
+                % module_dir)
+  elif case == "unknown_task":
+    task, expected = "MRPC9", "`task_name`=MRPC9: unknown task"
+  before = sorted(os.walk(tmp_path))
   completed = subprocess.run(
-      [sys.executable, "run_classifier_with_tfhub.py", "--task_name=MRPC", "--do_train",
-       "--data_dir=" + data_dir, "--bert_hub_module_handle=" + data_dir,
+      [sys.executable, "run_classifier_with_tfhub.py", "--task_name=" + task, "--do_train",
+       "--data_dir=" + data_dir, "--bert_hub_module_handle=" + handle,
        "--output_dir=" + output_dir], cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
   assert completed.returncode == 1
-  assert completed.stderr.splitlines() == ["run_classifier_with_tfhub.py: error: --bert_hub_module_handle=%s holds no "
-                    "saved_model.pb: not a TF Hub SavedModel" % data_dir], completed.stderr[-2000:]
-  assert not os.path.exists(output_dir)
+  lines = completed.stderr.splitlines()
+  assert len(lines) == 1 and lines[0].startswith("run_classifier_with_tfhub.py: error: ")
+  assert expected.replace("`task_name`", "--task_name") in lines[0], lines
+  assert sorted(os.walk(tmp_path)) == before
 
 
 def test_a_checkpoint_of_the_other_kind_is_refused_naming_the_flag_to_use(garden, tmp_path):
