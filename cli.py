@@ -226,7 +226,8 @@ def define_eval_during_training_flags(flag_values: flags.FlagValues = FLAGS) -> 
           "contains 'loss'. Default: the task's (eval_accuracy; eval_f1 for NER; f1 for SQuAD).")
   _define(fv, "bool", "keep_best_checkpoint", False,
           "Keep the model of the best evaluation as <output_dir>/best/model.ckpt-<step> with its "
-          "eval_results.txt; then --do_eval, --do_predict and --export_dir use it.")
+          "eval_results.txt; then --do_eval, --do_predict and --export_dir use it (so do later "
+          "runs without --do_train, with or without this flag).")
 
 
 def define_eval_flags(flag_values: flags.FlagValues = FLAGS) -> None:

@@ -212,7 +212,9 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
     model, global_step, _ = checkpoints.restore_model(
         strategy, task.build_model, config.output_dir, config.init_checkpoint,
         config.allow_partial_init_checkpoint)
-  best = config.keep_best_checkpoint and training_loop.best_checkpoint(config.output_dir)
+  # The run's model is the best it kept, in this run or (without training) in the one before.
+  best = ((config.keep_best_checkpoint or not do_train) and
+          training_loop.best_checkpoint(config.output_dir))
   if best:
     checkpoints.init_from_checkpoint(model, best)
     global_step = checkpoints.checkpoint_step(best)

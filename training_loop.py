@@ -695,13 +695,16 @@ def _restore_or_initialize(model, named_variables, config) -> tuple:
 SETTINGS_FILE = "training_settings.json"
 
 # The TrainConfig fields that shape what is trained; with `model_settings` they are recorded and
-# checked on resume. Not gradient_accumulation_steps (the same updates in less memory), nor the
+# checked on resume. gradient_accumulation_steps and pack_sequences give the same updates with
+# dropout off, but other dropout draws with it on (other micro-batches, other row shapes), so a
+# resume that changed them would not end with the uninterrupted run's weights. Not the
 # checkpointing, XLA and evaluation options, nor init_checkpoint (a resume does not read it).
 _RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "lr_schedule",
                     "num_train_steps", "num_warmup_steps", "num_train_epochs", "warmup_proportion",
-                    "random_seed")
+                    "random_seed", "gradient_accumulation_steps", "pack_sequences")
 # Fields recorded only by later versions, with the value a record without them implies.
-_IMPLIED_SETTINGS = {"lr_schedule": "original"}
+_IMPLIED_SETTINGS = {"lr_schedule": "original", "gradient_accumulation_steps": 1,
+                     "pack_sequences": False}
 # Settings recorded only by later versions that a record without them leaves unchecked.
 _UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names", "do_lower_case", "task_name")
 # Model settings that evaluation, prediction and export may change: they do not change what the

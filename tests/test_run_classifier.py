@@ -319,6 +319,10 @@ def test_evaluates_during_training_stops_early_and_exports_the_best(generic_task
   # A rerun keeps the early-stopping state: it trains no further.
   run(do_train=True, **dict(flag_values, export_dir=""))
   assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % steps[-1])
+  # A later evaluation without the flag evaluates the run's model: the best it kept.
+  os.remove(os.path.join(output_dir, "eval_results.txt"))
+  run(do_eval=True, **dict(flag_values, export_dir="", keep_best_checkpoint=False))
+  assert read_eval_results(output_dir) == best_results
 
 
 def long_document(rng: random.Random, marker: str) -> str:

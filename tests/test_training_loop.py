@@ -345,15 +345,20 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
                                                                                caplog):
   assert recorded_settings(reference[0]) == {"0": dict(
       train_batch_size=8, learning_rate=1e-2, optimizer="bert_adam", lr_schedule="original",
-      num_train_steps=6, num_warmup_steps=1, random_seed=12345, **MODEL_SETTINGS)}
+      num_train_steps=6, num_warmup_steps=1, random_seed=12345, gradient_accumulation_steps=1,
+      pack_sequences=False, **MODEL_SETTINGS)}
   output_dir = killed_after_step_4(reference, str(tmp_path / "changed"))
-  changes = dict(learning_rate=2e-2, train_batch_size=4,
+  # Accumulation and packing too: with dropout on, they draw other masks than the run did.
+  changes = dict(learning_rate=2e-2, train_batch_size=4, gradient_accumulation_steps=2,
+                 pack_sequences=True,
                  model_settings=dict(MODEL_SETTINGS, bert_config=dict(CONFIG, hidden_size=32)))
   with pytest.raises(errors.TrainingError) as error:
     resume(output_dir, **changes)
   message = str(error.value)
   for difference in ("`learning_rate`: recorded 0.01, now 0.02",
                      "`train_batch_size`: recorded 8, now 4",
+                     "`gradient_accumulation_steps`: recorded 1, now 2",
+                     "`pack_sequences`: recorded False, now True",
                      "`bert_config_file` (hidden_size): recorded 16, now 32",
                      "pass `allow_changed_settings`"):
     assert difference in message
