@@ -146,14 +146,21 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
 
 def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
-  `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case` and
-  `--task_name`. Recorded with the run; a resume must match them, and evaluation, prediction and
+  `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case`,
+  `--task_name`, `--multi_label` and the batches' composition (`--bucket_by_length`,
+  `--group_by_length`). Recorded with the run; a resume must match them, and evaluation, prediction and
   export must use the run's (`training_loop.check_model_settings_of_recorded_run`)."""
   settings = {}
   if cli.flag_value("max_seq_length") is not None:
     settings["max_seq_length"] = FLAGS.max_seq_length
   if cli.flag_value("task_name"):
     settings["task_name"] = FLAGS.task_name.lower()
+  if cli.flag_value("multi_label") is not None:
+    settings["multi_label"] = FLAGS.multi_label
+  if cli.flag_value("bucket_by_length") is not None:  # What a training batch holds, and its shape.
+    settings["bucket_by_length"] = cli.bucket_by_length()
+  if cli.flag_value("group_by_length") is not None:
+    settings["group_by_length"] = FLAGS.group_by_length
   if FLAGS.bert_config_file:
     settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
   vocab = cli.flag_value("vocab_file") or cli.flag_value("spm_model_file")
@@ -179,7 +186,8 @@ def check_models_of_recorded_runs() -> None:
   if init_checkpoint:
     run_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
                else os.path.dirname(init_checkpoint))
-    encoder_settings = {name: value for name, value in settings.items() if name != "task_name"}
+    encoder_settings = {name: value for name, value in settings.items()
+                        if name not in ("task_name", "multi_label")}  # A new head may differ.
     training_loop.check_model_settings_of_recorded_run(
         run_dir or ".", encoder_settings if training else settings, "--init_checkpoint")
   if cli.flag_value("output_dir") and "do_train" in FLAGS and not training:

@@ -258,6 +258,10 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                       "--data_dir=%s" % (tmp_path / "sst"), *flags)
   assert_one_line_error(result, "run_classifier.py", "--task_name: recorded generic, now sst-2")
   assert not (tmp_path / "out" / "test_results.tsv").exists()
+  # A sigmoid per label is another head's reading of the same logits.
+  result = run_script("run_classifier.py", "--do_predict", "--multi_label", *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "--multi_label: recorded False, now True")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
   # The other scripts that read a run's model: from its checkpoint, as it is.
   init_checkpoint = "--init_checkpoint=%s" % (tmp_path / "out")
   relu = "--bert_config_file=%s" % (tmp_path / "relu.json")
