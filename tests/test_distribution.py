@@ -2,7 +2,9 @@
 two-process MultiWorkerMirroredStrategy train as one device does on the same global batches, and
 gradient accumulation equals one step of the whole batch under each (training_scenario.py runs as
 the worker script in subprocesses: two logical CPU devices must be configured before TensorFlow
-starts; multi-worker needs one process per worker); only the chief writes results.
+starts; multi-worker needs one process per worker); only the chief writes results. Each strategy
+starts its worker processes once (module fixtures): they train the scenario and then make the
+accumulated update, whose tests read the two results.
 """
 import json
 import os
@@ -34,12 +36,12 @@ pytestmark = pytest.mark.slow
 WORKER_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "training_scenario.py")
 
 
-def _worker_command(strategy_name, output_dir, *init_checkpoint):
+def _worker_command(strategy_name, output_dir, init_checkpoint):
   """The command of one worker process under `strategy_name`."""
-  return [sys.executable, WORKER_SCRIPT, strategy_name, output_dir] + list(init_checkpoint)
+  return [sys.executable, WORKER_SCRIPT, strategy_name, output_dir, init_checkpoint]
 
 
-def _run_two_workers(output_dir, *init_checkpoint):
+def _run_two_workers(output_dir, init_checkpoint):
   """Runs both workers of a two-process MultiWorkerMirroredStrategy cluster; their results."""
   workers = ["127.0.0.1:%d" % _free_port() for _ in range(2)]
   processes = []
@@ -47,12 +49,12 @@ def _run_two_workers(output_dir, *init_checkpoint):
     env = dict(os.environ, TF_CONFIG=json.dumps(
         {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}))
     processes.append(subprocess.Popen(
-        _worker_command("multi_worker_mirrored", output_dir, *init_checkpoint), env=env,
+        _worker_command("multi_worker_mirrored", output_dir, init_checkpoint), env=env,
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
   outputs = []
   try:
     for process in processes:
-      stdout, stderr = process.communicate(timeout=150)
+      stdout, stderr = process.communicate(timeout=240)
       assert process.returncode == 0, stderr[-3000:]
       outputs.append(_parse_result(stdout))
   finally:
@@ -63,9 +65,13 @@ def _run_two_workers(output_dir, *init_checkpoint):
 
 
 def _parse_result(stdout):
-  lines = [line for line in stdout.splitlines() if line.startswith("RESULT ")]
-  assert lines, stdout
-  return json.loads(lines[-1][len("RESULT "):])
+  """{"scenario": summary, "accumulation": weights} from a worker's two `RESULT` lines."""
+  results = {}
+  for line in stdout.splitlines():
+    if line.startswith("RESULT "):
+      results.update(json.loads(line[len("RESULT "):]))
+  assert sorted(results) == ["accumulation", "scenario"], stdout
+  return results
 
 
 def _free_port():
@@ -85,21 +91,37 @@ def _assert_same_training(actual, expected):
     np.testing.assert_allclose(actual["eval"][name], value, rtol=1e-3, err_msg=name)
 
 
-def test_mirrored_two_cpus_matches_one_device(reference, tmp_path):
-  run = subprocess.run(_worker_command("mirrored", str(tmp_path)), capture_output=True, text=True,
-                       timeout=120)
+@pytest.fixture(scope="module")
+def mirrored_worker(accumulation_init, tmp_path_factory):
+  """(output_dir, results) of one worker process under MirroredStrategy on two logical CPUs."""
+  output_dir = str(tmp_path_factory.mktemp("mirrored"))
+  run = subprocess.run(_worker_command("mirrored", output_dir, accumulation_init[0]),
+                       capture_output=True, text=True, timeout=180)
   assert run.returncode == 0, run.stderr[-3000:]
-  result = _parse_result(run.stdout)
+  return output_dir, _parse_result(run.stdout)
+
+
+@pytest.fixture(scope="module")
+def multi_worker(accumulation_init, tmp_path_factory):
+  """(output_dir, [results of worker 0, of worker 1]) of a two-process cluster."""
+  output_dir = str(tmp_path_factory.mktemp("multi_worker"))
+  return output_dir, _run_two_workers(output_dir, accumulation_init[0])
+
+
+def test_mirrored_two_cpus_matches_one_device(reference, mirrored_worker):
+  result = mirrored_worker[1]["scenario"]
   assert result["replicas"] == 2
   _assert_same_training(result, reference[2])
 
 
-def test_multi_worker_two_processes_match_one_device(reference, tmp_path):
-  for result in _run_two_workers(str(tmp_path)):
-    assert result["replicas"] == 2
-    _assert_same_training(result, reference[2])
+def test_multi_worker_two_processes_match_one_device(reference, multi_worker):
+  output_dir, results = multi_worker
+  for result in results:
+    assert result["scenario"]["replicas"] == 2
+    _assert_same_training(result["scenario"], reference[2])
   # Only the chief (worker 0) wrote checkpoints, into the shared output_dir.
-  assert checkpoints.checkpoint_step(checkpoints.latest_checkpoint(str(tmp_path))) == 6
+  assert checkpoints.checkpoint_step(checkpoints.latest_checkpoint(
+      os.path.join(output_dir, "scenario"))) == 6
 
 
 def test_replica_weighted_mean_outside_strategy_is_weighted_mean():
@@ -163,20 +185,17 @@ def test_accumulated_micro_batches_equal_one_step_of_the_whole_batch(accumulatio
 
 
 def test_accumulation_under_mirrored_two_cpus_equals_one_step_of_the_whole_batch(
-    accumulation_init, tmp_path):
-  init_checkpoint, expected = accumulation_init
-  run = subprocess.run(_worker_command("mirrored", str(tmp_path), init_checkpoint),
-                       capture_output=True, text=True, timeout=120)
-  assert run.returncode == 0, run.stderr[-3000:]
-  _assert_weights(_parse_result(run.stdout), expected)
+    accumulation_init, mirrored_worker):
+  _, expected = accumulation_init
+  _assert_weights(mirrored_worker[1]["accumulation"], expected)
 
 
 def test_accumulation_under_multi_worker_equals_one_step_of_the_whole_batch(
-    accumulation_init, tmp_path):
+    accumulation_init, multi_worker):
   """Two worker processes, each 2 micro-batches of 4 per update: the update of all 16."""
-  init_checkpoint, expected = accumulation_init
-  for result in _run_two_workers(str(tmp_path), init_checkpoint):
-    _assert_weights(result, expected)
+  _, expected = accumulation_init
+  for result in multi_worker[1]:
+    _assert_weights(result["accumulation"], expected)
 
 
 def test_accumulation_with_dropout_resumes_exactly(tmp_path):

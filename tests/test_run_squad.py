@@ -110,7 +110,6 @@ SERVE_SCRIPT = textwrap.dedent("""
     import tensorflow as tf
     import tensorflow_text  # registers the ops the SavedModel uses
     model = tf.saved_model.load(sys.argv[1])
-    questions, contexts = json.loads(sys.argv[2])
 
     def kib(field):
       with open("/proc/self/status") as status:
@@ -118,47 +117,72 @@ SERVE_SCRIPT = textwrap.dedent("""
 
     model.signatures["serving_default"](question=tf.constant(["warm up"]),
                                         context=tf.constant(["warm up"]))
-    measured = os.path.exists("/proc/self/clear_refs")  # Linux: peak RSS can be reset.
-    if measured:
-      with open("/proc/self/clear_refs", "w") as clear_refs:
-        clear_refs.write("5")  # Resets VmHWM to the current resident size.
-      before = kib("VmRSS")
-    out = model.signatures["serving_default"](question=tf.constant(questions),
-                                              context=tf.constant(contexts))
-    peak_growth_kib = kib("VmHWM") - before if measured else None
+    answers = []
+    for questions, contexts in json.loads(sys.argv[2]):
+      measured = os.path.exists("/proc/self/clear_refs")  # Linux: peak RSS can be reset.
+      if measured:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+          clear_refs.write("5")  # Resets VmHWM to the current resident size.
+        before = kib("VmRSS")
+      out = model.signatures["serving_default"](question=tf.constant(questions),
+                                                context=tf.constant(contexts))
+      peak_growth_kib = kib("VmHWM") - before if measured else None
+      answers.append({"answer": [a.decode("utf-8") for a in out["answer"].numpy()],
+                      "start": out["answer_start"].numpy().tolist(),
+                      "end": out["answer_end"].numpy().tolist(),
+                      "peak_growth_kib": peak_growth_kib})
     ids = model.signatures["token_ids"](input_ids=tf.ones([1, 32], tf.int32),
                                         input_mask=tf.ones([1, 32], tf.int32),
                                         segment_ids=tf.zeros([1, 32], tf.int32))
-    print(json.dumps({"answer": [a.decode("utf-8") for a in out["answer"].numpy()],
-                      "start": out["answer_start"].numpy().tolist(),
-                      "end": out["answer_end"].numpy().tolist(),
-                      "logits_shape": ids["start_logits"].shape.as_list(),
-                      "peak_growth_kib": peak_growth_kib}))
+    print(json.dumps({"answers": answers, "logits_shape": ids["start_logits"].shape.as_list()}))
     """)
 
 
-def serve(export_path, questions, contexts):
-  """Runs a SavedModel in a new process that cannot import the project (cwd and path elsewhere)."""
+def serve(export_path, requests):
+  """Runs a SavedModel in a new process that cannot import the project (cwd and path elsewhere):
+  {"answers": its answer to each request (questions, contexts), in order, each with the peak
+  memory growth of its own call; "logits_shape": what `token_ids` gives for one row of 32}."""
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   env.pop("PYTHONPATH", None)
   completed = subprocess.run(
-      [sys.executable, "-c", SERVE_SCRIPT, export_path, json.dumps([questions, contexts])],
+      [sys.executable, "-c", SERVE_SCRIPT, export_path, json.dumps(requests)],
       capture_output=True, text=True, env=env, cwd=os.path.dirname(export_path), timeout=300)
   assert completed.returncode == 0, completed.stderr[-3000:]
   return json.loads(completed.stdout.strip().splitlines()[-1])
 
 
-def test_export_in_a_fresh_process_agrees_with_do_predict(trained):
+def generated_requests():
+  """(questions, contexts, ids) of every generated v2.0 question."""
   questions, contexts, ids = [], [], []
   for paragraph in generated_squad(version_2=True)["data"][0]["paragraphs"]:
     for qa in paragraph["qas"]:
       questions.append(qa["question"])
       contexts.append(paragraph["context"])
       ids.append(qa["id"])
-  out = serve(str(trained / "export" / "1"), questions, contexts)
+  return questions, contexts, ids
+
+
+LONG_QUESTION, LONG_HEAD = "Who lives in Paris?", "Alice lives in Paris, nobody knows why."
+
+
+@pytest.fixture(scope="module")
+def served(trained):
+  """The export's answers, from one fresh process (a TensorFlow start is most of its cost): to
+  one question on a 64 KiB context (first, so that its memory is measured right after the warmup
+  call, as in a process of its own), then to every generated question."""
+  questions, contexts, _ = generated_requests()
+  out = serve(str(trained / "export" / "1"), [
+      ([LONG_QUESTION], [long_context(LONG_HEAD, 2**16)]), (questions, contexts)])
+  long_request, generated = out["answers"]
+  return {"long": long_request, "generated": generated, "logits_shape": out["logits_shape"]}
+
+
+def test_export_in_a_fresh_process_agrees_with_do_predict(trained, served):
+  _, contexts, ids = generated_requests()
+  out = served["generated"]
   predictions = read_json(trained / "out" / "predictions.json")
   assert out["answer"] == [predictions[qid] for qid in ids]
-  assert out["logits_shape"] == [1, 32]
+  assert served["logits_shape"] == [1, 32]
   for answer, start, end, context in zip(out["answer"], out["start"], out["end"], contexts):
     if answer:
       assert context[start:end] == answer
@@ -171,14 +195,13 @@ def long_context(head, size):
   return (head + " " + " ".join("w%d" % i for i in range(size // 4)))[:size]
 
 
-def test_a_long_context_is_answered_like_do_predict(trained):
+def test_a_long_context_is_answered_like_do_predict(trained, served):
   """A 64 KiB context, about a thousand windows all tokenized in the graph: the served answer,
   chosen over all windows, is do_predict's, its offsets give its text, and it does not cost the
   memory a quadratic step would. (What such requests cost, up to the 4 MiB byte limit:
   benchmarks/bench_request_memory.py.)"""
-  question, head = "Who lives in Paris?", "Alice lives in Paris, nobody knows why."
-  context = long_context(head, 2**16)
-  out = serve(str(trained / "export" / "1"), [question], [context])
+  question, context = LONG_QUESTION, long_context(LONG_HEAD, 2**16)
+  out = served["long"]
   answer, start, end = out["answer"][0], out["start"][0], out["end"][0]
   assert (context[start:end] == answer) if answer else ((start, end) == (-1, -1))
   # A guard, not a measurement: per-word copies of the whole context once made 64 KiB cost about

@@ -2,9 +2,12 @@
 
 test_training_loop, test_evaluation, test_distribution and test_checkpoint_faults train it;
 conftest's `reference` fixture is its run on one device in the test process. Run as a script
-(`python training_scenario.py <strategy> <output_dir> [<init_checkpoint>]`) it is the worker of
-test_distribution's subprocesses: it trains the scenario (or, with an init checkpoint, one
-accumulated update) under that strategy and prints the result as a `RESULT <json>` line.
+(`python training_scenario.py <strategy> <output_dir> <init_checkpoint>`) it is the worker of
+test_distribution's subprocesses: under that strategy it trains the scenario into
+<output_dir>/scenario, then makes one accumulated update from the init checkpoint into
+<output_dir>/accumulation, and prints each result as a `RESULT <json>` line (`{"scenario": ...}`,
+then `{"accumulation": ...}`). One process does both because a worker's TensorFlow start costs
+more than its training.
 """
 import json
 import os
@@ -200,10 +203,15 @@ def accumulation_step(strategy, output_dir, init_checkpoint, accumulation_steps)
 
 
 if __name__ == "__main__":
-  worker_strategy_name, worker_output_dir = sys.argv[1], sys.argv[2]
-  if len(sys.argv) > 3:  # Gradient accumulation: 2 replicas x 2 micro-batches of 4.
-    print("RESULT " + json.dumps(accumulation_step(worker_strategy(worker_strategy_name),
-                                                   worker_output_dir, sys.argv[3], 2)))
-  else:
-    _, summary = train_and_predict(worker_strategy(worker_strategy_name), worker_output_dir)
-    print("RESULT " + json.dumps(summary))
+  worker_strategy_name, worker_output_dir, worker_init_checkpoint = sys.argv[1:4]
+  # One strategy for both: "mirrored" configures the logical devices once per process.
+  the_strategy = worker_strategy(worker_strategy_name)
+  scenario_dir, accumulation_dir = (os.path.join(worker_output_dir, name)
+                                    for name in ("scenario", "accumulation"))
+  for directory in (scenario_dir, accumulation_dir):  # Empty directories, as tmp_path gives.
+    os.makedirs(directory, exist_ok=True)
+  _, summary = train_and_predict(the_strategy, scenario_dir)
+  print("RESULT " + json.dumps({"scenario": summary}), flush=True)
+  # Gradient accumulation: 2 replicas x 2 micro-batches of 4.
+  print("RESULT " + json.dumps({"accumulation": accumulation_step(
+      the_strategy, accumulation_dir, worker_init_checkpoint, 2)}))
