@@ -705,7 +705,8 @@ _RECORDED_FIELDS = ("train_batch_size", "learning_rate", "optimizer", "lr_schedu
 # Fields recorded only by later versions, with the value a record without them implies.
 _IMPLIED_SETTINGS = {"lr_schedule": "original", "gradient_accumulation_steps": 1,
                      "pack_sequences": False}
-# Settings recorded only by later versions that a record without them leaves unchecked.
+# Settings recorded only by later versions that a record without them leaves unchecked, and that
+# a script without them (run_pretraining has no --task_name) does not compare.
 _UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names", "do_lower_case", "task_name", "multi_label",
                               "bucket_by_length", "group_by_length")
 # Model settings that evaluation, prediction and export may change: they do not change what the
@@ -759,6 +760,8 @@ def _settings_differences(recorded: Mapping[str, Any], current: Mapping[str, Any
   recorded, current = _flatten(dict(_IMPLIED_SETTINGS, **recorded)), _flatten(current)
   current = {key: value for key, value in current.items()
              if key in recorded or key not in _UNCHECKED_WHEN_UNRECORDED}
+  recorded = {key: value for key, value in recorded.items()  # Settings this script lacks.
+              if key in current or key not in _UNCHECKED_WHEN_UNRECORDED}
   return [_difference(key, recorded, current, in_epochs)
           for key in sorted(set(recorded) | set(current)) if recorded.get(key) != current.get(key)]
 

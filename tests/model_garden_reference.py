@@ -8,7 +8,8 @@ request.json result.json`. The request:
                "do_lower_case": bool, "seed": int, "with_mlm": bool}, ...],
    "masked_lm_positions": [[...]],
    "ids": {"input_word_ids": [[...]], "input_mask": [[...]], "input_type_ids": [[...]]},
-   "restore": [directories holding bert_model.ckpt and bert_config.json, ...]}
+   "restore": [directories holding bert_model.ckpt and bert_config.json, ...],
+   "convert": [[Google-format checkpoint prefix, its bert_config.json, output prefix], ...]}
 
 For each model, Model Garden's `BertEncoder` (as its TF Hub export builds it) gets random weights
 (every variable, LayerNorms included, so that a transposed or swapped tensor shows), is saved as
@@ -17,8 +18,10 @@ with `export_tfhub_lib.export_model` to `<root>/<name>/hub/`; `with_mlm` builds 
 `BertPretrainerV2` around it and exports its masked-LM head too (the `mlm` of TF Hub's BERT
 encoders), whose logits at `masked_lm_positions` the result then holds. For each `restore` directory a
 `BertEncoder` of its bert_config.json restores its checkpoint (`assert_consumed`: every value of
-the checkpoint finds its variable, and the reverse). The result holds each model's and each
-restored encoder's sequence and pooled outputs on `ids`, and the checkpoint and hub paths.
+the checkpoint finds its variable, and the reverse). Each `convert` job runs Model Garden's own
+converter of Google's checkpoints (`tf2_bert_encoder_checkpoint_converter.convert_checkpoint`).
+The result holds each model's and each restored encoder's sequence and pooled outputs on `ids`,
+and the checkpoint and hub paths.
 """
 
 import json
@@ -31,6 +34,7 @@ from official.legacy.bert import configs
 from official.modeling import tf_utils
 from official.nlp.modeling import models
 from official.nlp.tools import export_tfhub_lib
+from official.nlp.tools import tf2_bert_encoder_checkpoint_converter
 
 
 def outputs(encoder, ids):
@@ -82,6 +86,10 @@ def main(request_file, result_file):
     request = json.load(reader)
   ids = {name: np.array(value, np.int32) for name, value in request["ids"].items()}
   positions = np.array(request["masked_lm_positions"], np.int32)
+  for checkpoint, config_file, output in request["convert"]:
+    tf2_bert_encoder_checkpoint_converter.convert_checkpoint(
+        configs.BertConfig.from_json_file(config_file), output, checkpoint,
+        checkpoint_model_name="encoder")
   result = {"models": {model["name"]: make_model(request["root"], model, ids, positions)
                        for model in request["models"]},
             "restored": {directory: restore(directory, ids) for directory in request["restore"]}}

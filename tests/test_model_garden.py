@@ -7,6 +7,7 @@ conversion is checked by outputs on the same ids (1e-5), not by our own reading 
 run_classifier_with_tfhub.py runs as the original's command line, in fresh processes.
 """
 
+import json
 import os
 import shutil
 import subprocess
@@ -91,8 +92,11 @@ def garden(tmp_path_factory):
   ours_in_garden = os.path.join(root, "ours_in_garden")
   convert_checkpoint.convert_google_to_model_garden(os.path.join(ours_dir, "bert_model.ckpt"),
                                                     ours_in_garden)
+  by_their_converter = os.path.join(root, "by_their_converter", "ckpt")
   reference = run_client(REFERENCE, root, {
       "root": root, "ids": IDS, "restore": [ours_in_garden], "masked_lm_positions": POSITIONS,
+      "convert": [[os.path.join(ours_dir, "bert_model.ckpt"),
+                   os.path.join(ours_in_garden, "bert_config.json"), by_their_converter]],
       "models": [
           {"name": "uncased", "config": MG_CONFIG, "vocab_file": vocab_file,
            "do_lower_case": True, "seed": 1, "with_mlm": False},
@@ -101,7 +105,8 @@ def garden(tmp_path_factory):
           {"name": "swish", "config": dict(MG_CONFIG, hidden_act="swish"),
            "vocab_file": vocab_file, "do_lower_case": False, "seed": 2, "with_mlm": False}]})
   return {"root": root, "vocab_file": vocab_file, "ours": ours, "ours_dir": ours_dir,
-          "ours_in_garden": ours_in_garden, **reference}
+          "ours_in_garden": ours_in_garden, "by_their_converter": by_their_converter,
+          **reference}
 
 
 def test_tf_hub_encoder_of_model_garden_converts_to_a_model_with_its_outputs(garden, tmp_path):
@@ -171,6 +176,18 @@ def test_model_garden_checkpoint_without_its_config_is_refused(garden, tmp_path,
 def test_our_checkpoint_restores_in_model_garden_with_equal_outputs(garden):
   assert_outputs_equal(our_outputs(garden["ours"]), garden["restored"][garden["ours_in_garden"]],
                        "our checkpoint in Model Garden's BertEncoder")
+
+
+def test_what_model_garden_s_converter_makes_of_ours_converts_back_to_our_weights(garden):
+  """Model Garden's tf2_bert_encoder_checkpoint_converter writes its checkpoint of our Google one
+  (Checkpoint(encoder=...), name-permuted, heads split): read back, every weight is ours."""
+  model = conversion_model_garden.read_model_garden_checkpoint(
+      os.path.dirname(garden["by_their_converter"]),  # It saves `ckpt-1` and a state file.
+      os.path.join(garden["ours_in_garden"], "bert_config.json"))
+  variables = checkpoints.checkpoint_variables(garden["ours"])
+  assert sorted(model.tensors) == sorted(variables)
+  for name, variable in variables.items():
+    np.testing.assert_array_equal(model.tensors[name], variable.numpy(), err_msg=name)
 
 
 def test_tf_hub_encoder_whose_activation_is_none_of_berts_is_refused(garden):
@@ -247,6 +264,12 @@ def test_run_classifier_with_tfhub_trains_as_run_classifier_from_the_converted_m
         open(os.path.join(plain_out, name), encoding="utf-8") as second:
       assert first.read() == second.read(), name
   assert tf.saved_model.contains_saved_model(str(tmp_path / "export" / "1"))
+  # convert_checkpoint reads the run as it reads run_classifier's, with the module's files.
+  converted = convert_checkpoint.convert_google_to_hf(
+      hub_out, str(tmp_path / "hf"), os.path.join(module, "bert_config.json"),
+      vocab_file=os.path.join(module, "vocab.txt"), task_name="MRPC")
+  with open(os.path.join(os.path.dirname(converted), "config.json"), encoding="utf-8") as reader:
+    assert json.load(reader)["architectures"] == ["BertForSequenceClassification"]
   # The trained run keeps its module: another one is refused before anything is written.
   before = {name: open(os.path.join(module, name), "rb").read() for name in os.listdir(module)}
   other = subprocess.run(

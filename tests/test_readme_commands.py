@@ -273,7 +273,11 @@ def _promised_outputs(script: str, arguments: list) -> list:
         output_file, int(_flag(arguments, "shard_index")), int(shards)))
   output_dir = _flag(arguments, "output_dir")
   if output_dir and script == "convert_checkpoint.py":
-    outputs.append(os.path.join(output_dir, "model.safetensors" if _flag(arguments, "init_checkpoint")
+    to_google = not _flag(arguments, "init_checkpoint")
+    output_format = _flag(arguments, "output_format") or "hugging_face"
+    outputs.append(os.path.join(output_dir, {
+        "hugging_face": "model.safetensors", "keras_hub": "config.json",
+        "model_garden": "bert_model.ckpt.index"}[output_format] if not to_google
                                 else "bert_model.ckpt.index"))
   elif output_dir:
     if _true(arguments, "do_train"):
