@@ -216,14 +216,14 @@ def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
     The checkpoint prefix written.
   """
   return convert(lambda: conversion_hf.read_hf_model(hf_model_path),
-                  conversion_google.write_google_model, output_dir)
+                 conversion_google.write_google_model, output_dir)
 
 
 def convert_keras_hub_to_google(preset: str, output_dir: str) -> str:
   """Converts a KerasHub BertBackbone preset to Google's format in output_dir; returns the
   checkpoint prefix written."""
   return convert(lambda: conversion_keras_hub.read_keras_hub_preset(preset),
-                  conversion_google.write_google_model, output_dir)
+                 conversion_google.write_google_model, output_dir)
 
 
 def convert_google_to_hf(init_checkpoint: str, output_dir: str,
@@ -252,7 +252,7 @@ def convert_tf_hub_to_google(tf_hub_model_path: str, output_dir: str) -> str:
   """Converts a TF Hub BERT encoder SavedModel to Google's format in output_dir; returns the
   checkpoint prefix written."""
   return convert(lambda: conversion_model_garden.read_tf_hub_encoder(tf_hub_model_path),
-                  conversion_google.write_google_model, output_dir)
+                 conversion_google.write_google_model, output_dir)
 
 
 def convert_model_garden_to_google(checkpoint: str, output_dir: str,
