@@ -7,8 +7,10 @@ Hub's layout that its `export_tfhub_lib` writes (the `bert_en_uncased_L-12_H-768
 tfhub.dev and Kaggle): weights, `assets/vocab.txt` and a `do_lower_case` variable. Both keep each
 variable's name in the checkpoint's object graph (`word_embeddings/embeddings`,
 `transformer/layer_3/self_attention/query/kernel`, ...): this module reads those names, turns
-them into Google's by rule (`MODEL_GARDEN_SCOPES`, `MODEL_GARDEN_LAYER_SCOPES`) and writes the
-reverse, a checkpoint `tf.train.Checkpoint(encoder=BertEncoder(...)).restore` loads. Our own
+them into Google's by rule (`MODEL_GARDEN_SCOPES`, `MODEL_GARDEN_LAYER_SCOPES`, and
+`MODEL_GARDEN_MASKED_LM` for the masked-LM head that tfhub.dev's encoders and Model Garden's
+pretrainer carry) and writes the reverse, a checkpoint
+`tf.train.Checkpoint(encoder=BertEncoder(...)).restore` loads. Our own
 `extract_features.py --export_format=tf_hub` encoders are read the same way (their variables have
 Google's names and their root keeps the config as `bert_config`).
 
