@@ -95,13 +95,19 @@ def tokenizer() -> tokenization.FullTokenizer:
   return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
 
 
+def _directory_of_init_checkpoint() -> str:
+  """The directory `--init_checkpoint` reads from ("" without one): the flag's value where it
+  is a directory, else the checkpoint prefix's directory."""
+  init_checkpoint = cli.flag_value("init_checkpoint") or ""
+  return (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
+          else os.path.dirname(init_checkpoint))
+
+
 def _check_case_of_converted_model() -> None:
   """Raises FlagError when `--do_lower_case` differs from the casing convert_checkpoint recorded
   beside the model it wrote (the source's tokenizer's): its vocab would give other tokens than
   the model was trained on."""
-  init_checkpoint = cli.flag_value("init_checkpoint") or ""
-  directories = {"init_checkpoint": init_checkpoint if os.path.isdir(init_checkpoint)
-                 else os.path.dirname(init_checkpoint)}
+  directories = {"init_checkpoint": _directory_of_init_checkpoint()}
   if not cli.flag_value("do_train"):  # The model evaluated, predicted or exported is its own.
     directories["output_dir"] = cli.flag_value("output_dir")
   for flag, directory in directories.items():
@@ -148,8 +154,9 @@ def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
   `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case`,
   `--task_name`, `--multi_label` and the batches' composition (`--bucket_by_length`,
-  `--group_by_length`). Recorded with the run; a resume must match them, and evaluation, prediction and
-  export must use the run's (`training_loop.check_model_settings_of_recorded_run`)."""
+  `--group_by_length`). Recorded with the run; a resume must match them, and evaluation,
+  prediction and export must use the run's (`training_loop.check_model_settings_of_recorded_run`).
+  """
   settings = {}
   if cli.flag_value("max_seq_length") is not None:
     settings["max_seq_length"] = FLAGS.max_seq_length
@@ -182,17 +189,14 @@ def check_models_of_recorded_runs() -> None:
   if cli.flag_value("do_lower_case") is not None:
     settings["do_lower_case"] = FLAGS.do_lower_case
   training = bool(cli.flag_value("do_train"))
-  init_checkpoint = cli.flag_value("init_checkpoint")
-  if init_checkpoint:
-    run_dir = (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
-               else os.path.dirname(init_checkpoint))
+  if cli.flag_value("init_checkpoint"):
     encoder_settings = {name: value for name, value in settings.items()
                         if name not in ("task_name", "multi_label")}  # A new head may differ.
     training_loop.check_model_settings_of_recorded_run(
-        run_dir or ".", encoder_settings if training else settings, "--init_checkpoint")
+        _directory_of_init_checkpoint() or ".", encoder_settings if training else settings,
+        "--init_checkpoint")
   if cli.flag_value("output_dir") and "do_train" in FLAGS and not training:
     training_loop.check_model_settings_of_recorded_run(FLAGS.output_dir, settings, "--output_dir")
-
 
 
 def run_task(task: fine_tuning.Task, strategy) -> list:
@@ -215,9 +219,9 @@ def run_task(task: fine_tuning.Task, strategy) -> list:
 def check_input_paths() -> None:
   """The files the flags of TensorFlow's scripts name: the config (read, and checked against
   --max_seq_length where the script has it), the init checkpoint (or the Model Garden checkpoint
-  to convert), the input file patterns, the
-  data directory, the export directory (`export.check_export_dir`), the TF_CONFIG variable, and
-  that a training run's model is read with its settings (`check_models_of_recorded_runs`)."""
+  to convert), the input file patterns, the data directory, the export directory
+  (`export.check_export_dir`), the TF_CONFIG variable, and that a training run's model is read
+  with its settings (`check_models_of_recorded_runs`)."""
   distribution.check_tf_config()
   if cli.flag_value("bert_config_file"):
     _check_vocab_fits_model(bert_config())

@@ -21,10 +21,11 @@ read off the weights' shapes and the activation found by running the SavedModel
 the same ids, or nothing is written.
 """
 
+import dataclasses
 import json
 import os
 import re
-from typing import Dict, Mapping, Optional, Tuple
+from typing import Dict, Mapping, Optional
 
 from absl import logging
 import numpy as np
@@ -181,11 +182,11 @@ def _training_state_nodes(graph) -> set:
   return nodes
 
 
-def read_named_variables(prefix: str) -> Dict[str, str]:
-  """Variable name -> checkpoint key of every weight of an object-based checkpoint (each node's
-  `full_name`, the name the variable had when saved), optimizer state and counters left out."""
-  reader = checkpoints.open_checkpoint(prefix)
-  graph = _object_graph(reader, prefix)
+def read_named_variables(graph: trackable_object_graph_pb2.TrackableObjectGraph
+                         ) -> Dict[str, str]:
+  """Variable name -> checkpoint key of every weight of an object-based checkpoint's graph (each
+  node's `full_name`, the name the variable had when saved), optimizer state and counters left
+  out."""
   skipped = _training_state_nodes(graph)
   counters = {child.node_id for child in graph.nodes[0].children
               if child.local_name in ("save_counter", "global_step", "step")}
@@ -200,41 +201,48 @@ def read_named_variables(prefix: str) -> Dict[str, str]:
   return names
 
 
-def _root_child_key(prefix: str, child: str) -> Optional[str]:
-  """The checkpoint key of the variable a checkpoint's root holds as `child`, if any."""
-  graph = _object_graph(checkpoints.open_checkpoint(prefix), prefix)
+def _root_variable_keys(graph: trackable_object_graph_pb2.TrackableObjectGraph) -> Dict[str, str]:
+  """Child name -> checkpoint key of each variable the checkpoint's root holds itself."""
+  keys = {}
   for reference in graph.nodes[0].children:
-    if reference.local_name == child:
-      for attribute in graph.nodes[reference.node_id].attributes:
-        if attribute.name == "VARIABLE_VALUE":
-          return attribute.checkpoint_key
-  return None
+    for attribute in graph.nodes[reference.node_id].attributes:
+      if attribute.name == "VARIABLE_VALUE":
+        keys[reference.local_name] = attribute.checkpoint_key
+  return keys
 
 
-def _root_setting(prefix: str, child: str):
-  """The value of the variable a checkpoint's root holds as `child` (a scalar as a Python value,
-  text decoded), or None."""
-  key = _root_child_key(prefix, child)
-  if key is None:
-    return None
-  value = checkpoints.open_checkpoint(prefix).get_tensor(key)
+def _setting_value(reader, key: str):
+  """A root setting's value: a scalar as a Python value, text decoded."""
+  value = reader.get_tensor(key)
   value = value.item() if isinstance(value, np.ndarray) else value
   return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _google_tensors(prefix: str, source: str
-                    ) -> Tuple[Dict[str, np.ndarray], Dict[str, str], Optional[int]]:
-  """The encoder weights of an object-based checkpoint in Google's names and layout, the name
-  each had in the source, and the number of attention heads where the layout shows it (Model
-  Garden keeps heads apart). Model Garden's names are translated; Google's (our own TF Hub
-  encoders) kept. The root's own settings (TF_HUB_SETTINGS) are not weights."""
+@dataclasses.dataclass
+class _Weights:
+  """What an object-based checkpoint holds: the encoder weights in Google's names and layout,
+  the name each had in the source, the number of attention heads where the layout shows it
+  (Model Garden keeps heads apart), and the root's settings (TF_HUB_SETTINGS; None if absent)."""
+  tensors: Dict[str, np.ndarray]
+  source_names: Dict[str, str]
+  heads: Optional[int]
+  settings: Dict[str, object]
+
+
+def _read_weights(prefix: str, source: str) -> _Weights:
+  """Reads an object-based checkpoint once (`_Weights`). Model Garden's names are translated;
+  Google's (our own TF Hub encoders) kept."""
   reader = checkpoints.open_checkpoint(prefix)
-  settings = {_root_child_key(prefix, name) for name in TF_HUB_SETTINGS}
-  tensors, source_names, unknown, heads = {}, {}, [], None
-  for name, key in sorted(read_named_variables(prefix).items()):
-    if key in settings or _RANDOM_STATE.match(name):
+  graph = _object_graph(reader, prefix)
+  setting_keys = {name: key for name, key in _root_variable_keys(graph).items()
+                  if name in TF_HUB_SETTINGS}
+  weights = _Weights({}, {}, None, {name: _setting_value(reader, setting_keys[name])
+                                     if name in setting_keys else None
+                                     for name in TF_HUB_SETTINGS})
+  unknown = []
+  for name, key in sorted(read_named_variables(graph).items()):
+    if key in setting_keys.values() or _RANDOM_STATE.match(name):
       continue
-    # Our own TF Hub encoders keep Google's names.
     google_name = name if _is_google_encoder_name(name) else google_name_for_model_garden(name)
     if google_name is None:
       unknown.append(name)
@@ -244,11 +252,11 @@ def _google_tensors(prefix: str, source: str
     value = np.asarray(value, dtype=np.float32)
     if google_name != name:
       if google_name.endswith("/attention/self/query/kernel") and value.ndim == 3:
-        heads = value.shape[1]
+        weights.heads = value.shape[1]
       value = conversion.join_attention_heads(google_name, value)
-    tensors[google_name] = value
-    source_names[google_name] = name
-  if "bert/embeddings/word_embeddings" not in tensors:
+    weights.tensors[google_name] = value
+    weights.source_names[google_name] = name
+  if "bert/embeddings/word_embeddings" not in weights.tensors:
     raise conversion.ConversionError("%s holds no BERT encoder (no word_embeddings/embeddings)" %
                                      source)
   if unknown:
@@ -256,7 +264,7 @@ def _google_tensors(prefix: str, source: str
         "%s: variable(s) not in a BERT encoder: %s (only a BertEncoder's variables convert; "
         "heads such as a pretrainer's masked LM do not)" %
         (source, conversion.describe_names(unknown)))
-  return tensors, source_names, heads
+  return weights
 
 
 def _architecture(tensors: Mapping[str, np.ndarray]) -> conversion.Architecture:
@@ -307,7 +315,8 @@ def read_model_garden_checkpoint(checkpoint: str, bert_config_file: Optional[str
                                      "`tf_hub_model_path`" % checkpoint)
   prefix = checkpoints.resolve_checkpoint_path(checkpoint)
   directory = os.path.dirname(prefix)
-  tensors, source_names, heads = _google_tensors(prefix, prefix)
+  weights = _read_weights(prefix, prefix)
+  tensors, heads = weights.tensors, weights.heads
   config_path = bert_config_file or os.path.join(directory, conversion.GOOGLE_CONFIG_NAME)
   if not tf.io.gfile.exists(config_path):
     raise conversion.ConversionError(
@@ -327,7 +336,7 @@ def read_model_garden_checkpoint(checkpoint: str, bert_config_file: Optional[str
     vocab = conversion.read_text(vocab_file)
   model = conversion.ConvertedModel(config, tensors, _architecture(tensors), prefix,
                                     vocab=vocab, do_lower_case=do_lower_case)
-  conversion.check_model(model, source_names)
+  conversion.check_model(model, weights.source_names)
   return model
 
 
@@ -473,13 +482,13 @@ def read_tf_hub_encoder(path: str, flag: str = "`tf_hub_model_path`"
   (`check_outputs_of_saved_model`)."""
   errors.check_tf_hub_encoder_directory(path, flag)
   prefix = os.path.join(path, "variables", "variables")
-  tensors, source_names, heads = _google_tensors(prefix, path)
+  weights = _read_weights(prefix, path)
+  tensors, settings = weights.tensors, weights.settings
   assets = _asset_files(path)
   if "vocab_file" not in assets:
     raise conversion.ConversionError(
         "%s: no `vocab_file` among its assets (%s): a WordPiece BERT encoder of TF Hub's layout "
         "has one" % (path, ", ".join(sorted(assets)) or "none"))
-  settings = {name: _root_setting(prefix, name) for name in TF_HUB_SETTINGS}
   if settings["do_lower_case"] is None:
     raise conversion.ConversionError("%s has no `do_lower_case`: not a BERT encoder of TF Hub's "
                                      "layout" % path)
@@ -487,11 +496,11 @@ def read_tf_hub_encoder(path: str, flag: str = "`tf_hub_model_path`"
     config = modeling.BertConfig.from_dict(json.loads(settings["bert_config"]))
     activations = (config.hidden_act,)
   else:
-    config = config_of_weights(tensors, heads, _CANDIDATE_ACTIVATIONS[0], path)
+    config = config_of_weights(tensors, weights.heads, _CANDIDATE_ACTIVATIONS[0], path)
     activations = _CANDIDATE_ACTIVATIONS
   model = conversion.ConvertedModel(config, tensors, _architecture(tensors), path,
                                     vocab=conversion.read_text(assets["vocab_file"]),
                                     do_lower_case=bool(settings["do_lower_case"]))
-  conversion.check_model(model, source_names)
+  conversion.check_model(model, weights.source_names)
   check_outputs_of_saved_model(model, path, activations)
   return model

@@ -16,8 +16,8 @@ For each model, Model Garden's `BertEncoder` (as its TF Hub export builds it) ge
 `tf.train.Checkpoint(encoder=...)` in `<root>/<name>/checkpoint/` and exported in TF Hub's layout
 with `export_tfhub_lib.export_model` to `<root>/<name>/hub/`; `with_mlm` builds Model Garden's
 `BertPretrainerV2` around it and exports its masked-LM head too (the `mlm` of TF Hub's BERT
-encoders), whose logits at `masked_lm_positions` the result then holds. For each `restore` directory a
-`BertEncoder` of its bert_config.json restores its checkpoint (`assert_consumed`: every value of
+encoders), whose logits at `masked_lm_positions` the result then holds. For each `restore`
+directory a `BertEncoder` of its bert_config.json restores its checkpoint (`assert_consumed`: every value of
 the checkpoint finds its variable, and the reverse). Each `convert` job runs Model Garden's own
 converter of Google's checkpoints (`tf2_bert_encoder_checkpoint_converter.convert_checkpoint`).
 The result holds each model's and each restored encoder's sequence and pooled outputs on `ids`,
