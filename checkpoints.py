@@ -41,6 +41,7 @@ import errors
 import file_patterns
 
 CHECKPOINT_BASENAME = "model.ckpt"
+BEST_DIR = "best"  # Where a run keeps its best checkpoint (`--keep_best_checkpoint`).
 # The optimizer's per-variable slots, stored as `<variable name>/<slot>`, as the original's.
 SLOT_NAMES = ("adam_m", "adam_v")
 GLOBAL_STEP = "global_step"
@@ -150,8 +151,9 @@ def save_checkpoint(model: keras.Model, prefix: str) -> str:
 
 
 def resolve_checkpoint_path(checkpoint_path: str) -> str:
-  """Returns the checkpoint prefix for a prefix, or for a directory (its `checkpoint` file's
-  latest entry, else its only `*.index` file).
+  """Returns the checkpoint prefix for a prefix, or for a directory: the run's model, which is
+  the best checkpoint it kept (`best_checkpoint`) where it kept one, else its `checkpoint`
+  file's latest entry, else its only `*.index` file.
 
   Raises:
     UnreadableCheckpointError: the prefix's `.index` file, or the one the `checkpoint` file names
@@ -160,6 +162,9 @@ def resolve_checkpoint_path(checkpoint_path: str) -> str:
       files, or its `checkpoint` file names a checkpoint in another directory.
   """
   if tf.io.gfile.isdir(checkpoint_path):
+    best = best_checkpoint(checkpoint_path)
+    if best:
+      return best
     state = tf.train.get_checkpoint_state(checkpoint_path)
     if state is not None and state.model_checkpoint_path:
       return _existing(_state_entry(checkpoint_path, state.model_checkpoint_path),
@@ -171,6 +176,30 @@ def resolve_checkpoint_path(checkpoint_path: str) -> str:
                           "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
                           (checkpoint_path, len(indexes), checkpoint_path))
   return _existing(checkpoint_path, "")
+
+
+def checkpoint_directory(checkpoint_path: str) -> str:
+  """The directory whose companions (config, vocab, label list, its run's record) go with a
+  checkpoint path: the path itself where it is a directory, the run's directory for the best
+  checkpoint a run kept (`<run>/best/model.ckpt-<step>`, `best_checkpoint`), else the prefix's
+  directory."""
+  if tf.io.gfile.isdir(checkpoint_path):
+    return checkpoint_path
+  directory = os.path.dirname(checkpoint_path) or "."
+  run_dir = os.path.dirname(directory.rstrip("/"))
+  if (os.path.basename(directory.rstrip("/")) == BEST_DIR and
+      _CHECKPOINT_FILE.match(os.path.basename(checkpoint_path) + ".index") and
+      tf.io.gfile.exists(_state_file(run_dir or "."))):
+    return run_dir or "."
+  return directory
+
+
+def best_checkpoint(output_dir: str) -> Optional[str]:
+  """The `output_dir/best/model.ckpt-<step>` that `--keep_best_checkpoint` kept, or None: a run
+  that kept one answers with it."""
+  steps = [checkpoint_step(path[:-len(".index")]) for path in tf.io.gfile.glob(
+      os.path.join(output_dir, BEST_DIR, CHECKPOINT_BASENAME + "-*.index"))]
+  return checkpoint_prefix(os.path.join(output_dir, BEST_DIR), max(steps)) if steps else None
 
 
 def _existing(prefix: str, named_by: str) -> str:

@@ -98,9 +98,8 @@ def tokenizer() -> tokenization.FullTokenizer:
 def _directory_of_init_checkpoint() -> str:
   """The directory `--init_checkpoint` reads from ("" without one): the flag's value where it
   is a directory, else the checkpoint prefix's directory."""
-  init_checkpoint = cli.flag_value("init_checkpoint") or ""
-  return (init_checkpoint if tf.io.gfile.isdir(init_checkpoint)
-          else os.path.dirname(init_checkpoint))
+  init_checkpoint = cli.flag_value("init_checkpoint")
+  return checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
 
 
 def _check_case_of_converted_model() -> None:

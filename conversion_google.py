@@ -19,6 +19,7 @@ import conversion
 import errors
 import modeling
 import tokenization
+import training_loop
 
 # ------------------------------------------------------------------------------------------------
 # Google.
@@ -76,6 +77,9 @@ def _read_google_labels(model: conversion.ConvertedModel, checkpoint_dir: str,
         "in its output_dir" % (model.source, architecture.script, architecture.label_file))
   model.labels = conversion.read_labels(architecture, checkpoint_dir)
   model.labels_source = path
+  # A label file edited since its run trained would name the outputs after other labels.
+  training_loop.check_model_settings_of_recorded_run(
+      checkpoint_dir, {"output_names": list(model.labels)}, "`init_checkpoint`")
   if architecture is conversion.SEQUENCE_CLASSIFICATION:
     model.problem_type = conversion.MULTI_LABEL if multi_label else conversion.SINGLE_LABEL
     if model.problem_type == conversion.SINGLE_LABEL and len(model.labels) < 2:
@@ -97,7 +101,7 @@ def read_google_model(init_checkpoint: str, bert_config_file: Optional[str] = No
   """
   prefix = checkpoints.resolve_checkpoint_path(init_checkpoint)
   tokenization.validate_case_matches_checkpoint(do_lower_case, prefix)
-  checkpoint_dir = os.path.dirname(prefix)
+  checkpoint_dir = checkpoints.checkpoint_directory(prefix)
   config = modeling.BertConfig.from_json_file(
       bert_config_file or os.path.join(checkpoint_dir, conversion.GOOGLE_CONFIG_NAME))
   reader = checkpoints.open_checkpoint(prefix)

@@ -171,6 +171,18 @@ def _with_output_names(config: training_loop.TrainConfig,
                                                          output_names=list(names)))
 
 
+def _check_recorded_runs_of_model(config: training_loop.TrainConfig) -> None:
+  """Without training, the model used is output_dir's newest checkpoint, else `init_checkpoint`
+  as it is: the run that trained it must have recorded the settings and output names this task
+  reads it with (a renamed or reordered label list would name every output after another
+  label)."""
+  training_loop.check_model_settings_of_recorded_run(config.output_dir, config.model_settings)
+  if config.init_checkpoint and not checkpoints.list_checkpoints(config.output_dir):
+    training_loop.check_model_settings_of_recorded_run(
+        checkpoints.checkpoint_directory(config.init_checkpoint), config.model_settings,
+        "`init_checkpoint`")
+
+
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,
         do_train: bool, do_eval: bool = False, do_predict: bool = False,
         eval_batch_size: int = 8, predict_batch_size: int = 8,
@@ -187,8 +199,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   tf.io.gfile.makedirs(config.output_dir)
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
   if not do_train:
-    checked = _with_output_names(config, task)
-    training_loop.check_model_settings_of_recorded_run(checked.output_dir, checked.model_settings)
+    _check_recorded_runs_of_model(_with_output_names(config, task))
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}
@@ -214,7 +225,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
         config.allow_partial_init_checkpoint)
   # The run's model is the best it kept, in this run or (without training) in the one before.
   best = ((config.keep_best_checkpoint or not do_train) and
-          training_loop.best_checkpoint(config.output_dir))
+          checkpoints.best_checkpoint(config.output_dir))
   if best:
     checkpoints.init_from_checkpoint(model, best)
     global_step = checkpoints.checkpoint_step(best)

@@ -343,20 +343,11 @@ class _Trainer:
 
 
 EVAL_HISTORY_FILE = "eval_history.json"
-BEST_DIR = "best"
 
 
 def higher_is_better(metric: str) -> bool:
   """Whether a larger value of the metric is an improvement (all but losses)."""
   return "loss" not in metric
-
-
-def best_checkpoint(output_dir: str) -> Optional[str]:
-  """The `output_dir/best/model.ckpt-<step>` that `--keep_best_checkpoint` kept, or None."""
-  steps = [checkpoints.checkpoint_step(path[:-len(".index")]) for path in tf.io.gfile.glob(
-      os.path.join(output_dir, BEST_DIR, checkpoints.CHECKPOINT_BASENAME + "-*.index"))]
-  return checkpoints.checkpoint_prefix(os.path.join(output_dir, BEST_DIR), max(steps)) if (
-      steps) else None
 
 
 class _Evaluations:
@@ -461,7 +452,7 @@ class _Evaluations:
   def _keep_best(self, model, step, metrics) -> None:
     """Writes best/model.ckpt-<step> (model variables) and best/eval_results.txt, then deletes
     the previous best."""
-    directory = os.path.join(self.config.output_dir, BEST_DIR)
+    directory = os.path.join(self.config.output_dir, checkpoints.BEST_DIR)
     tf.io.gfile.makedirs(directory)
     prefix = checkpoints.checkpoint_prefix(directory, step)
     with atomic_files.atomic_output(prefix) as temporary:
@@ -552,7 +543,7 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
 
   def evaluation_results() -> dict:
     return dict(evaluations=evaluations.history if evaluations else [],
-                best_checkpoint=best_checkpoint(config.output_dir) if (
+                best_checkpoint=checkpoints.best_checkpoint(config.output_dir) if (
                     evaluations and config.keep_best_checkpoint) else None)
 
   if step >= config.num_train_steps or (evaluations and evaluations.should_stop()):

@@ -280,6 +280,49 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                       "--max_seq_length=16", "--output_file=%s" % features)
   assert_one_line_error(result, "extract_features.py", "recorded gelu, now relu")
   assert not features.exists()
+  # Its label list, edited since, would name the converted model's outputs after other labels.
+  label_list.write_text("pos\nneg\n")
+  config_file = [flag for flag in classifier_files if flag.startswith("--bert_config_file=")][0]
+  result = run_script("convert_checkpoint.py", init_checkpoint, config_file, vocab_file,
+                      "--output_dir=%s" % converted)
+  assert_one_line_error(result, "convert_checkpoint.py",
+                        "the model in %s was trained with other settings" % init_checkpoint,
+                        "recorded [neg, pos], now [pos, neg]")
+  assert not converted.exists()
+  # Its model read as it is for a task whose labels are other names: every output renamed.
+  label_list.write_text("neg\npos\n")
+  relabeled = tmp_path / "relabeled"
+  relabeled.mkdir()
+  (relabeled / "train.tsv").write_text("sentence\tlabel\nthe cat sat\tbad\na good dog\tgood\n")
+  (relabeled / "dev.tsv").write_text("sentence\tlabel\nthe cat sat\tbad\n")
+  flags = [flag for flag in classifier_files if not flag.startswith(("--data_dir", "--output_dir"))]
+  result = run_script("run_classifier.py", "--do_eval", init_checkpoint, *flags,
+                      "--data_dir=%s" % relabeled, "--output_dir=%s" % (tmp_path / "eval"))
+  assert_one_line_error(result, "run_classifier.py",
+                        "the model in %s was trained with other settings" % init_checkpoint,
+                        "recorded [neg, pos], now [bad, good]")
+  assert not (tmp_path / "eval" / "eval_results.txt").exists()
+
+
+def test_a_run_s_model_is_its_best_checkpoint_with_the_run_s_companions(tmp_path):
+  """A directory read as a checkpoint is the run's model: the best checkpoint it kept
+  (`--keep_best_checkpoint`), not its last; that checkpoint's companions (config, label list,
+  record) are the run's, in the directory above `best/`."""
+  run_dir = tmp_path / "run"
+  model = built_classifier()
+  for step in (3, 6):
+    checkpoints.save_checkpoint(model, checkpoints.checkpoint_prefix(str(run_dir), step))
+  (run_dir / "checkpoint").write_text('model_checkpoint_path: "model.ckpt-6"\n')
+  best = checkpoints.checkpoint_prefix(str(run_dir / checkpoints.BEST_DIR), 3)
+  assert checkpoints.resolve_checkpoint_path(str(run_dir)) == str(run_dir / "model.ckpt-6")
+  checkpoints.save_checkpoint(model, best)
+  assert checkpoints.resolve_checkpoint_path(str(run_dir)) == str(run_dir / "best" / "model.ckpt-3")
+  assert checkpoints.checkpoint_directory(best) == str(run_dir)
+  assert checkpoints.checkpoint_directory(str(run_dir / "model.ckpt-6")) == str(run_dir)
+  # A directory named best of the user's own, with no run above it, is its checkpoint's.
+  elsewhere = tmp_path / "models" / "best"
+  checkpoints.save_checkpoint(model, str(elsewhere / "model.ckpt-1"))
+  assert checkpoints.checkpoint_directory(str(elsewhere / "model.ckpt-1")) == str(elsewhere)
 
 
 def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier_files):
