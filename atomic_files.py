@@ -458,6 +458,8 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   for what, kind, path, identity in written:
     _check_output_kind(what, kind, path)
     _check_can_write(what, kind, path)
+    if kind == OUTPUT_FILE:
+      _check_not_a_training_run_file(what, path)
     if kind == OUTPUT_CONTAINER:
       _check_inputs_in_container(what, path, identity, read, data_files)
       continue
@@ -484,6 +486,26 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
 # The names that only a training run's output_dir holds (fnmatch patterns): no directory output
 # ever replaces such a directory, whose checkpoints, settings and label list belong together.
 TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", LOCK_FILE_NAME, "model.ckpt-*")
+
+
+def _holds_training_run(directory: str) -> bool:
+  return any(fnmatch.fnmatchcase(name.rstrip("/"), pattern)
+             for name in _list_dir(directory) for pattern in TRAINING_RUN_NAMES)
+
+
+def _check_not_a_training_run_file(what: str, path: str) -> None:
+  """A file output in a directory that holds a training run may neither replace a file there
+  nor take a name of the run's files (TRAINING_RUN_NAMES): its checkpoints, record and label
+  list belong together, and a run would read such a file as its own."""
+  target = _written_path(path)
+  directory = os.path.dirname(os.path.abspath(target))
+  if file_patterns.is_remote(path) or not os.path.isdir(directory):
+    return
+  name = os.path.basename(target)
+  if _holds_training_run(directory) and (os.path.lexists(target) or any(
+      fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES)):
+    raise errors.FlagError("%s=%s is a file of the training run in %s: write it elsewhere" %
+                           (what, path, directory))
 
 
 def _files_under(directory: str) -> list:

@@ -175,6 +175,31 @@ def test_an_output_never_replaces_an_input(files, tmp_path, alias):
   assert _tree(tmp_path) == before
 
 
+def test_a_file_output_never_replaces_or_adds_a_file_of_a_training_run(files, tmp_path):
+  """A training run's checkpoints, record and state belong together: a file output into its
+  directory may neither replace one of its files nor take the name of one (a run would read a
+  new `model.ckpt-*` as its own). A new file of another name is written."""
+  run_dir = tmp_path / "run"
+  run_dir.mkdir()
+  for name in ("checkpoint", "training_settings.json", "model.ckpt-5.index",
+               "model.ckpt-5.data-00000-of-00001", "notes.txt"):
+    (run_dir / name).write_text("kept\n")
+  before = _tree(run_dir)
+  for name in ("model.ckpt-5.data-00000-of-00001", "training_settings.json", "notes.txt",
+               "model.ckpt-9.index"):
+    _refused(_run("create_vocab.py", "--input_file=" + files["corpus"],
+                  "--output_file=%s" % (run_dir / name), "--vocab_size=64"),
+             "--output_file", "is a file of the training run in %s" % run_dir)
+  os.symlink(run_dir / "checkpoint", tmp_path / "link")
+  _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
+                "--output_file=%s" % (tmp_path / "link"), "--vocab_file=" + files["vocab"]),
+           "--output_file", "is a file of the training run")
+  assert _tree(run_dir) == before
+  written = _run("create_vocab.py", "--input_file=" + files["corpus"],
+                 "--output_file=%s" % (run_dir / "vocab_64.txt"), "--vocab_size=64")
+  assert written.returncode == 0, written.stderr[-2000:]
+
+
 def test_records_never_replace_their_vocab_and_two_outputs_differ(files, tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text(open(files["vocab"]).read())
