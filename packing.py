@@ -325,3 +325,13 @@ def _own_rows(sequences: Mapping[str, tf.Tensor], lengths: tf.Tensor, width: tf.
   packed[SEQUENCE_IDS] = tf.cast(real, tf.int32)
   packed[SEQUENCE_STARTS] = tf.zeros([tf.size(lengths), 2], tf.int32)
   return packed
+
+
+def zero_empty_sequences(values: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+  """Per-sequence outputs `values` [N, ...] of packed rows, 0 where a sequence of `input_mask`
+  [N, T] has no real token: it has no position of its own, and its `sequence_starts` (0, 0)
+  reads another sequence's (a request's other rows, perhaps another client's)."""
+  has_tokens = tf.reduce_any(input_mask != 0, axis=-1)
+  has_tokens = tf.reshape(has_tokens, tf.concat([tf.shape(has_tokens),
+                                                 tf.ones([len(values.shape) - 1], tf.int32)], 0))
+  return tf.where(has_tokens, values, tf.zeros_like(values))
