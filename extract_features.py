@@ -334,6 +334,9 @@ class TfHubEncoderServing(export.ServingModule):
 
   text_inputs = None
   id_inputs = tuple(TF_HUB_INPUTS)
+  # Not packed: TF Hub's encoders give every position the model's values, padding included, and
+  # their consumers compare them (convert_checkpoint proves a conversion on every position).
+  pack_requests = False
 
   def __init__(self, bert: modeling.BertModel, tokenizer: tokenization.FullTokenizer,
                max_seq_length: int):
