@@ -22,6 +22,9 @@ is packed into rows of its own. Every tensor leads with the group axis:
 - every other feature: [groups, examples, ...], those of `input_mask`'s shape cut to the width.
 
 `merge_groups` turns a replica's groups into one set of rows, as the model reads them.
+
+An export packs one request in graph ops (`pack_request`): the same rule at the request's padded
+width, in that merged layout (rows [rows, width], `sequence_starts` [N, 2] or [N, E, 2]).
 """
 
 from typing import Collection, Mapping, Optional, Sequence
