@@ -26,6 +26,7 @@ import fine_tuning
 import heads
 import in_graph_tokenization
 import modeling
+import packing
 import task_files
 import text_pairs
 import tokenization
@@ -488,17 +489,28 @@ class ClassifierServing(export.EncodedTextServing):
   def __init__(self, encoder: tf.Module, model: keras.Model,
                head_outputs: Callable[[tf.Tensor], dict], text_inputs: Sequence[str],
                doc_stride: Optional[int], window_aggregation: str):
-    super().__init__(encoder, model.config,
-                     lambda features: head_outputs(model(features, training=False)), text_inputs)
+    super().__init__(encoder, model.config, self._outputs_of_ids, text_inputs)
     self.model = model
     self.head_outputs = head_outputs
     self.doc_stride = doc_stride
     self.window_aggregation = window_aggregation
+
+  def _logits(self, features: dict) -> tf.Tensor:
+    """The model's logits [rows, C] of padded id features, one row per input row; 0 for a row
+    without real tokens when packed (`packing.zero_empty_sequences`)."""
+    inputs = self.model_features(features)
+    logits = self.model(inputs, training=False)
+    if packing.is_packed(inputs):
+      logits = packing.zero_empty_sequences(logits, features["input_mask"])
+    return logits
+
+  def _outputs_of_ids(self, features: dict) -> dict:
+    return self.head_outputs(self._logits(features))
 
   def text_outputs(self, texts):
     if self.doc_stride is None:
       return super().text_outputs(texts)
     features, windows = window_inputs_in_graph(self.encoder, self.doc_stride,
                                                *[texts[name] for name in self.text_inputs])
-    return self.head_outputs(aggregate_windows_in_graph(self.model(features, training=False),
-                                                        windows, self.window_aggregation))
+    return self.head_outputs(aggregate_windows_in_graph(self._logits(features), windows,
+                                                        self.window_aggregation))

@@ -57,6 +57,7 @@ import errors
 import file_patterns
 import in_graph_tokenization
 import modeling
+import packing
 import tfrecord_encoding
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -282,12 +283,17 @@ class ServingModule:
   same checks); `saved_attributes` adds a Python API beside them (TF Hub's `__call__`, ...).
   `write_saved_model` saves a module; its `limits` (`RequestLimits`) bound every signature's
   requests.
+
+  With `pack_requests` (the default) a module's model reads each request packed
+  (`model_features`): its rows share rows of the request's padded width, each attending only to
+  itself, so the answers are the padded rows' and the model computes fewer positions.
   """
 
   text_inputs: Optional[Mapping[str, int]] = {"text": 1}
   ids_rank: Optional[int] = 2
   id_inputs: Sequence[str] = ID_INPUTS
   limits: RequestLimits = RequestLimits()
+  pack_requests: bool = True
 
   def __init__(self, encoder: tf.Module, config: Optional[modeling.BertConfig]):
     self.encoder = encoder
@@ -302,6 +308,13 @@ class ServingModule:
     """The token-ids signature's outputs for checked int32 id features (every module with an
     `ids_rank` defines it)."""
     raise NotImplementedError("%s has an ids_rank but no ids_outputs" % type(self).__name__)
+
+  def model_features(self, features: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """A request's padded id features ([batch, length] or [batch, endings, length]) as the
+    model reads them: packed rows (`packing.pack_request`) with `pack_requests`, else as they
+    are. On packed rows a model's per-sequence outputs come in the request's order and its
+    per-token ones through `packing.unpack_tokens`."""
+    return packing.pack_request(features) if self.pack_requests else dict(features)
 
   def extra_signatures(self) -> dict[str, tf.types.experimental.GenericFunction]:
     """Signatures beyond the two every export has (none by default)."""

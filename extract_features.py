@@ -28,7 +28,7 @@ import os
 import queue
 import re
 import threading
-from typing import Any, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from absl import flags
 from absl import logging
@@ -44,6 +44,7 @@ import export
 import in_graph_tokenization
 import length_buckets
 import modeling
+import packing
 import progress_log
 import tokenization
 
@@ -177,6 +178,34 @@ def read_batches(lines: Iterable[str], tokenizer: tokenization.FullTokenizer, ma
     window = []
 
 
+# What a model reads of a request's padded id features: the features themselves or packed rows
+# (`export.ServingModule.model_features`).
+ModelFeatures = Callable[[Mapping[str, tf.Tensor]], dict]
+
+
+def request_outputs(bert: modeling.BertModel, features: Mapping[str, tf.Tensor],
+                    model_features: ModelFeatures, training: bool = False) -> dict:
+  """BertModel's `pooled_output` [B, H], `sequence_output` and `encoder_outputs` (every layer's)
+  [B, T, H] for a request's padded id features [B, T], computed on `model_features(features)`.
+  On packed rows the per-token outputs are unpacked to the request's rows (`packing.unpack_tokens`:
+  each row's values up to its last real token, zero after it, where padded rows hold what the
+  model computed on their padding), and a row without real tokens gets zeros."""
+  inputs = model_features(features)
+  outputs = bert(inputs, training=training)
+  if not packing.is_packed(inputs):
+    return outputs
+
+  def unpacked(values):
+    return packing.zero_empty_sequences(packing.unpack_tokens(
+        values, inputs[packing.SEQUENCE_STARTS], inputs[packing.SEQUENCE_IDS]),
+                                        features["input_mask"])
+
+  return {"pooled_output": packing.zero_empty_sequences(outputs["pooled_output"],
+                                                        features["input_mask"]),
+          "sequence_output": unpacked(outputs["sequence_output"]),
+          "encoder_outputs": [unpacked(layer) for layer in outputs["encoder_outputs"]]}
+
+
 class FeatureExtractor(tf.Module):
   """Runs BERT and returns the requested encoder layers, per token or pooled."""
 
@@ -206,16 +235,16 @@ class FeatureExtractor(tf.Module):
       return tf.reduce_sum(layers * weights, axis=2) / tf.reduce_sum(weights, axis=2)
     return layers
 
-  def serving_outputs(self, features: dict) -> dict:
+  def serving_outputs(self, features: dict, model_features: ModelFeatures = dict) -> dict:
     """The encoder export's outputs for int32 id features, like TF Hub's BERT encoders.
 
     `sequence_output` [B, T, len(layers) * H]: the `layer_indexes` layers concatenated per token
     (the values of the JSON Lines `features`); `pooled_output` [B, len(layers) * H]: with
     `pooling` cls or mean those layers pooled and concatenated (the JSON Lines `pooled` values),
-    otherwise BERT's pooler output; `input_mask` [B, T] marks the real tokens.
+    otherwise BERT's pooler output; `input_mask` [B, T] marks the real tokens. The model reads
+    `model_features(features)` (`request_outputs`).
     """
-    outputs = self.bert(features["input_ids"], input_mask=features["input_mask"],
-                        token_type_ids=features["segment_ids"], training=False)
+    outputs = request_outputs(self.bert, features, model_features)
 
     def concatenated(layers):  # [B, L, ..., H] -> [B, ..., L * H]
       return tf.concat(tf.unstack(layers, num=len(self.layer_indexes), axis=1), axis=-1)
@@ -242,7 +271,8 @@ class EncoderServing(export.EncodedTextServing):
                max_seq_length: int):
     super().__init__(
         in_graph_tokenization.BertInputEncoder.for_tokenizer(tokenizer, max_seq_length),
-        extractor.bert.config, extractor.serving_outputs, ["text"])
+        extractor.bert.config,
+        lambda features: extractor.serving_outputs(features, self.model_features), ["text"])
 
   def _encode_pair(self, text: tf.Tensor, text_b: tf.Tensor) -> dict:
     """Pairs where text_b has tokens, single texts elsewhere, padded to one width."""
@@ -304,6 +334,9 @@ class TfHubEncoderServing(export.ServingModule):
 
   text_inputs = None
   id_inputs = tuple(TF_HUB_INPUTS)
+  # Not packed: TF Hub's encoders give every position the model's values, padding included, and
+  # their consumers compare them (convert_checkpoint proves a conversion on every position).
+  pack_requests = False
 
   def __init__(self, bert: modeling.BertModel, tokenizer: tokenization.FullTokenizer,
                max_seq_length: int):
@@ -313,9 +346,8 @@ class TfHubEncoderServing(export.ServingModule):
     self.bert = bert
 
   def hub_outputs(self, features: dict, training: bool = False) -> dict:
-    """TF Hub's encoder outputs for our id features."""
-    outputs = self.bert(features["input_ids"], input_mask=features["input_mask"],
-                        token_type_ids=features["segment_ids"], training=training)
+    """TF Hub's encoder outputs for our id features (`request_outputs`)."""
+    outputs = request_outputs(self.bert, features, self.model_features, training)
     pooled = tf.cast(outputs["pooled_output"], tf.float32)
     return {"pooled_output": pooled, "default": pooled,
             "sequence_output": tf.cast(outputs["sequence_output"], tf.float32),

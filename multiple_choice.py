@@ -424,7 +424,11 @@ class MultipleChoiceServing(export.ServingModule):
     self.model = model
 
   def _outputs(self, features: dict) -> dict:
-    logits = self.model(features, training=False)
+    """The outputs of [B, E, T] id features and their `choice_mask` [B, E]. A missing ending's
+    pair is not computed: its mask is cleared, so the packed rows hold none of its tokens."""
+    choice_mask = features[CHOICE_MASK_KEY]
+    features = dict(features, input_mask=features["input_mask"] * choice_mask[:, :, tf.newaxis])
+    logits = self.model(self.model_features(features), training=False)
     return {"probabilities": probabilities(logits), "label": predicted_choice(logits)}
 
   def text_outputs(self, texts):

@@ -22,6 +22,9 @@ is packed into rows of its own. Every tensor leads with the group axis:
 - every other feature: [groups, examples, ...], those of `input_mask`'s shape cut to the width.
 
 `merge_groups` turns a replica's groups into one set of rows, as the model reads them.
+
+An export packs one request in graph ops (`pack_request`): the same rule at the request's padded
+width, in that merged layout (rows [rows, width], `sequence_starts` [N, 2] or [N, E, 2]).
 """
 
 from typing import Collection, Mapping, Optional, Sequence
@@ -220,3 +223,118 @@ def unpack_tokens(packed: tf.Tensor, sequence_starts: tf.Tensor,
   keep = tf.reshape(keep, tf.concat([tf.shape(keep), tf.ones([len(packed.shape) - 2], tf.int32)],
                                     0))
   return tf.where(keep, values, tf.zeros_like(values))
+
+
+# --------------------------------------------------------------------------------------------------
+# The same packing in TensorFlow ops, for one request inside an export (no numpy_function, so a
+# SavedModel served by TF's C++ loader packs it).
+
+
+def first_fit_decreasing_in_graph(lengths: tf.Tensor, capacity: tf.Tensor
+                                  ) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+  """`first_fit_decreasing` of int32 `lengths` [N] (each at most `capacity`) in graph ops.
+
+  Returns, per item in input order, int32 [N] each: its bin, its first position in the bin (the
+  room its bin's earlier items took) and its number in the bin (1, 2, ... in placement order).
+  The bins and their items are `first_fit_decreasing`'s: items go longest first (ties in input
+  order, a stable sort) into the first bin with room; bins not yet opened have all their room,
+  so the first of them is where a new bin opens. One `tf.while_loop` step per item, each a few
+  ops on vectors of N bins.
+  """
+  lengths = tf.convert_to_tensor(lengths, tf.int32)
+  num_items = tf.size(lengths)
+  order = tf.argsort(-lengths, stable=True)
+  bin_indexes = tf.range(num_items)
+
+  def place(step, room, members, bins, starts, numbers):
+    length = tf.gather(lengths, order[step])
+    first = tf.reduce_min(tf.where(room >= length, bin_indexes, num_items))
+    chosen = tf.equal(bin_indexes, first)
+    return (step + 1, room - tf.where(chosen, length, 0), members + tf.cast(chosen, tf.int32),
+            bins.write(step, first), starts.write(step, capacity - tf.gather(room, first)),
+            numbers.write(step, tf.gather(members, first) + 1))
+
+  placed = [tf.TensorArray(tf.int32, size=num_items, element_shape=[]) for _ in range(3)]
+  _, _, _, *placed = tf.while_loop(
+      lambda step, *_: step < num_items, place,
+      [tf.constant(0), tf.fill([num_items], capacity), tf.zeros([num_items], tf.int32)] + placed)
+  # Placement order back to input order.
+  inverse = tf.math.invert_permutation(order)
+  return tuple(tf.gather(values.stack(), inverse) for values in placed)
+
+
+def sequence_lengths_in_graph(mask: tf.Tensor) -> tf.Tensor:
+  """`sequence_lengths` in graph ops: one past the last non-zero position of each row of `mask`
+  [S, T] (0 for an empty row), int32 [S]."""
+  positions = tf.range(1, tf.shape(mask)[-1] + 1)
+  return tf.reduce_max(tf.where(mask != 0, positions, 0), axis=-1)
+
+
+def pack_request(features: Mapping[str, tf.Tensor]) -> dict:
+  """One request's padded id features packed in graph ops, in the layout the model reads.
+
+  `features`: int32 `PACKED_INPUTS` [N, T], or multiple choice's [N, E, T] whose every (example,
+  ending) row is a sequence, plus any per-example features (passed on unchanged). Each sequence
+  (its tokens up to its last real one, `sequence_lengths_in_graph`) goes into rows of width T by
+  `first_fit_decreasing_in_graph`, so a request of N sequences packs into at most N rows, the
+  rows `pack_arrays` gives one group at that width. Returns `PACKED_INPUTS`, `POSITION_IDS` (0,
+  1, ... per sequence) and `SEQUENCE_IDS` (1, 2, ... per row, 0 on padding) as [rows, T], and
+  `SEQUENCE_STARTS` [N, 2] (or [N, E, 2]): each sequence's (row, first position) in input
+  order, (0, 0) for a sequence without tokens, which heads never read. Everything past a
+  sequence's last real token is 0. A request of one sequence is its own row: it skips the
+  packer's loop and scatters (`tf.cond`), so it costs what the unpacked row costs.
+  """
+  shape = tf.shape(features["input_mask"])
+  width = shape[-1]
+  sequences = {name: tf.reshape(features[name], [-1, width]) for name in PACKED_INPUTS}
+  lengths = sequence_lengths_in_graph(sequences["input_mask"])
+  packed = tf.cond(tf.size(lengths) > 1, lambda: _packed_rows(sequences, lengths, width),
+                   lambda: _own_rows(sequences, lengths, width))
+  packed[SEQUENCE_STARTS] = tf.reshape(packed[SEQUENCE_STARTS], tf.concat([shape[:-1], [2]], 0))
+  for name, value in features.items():
+    packed.setdefault(name, value)
+  return packed
+
+
+def _packed_rows(sequences: Mapping[str, tf.Tensor], lengths: tf.Tensor, width: tf.Tensor
+                 ) -> dict:
+  """`pack_request`'s rows for sequences [S, T] of `lengths` [S], by the packer's loop."""
+  rows, starts, numbers = first_fit_decreasing_in_graph(lengths, width)
+  num_rows = tf.reduce_max(tf.concat([[-1], rows], 0)) + 1
+  # Every token of every sequence: its (sequence, position) and where it goes in the rows.
+  tokens = tf.cast(tf.where(tf.range(width)[tf.newaxis, :] < lengths[:, tf.newaxis]), tf.int32)
+  sequence, position = tokens[:, 0], tokens[:, 1]
+  targets = tf.stack([tf.gather(rows, sequence), tf.gather(starts, sequence) + position], axis=1)
+
+  def scattered(values):
+    return tf.scatter_nd(targets, values, tf.stack([num_rows, width]))
+
+  packed = {name: scattered(tf.gather_nd(sequences[name], tokens)) for name in PACKED_INPUTS}
+  packed[POSITION_IDS] = scattered(position)
+  packed[SEQUENCE_IDS] = scattered(tf.gather(numbers, sequence))
+  has_tokens = lengths > 0
+  packed[SEQUENCE_STARTS] = tf.stack([tf.where(has_tokens, rows, 0),
+                                      tf.where(has_tokens, starts, 0)], axis=1)
+  return packed
+
+
+def _own_rows(sequences: Mapping[str, tf.Tensor], lengths: tf.Tensor, width: tf.Tensor) -> dict:
+  """`pack_request`'s rows for at most one sequence: the sequence is its row (what the packer
+  gives it), cut after its last real token."""
+  positions = tf.range(width)[tf.newaxis, :]
+  real = positions < lengths[:, tf.newaxis]
+  packed = {name: tf.where(real, sequences[name], 0) for name in PACKED_INPUTS}
+  packed[POSITION_IDS] = tf.where(real, positions, 0)
+  packed[SEQUENCE_IDS] = tf.cast(real, tf.int32)
+  packed[SEQUENCE_STARTS] = tf.zeros([tf.size(lengths), 2], tf.int32)
+  return packed
+
+
+def zero_empty_sequences(values: tf.Tensor, input_mask: tf.Tensor) -> tf.Tensor:
+  """Per-sequence outputs `values` [N, ...] of packed rows, 0 where a sequence of `input_mask`
+  [N, T] has no real token: it has no position of its own, and its `sequence_starts` (0, 0)
+  reads another sequence's (a request's other rows, perhaps another client's)."""
+  has_tokens = tf.reduce_any(input_mask != 0, axis=-1)
+  has_tokens = tf.reshape(has_tokens, tf.concat([tf.shape(has_tokens),
+                                                 tf.ones([len(values.shape) - 1], tf.int32)], 0))
+  return tf.where(has_tokens, values, tf.zeros_like(values))

@@ -539,7 +539,9 @@ class TaggerServing(export.ServingModule):
   greedy rule (or `doc_stride`'s) and returns dense [batch, max_words] tensors: `words` and `tags`
   (padded with ""), `tag_ids` (padded with -1), and `num_words` [batch]. The same words give the
   same tags as `run_ner`'s prediction. `token_ids` returns `tag_ids` [batch, seq_length] (read
-  them at each word's first sub-token).
+  them at each word's first sub-token), -1 where `input_mask` is 0. The model reads the windows
+  (or id rows) of a request packed (`ServingModule.model_features`), its tags unpacked to each
+  window's positions.
   """
 
   def __init__(self, model: BertTagger, encoder: "in_graph_tokenization.BertInputEncoder",
@@ -550,7 +552,11 @@ class TaggerServing(export.ServingModule):
     self.doc_stride = doc_stride
 
   def ids_outputs(self, features):
-    return {"tag_ids": predict_tag_ids(self.model, features)}
+    return {"tag_ids": tf.where(features["input_mask"] != 0, self._position_tag_ids(features), -1)}
+
+  def _position_tag_ids(self, features: dict) -> tf.Tensor:
+    """`predict_tag_ids` of padded id features [rows, T], on the rows as the module packs them."""
+    return predict_tag_ids(self.model, self.model_features(features))
 
   def text_outputs(self, texts: dict) -> dict[str, tf.Tensor]:
     words = in_graph_tokenization.whitespace_split(texts["text"])
@@ -574,7 +580,7 @@ class TaggerServing(export.ServingModule):
     window_pieces = tf.RaggedTensor.from_value_rowids(
         word_pieces, tf.cast(window_ids, tf.int64), nrows=tf.cast(num_windows, tf.int64))
     features = self.encoder.pack(window_pieces.merge_dims(1, 2))
-    position_tag_ids = predict_tag_ids(self.model, features)
+    position_tag_ids = self._position_tag_ids(features)
     # A word's first piece sits after [CLS] and the pieces of the window's earlier words.
     first_positions = window_ends - counts + 1
     return tf.gather_nd(position_tag_ids, tf.stack([window_ids, first_positions], 1))
@@ -593,7 +599,7 @@ class TaggerServing(export.ServingModule):
     begin = tf.gather(pieces.row_starts(), rows) + starts.flat_values
     features = self.encoder.pack(tf.gather(pieces.flat_values,
                                            tf.ragged.range(begin, begin + lengths)))
-    position_tag_ids = predict_tag_ids(self.model, features)
+    position_tag_ids = self._position_tag_ids(features)
     # Each word's first piece (offset in its text) against every window of its text.
     word_rows = words.value_rowids()
     first_piece = (tf.math.cumsum(word_pieces.row_lengths(), exclusive=True) -

@@ -17,10 +17,19 @@ The systems take turns request by request.
 The table also gives the largest probability difference of the padded and the bfloat16 export from
 the dynamic float32 one over every one-sentence request.
 
+With --pack_comparison it times instead the dynamic-padding export as exported (each request
+packed into shared rows, `ServingModule.pack_requests`) against the same export without packing,
+each system in a process of its own (this script with --system), on the same requests: medians
+over --num_requests one-sentence requests and --num_batches batches of --batch_size, and the
+largest probability difference between the two.
+
 Quick run:
   python benchmarks/bench_serving.py --num_requests=20 --num_batches=2
 """
+import json
 import os
+import subprocess
+import sys
 import time
 
 from absl import app
@@ -31,6 +40,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import benchmark_paths  # Also puts the project on sys.path.
 from benchmark_paths import SHARED_DIR
 
+import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import classifier  # pylint: disable=g-import-not-at-top
@@ -57,6 +67,10 @@ flags.DEFINE_integer("threads", 0, "CPU threads for TensorFlow (intra- and inter
                      "rather than the scheduler.")
 flags.DEFINE_bool("bfloat16", True, "Also time the dynamic-padding export in bfloat16.")
 flags.DEFINE_string("export_root", "/tmp/bench_serving", "Where the exports are written.")
+flags.DEFINE_bool("pack_comparison", False, "Time the dynamic-padding export packed against "
+                  "unpacked, each in its own process, instead of the systems above.")
+flags.DEFINE_enum("system", None, ["packed", "unpacked"], "One system of --pack_comparison: "
+                  "exports, times and prints its seconds and probabilities as JSON.")
 
 MINILM = dict(vocab_size=30522, hidden_size=384, num_hidden_layers=6, num_attention_heads=12,
               intermediate_size=1536, hidden_act="gelu", max_position_embeddings=512,
@@ -77,14 +91,17 @@ def read_sentences(path: str) -> list[str]:
 
 
 def export_classifier(task: classifier.ClassifierTask, model, dynamic_padding: bool,
-                      precision: str = "float32") -> str:
-  """Exports the model as run_classifier does (SST-2's labels); returns the SavedModel directory."""
-  export_dir = os.path.join(FLAGS.export_root, "%s-%s" % (
-      "dynamic" if dynamic_padding else "padded", precision))
+                      precision: str = "float32", pack_requests: bool = True) -> str:
+  """Exports the model as run_classifier does (SST-2's labels), packing requests unless
+  `pack_requests` is false; returns the SavedModel directory."""
+  export_dir = os.path.join(FLAGS.export_root, "%s-%s%s" % (
+      "dynamic" if dynamic_padding else "padded", precision, "" if pack_requests else "-unpacked"))
   if tf.io.gfile.exists(export_dir):
     tf.io.gfile.rmtree(export_dir)
   model = export.model_in_precision(model, task.build_model, precision)
-  return export.write_saved_model(export_dir, task.serving_module(model, dynamic_padding))
+  module = task.serving_module(model, dynamic_padding)
+  module.pack_requests = pack_requests
+  return export.write_saved_model(export_dir, module)
 
 
 class ExportRunner:
@@ -128,16 +145,78 @@ def timed_calls(runners: dict, requests: list[list[str]]) -> tuple[dict, dict]:
   return seconds, outputs
 
 
+def requests_of(sentences: list[str]) -> tuple[list[list[str]], list[list[str]]]:
+  """The one-sentence requests and the batches, from disjoint sentences."""
+  singles = [[s] for s in sentences[:FLAGS.num_requests]]
+  batches = [sentences[FLAGS.num_requests + i * FLAGS.batch_size:
+                       FLAGS.num_requests + (i + 1) * FLAGS.batch_size]
+             for i in range(FLAGS.num_batches)]
+  return singles, batches
+
+
+def run_system(task: classifier.ClassifierTask, sentences: list[str]) -> None:
+  """--system: exports the dynamic-padding classifier packed or not (random weights of a fixed
+  seed, the same in both processes), warms it up on every length bucket and a batch, and prints
+  one JSON line: seconds per one-sentence request and per batch, and the batches' probabilities."""
+  keras.utils.set_random_seed(0)
+  runner = ExportRunner(export_classifier(task, task.build_model(), True,
+                                          pack_requests=FLAGS.system == "packed"))
+  singles, batches = requests_of(sentences)
+  lengths = sorted(sentences[:2000], key=len)
+  timed_calls({"warmup": runner}, [[lengths[-1] * 3], [lengths[0]],
+                                   [lengths[len(lengths) // 2]], batches[0]])
+  single_seconds, _ = timed_calls({FLAGS.system: runner}, singles)
+  batch_seconds, outputs = timed_calls({FLAGS.system: runner}, batches)
+  print(json.dumps({"single": single_seconds[FLAGS.system], "batch": batch_seconds[FLAGS.system],
+                    "probabilities": [output.tolist() for output in outputs[FLAGS.system]]}))
+
+
+def compare_packing(config: modeling.BertConfig, threads: int) -> None:
+  """--pack_comparison: each system in a process of its own, one after the other; the table."""
+  results = {}
+  for system in ("unpacked", "packed"):
+    completed = subprocess.run(
+        [sys.executable, os.path.abspath(__file__), "--system=" + system] +
+        [argument for argument in sys.argv[1:] if not argument.startswith("--pack_comparison")],
+        capture_output=True, text=True, check=True)
+    results[system] = json.loads(completed.stdout.strip().splitlines()[-1])
+  difference = max(float(np.max(np.abs(np.subtract(a, b)))) for a, b in zip(
+      results["packed"]["probabilities"], results["unpacked"]["probabilities"]))
+  print("\n- %s-shaped classifier (L=%d, H=%d, A=%d, random weights), max_seq_length %d, "
+        "dynamic padding, %d CPU thread(s), %d cores; each system in its own process. Medians "
+        "over %d one-sentence requests and %d batches of %d SST-2 train.tsv sentences. Largest "
+        "probability difference, packed against unpacked: %.1e." % (
+            SHAPE_NAMES[FLAGS.model], config.num_hidden_layers, config.hidden_size,
+            config.num_attention_heads, FLAGS.max_seq_length, threads, os.cpu_count(),
+            FLAGS.num_requests, FLAGS.num_batches, FLAGS.batch_size, difference))
+  print("- CPU: %s." % benchmark_paths.cpu_description())
+  print("| export | median ms, 1 sentence | median ms, batch %d | sentences/s, batch %d | "
+        "batch speed-up |" % (FLAGS.batch_size, FLAGS.batch_size))
+  print("| --- | ---: | ---: | ---: | ---: |")
+  reference = np.median(results["unpacked"]["batch"])
+  for system, name in (("unpacked", "dynamic padding, unpacked"),
+                       ("packed", "dynamic padding, packed (default)")):
+    single, batch = np.median(results[system]["single"]), np.median(results[system]["batch"])
+    print("| %s | %.1f | %.1f | %.1f | %.2fx |" % (name, 1e3 * single, 1e3 * batch,
+                                                   FLAGS.batch_size / batch, reference / batch))
+
+
 def main(argv):
   del argv  # Unused.
   threads = FLAGS.threads or os.cpu_count() or 1
   tf.config.threading.set_intra_op_parallelism_threads(threads)
   tf.config.threading.set_inter_op_parallelism_threads(threads)
-  sentences = read_sentences(FLAGS.sst2_file)
   config = modeling.BertConfig.from_dict(SHAPES[FLAGS.model])
+  if FLAGS.pack_comparison:
+    compare_packing(config, threads)
+    return
+  sentences = read_sentences(FLAGS.sst2_file)
   task = classifier.ClassifierTask(config, classifier_data.get_processor("sst-2"),
                                    tokenization.FullTokenizer(FLAGS.vocab_file, True), None,
                                    FLAGS.export_root, FLAGS.max_seq_length)
+  if FLAGS.system:
+    run_system(task, sentences)
+    return
   model = task.build_model()
   runners = {
       "ours, padded to max_seq_length (before)": ExportRunner(export_classifier(task, model,
@@ -150,10 +229,7 @@ def main(argv):
   if peer:
     peer[0].set_num_threads(threads)
     runners["Hugging Face PyTorch, dynamic padding"] = HuggingFaceRunner(peer, config)
-  singles = [[s] for s in sentences[:FLAGS.num_requests]]
-  batches = [sentences[FLAGS.num_requests + i * FLAGS.batch_size:
-                       FLAGS.num_requests + (i + 1) * FLAGS.batch_size]
-             for i in range(FLAGS.num_batches)]
+  singles, batches = requests_of(sentences)
   # Warm up every runner on every padded length bucket and on a full batch.
   lengths = sorted(sentences[:2000], key=len)
   timed_calls(runners, [[lengths[-1] * 3], [lengths[0]], [lengths[len(lengths) // 2]],

@@ -120,6 +120,73 @@ def test_pack_arrays_layout_by_hand():
   np.testing.assert_array_equal(packed["label_ids"], [[10, 11, 12, 13]])
 
 
+def pack_request(features):
+  """`packing.pack_request` of numpy features, as numpy."""
+  packed = packing.pack_request(as_tensors(features))
+  return {name: value.numpy() for name, value in packed.items()}
+
+
+def test_the_in_graph_packer_gives_the_rows_of_a_hand_packing():
+  # Rows of T = 8, lengths 3, 5, 2, 6, 1, and a row whose mask ends in a hole (length 4 by its
+  # last real token). FFD, longest first: 6 opens row 0 (room 2), 5 row 1 (room 3), 4 row 2
+  # (room 4), 3 fills row 1, 2 fills row 0, 1 goes to row 2 (room 3).
+  features = padded_features([3, 5, 2, 6, 1, 4], seed=1, seq_length=8)
+  features["input_mask"][5, 2] = 0
+  features["choice_mask"] = np.arange(6, dtype=np.int32)  # Per example: passed on as it is.
+  packed = pack_request(features)
+  expected_starts = [[1, 5], [1, 0], [0, 6], [0, 0], [2, 4], [2, 0]]
+  np.testing.assert_array_equal(packed["sequence_starts"], expected_starts)
+  np.testing.assert_array_equal(packed["position_ids"], [[0, 1, 2, 3, 4, 5, 0, 1],
+                                                         [0, 1, 2, 3, 4, 0, 1, 2],
+                                                         [0, 1, 2, 3, 0, 0, 0, 0]])
+  np.testing.assert_array_equal(packed["packed_sequence_ids"], [[1, 1, 1, 1, 1, 1, 2, 2],
+                                                                [1, 1, 1, 1, 1, 2, 2, 2],
+                                                                [1, 1, 1, 1, 2, 0, 0, 0]])
+  expected = {name: np.zeros([3, 8], np.int32) for name in packing.PACKED_INPUTS}
+  for sequence, (row, start) in enumerate(expected_starts):
+    length = [3, 5, 2, 6, 1, 4][sequence]
+    for name in packing.PACKED_INPUTS:
+      expected[name][row, start:start + length] = features[name][sequence, :length]
+  for name in packing.PACKED_INPUTS:
+    np.testing.assert_array_equal(packed[name], expected[name], err_msg=name)
+  assert packed["input_mask"][2, 2] == 0  # The hole stays a hole.
+  np.testing.assert_array_equal(packed["choice_mask"], features["choice_mask"])
+
+
+def test_the_in_graph_packer_packs_as_pack_arrays_at_the_same_width():
+  features = padded_features([9, 30, 4, 17, 12, 1, 25, 8], seed=2)  # pack_arrays chooses 32.
+  in_graph, numpy_packed = pack_request(features), packing.pack_arrays(features, 1)
+  for name in packing.PACKED_INPUTS + (packing.POSITION_IDS, packing.SEQUENCE_IDS,
+                                       packing.SEQUENCE_STARTS):
+    np.testing.assert_array_equal(in_graph[name], numpy_packed[name][0], err_msg=name)
+
+
+def test_the_in_graph_packer_packs_every_ending_of_rank_3_ids():
+  lengths = [[3, 0, 5], [2, 6, 1]]  # Example 0's second ending is missing (no tokens).
+  features = padded_features(lengths, seed=3, num_choices=3, seq_length=8)
+  packed = pack_request(features)
+  assert packed["sequence_starts"].shape == (2, 3, 2)
+  np.testing.assert_array_equal(packed["sequence_starts"][0, 1], [0, 0])
+  for example, ending in np.ndindex(2, 3):
+    row, start = packed["sequence_starts"][example, ending]
+    length = lengths[example][ending]
+    np.testing.assert_array_equal(packed["input_ids"][row, start:start + length],
+                                  features["input_ids"][example, ending, :length])
+  assert packed["input_ids"].shape == (3, 8)  # 6, 5, 3, 2, 1 in rows of 8: three rows.
+
+
+@pytest.mark.parametrize("lengths", [[], [5], [0]])
+def test_the_in_graph_packer_gives_no_request_no_rows_and_one_its_own_row(lengths):
+  features = padded_features(lengths, seed=4, seq_length=8)
+  packed = pack_request(features)
+  assert packed["input_ids"].shape == (len(lengths), 8)
+  assert packed["sequence_starts"].shape == (len(lengths), 2)
+  np.testing.assert_array_equal(packed["input_ids"], features["input_ids"])
+  np.testing.assert_array_equal(packed["packed_sequence_ids"], features["input_mask"])
+  np.testing.assert_array_equal(packed["position_ids"],
+                                np.arange(8) * features["input_mask"])
+
+
 def test_the_width_is_the_bucket_that_computes_fewest_positions():
   # Four sequences of 20: rows of 32 hold one each (4 x 32 = 128 positions), rows of 40 two
   # (2 x 40 = 80), rows of 64 three (2 x 64 = 128). So 40.

@@ -161,7 +161,9 @@ def tagger_export(root, tokenizer, texts, doc_stride=None):
           for ids in tagging.words_tag_ids(features, outputs["tag_ids"], sentences)]
   longest = max(len(row) for row in tags)
   window = tagging.features_to_arrays(features[:2])
-  position_tag_ids = tagging.predict_tag_ids(model, window).numpy()
+  # The packed export reads no padding: -1 there.
+  position_tag_ids = np.where(window["input_mask"] != 0,
+                              tagging.predict_tag_ids(model, window).numpy(), -1)
   return path, [
       ("serving_default", {"text": texts_input(texts)},
        {"tags": [row + [""] * (longest - len(row)) for row in tags]}),
@@ -267,6 +269,21 @@ def encoder_export(root, tokenizer, texts):
   return path, requests, [values(texts), values(lines), values(texts)]
 
 
+# Exports whose first request, a batch of texts of very different lengths, is also sent with one
+# text changed (CHANGED_ROW) and as its first text alone (`packing_requests`).
+PACKED_EXPORTS = ("classifier_wordpiece", "ner_wordpiece", "encoder_wordpiece")
+CHANGED_ROW = 3  # ENGLISH's longest text: changing it also changes the request's padded length.
+
+
+def packing_requests(request):
+  """The text request `request` with CHANGED_ROW's texts replaced, and its first row alone."""
+  signature, inputs, _ = request
+  changed = {name: texts_input([text if row != CHANGED_ROW else "ka" for row, text in
+                                enumerate(spec["value"])]) for name, spec in inputs.items()}
+  alone = {name: texts_input(spec["value"][:1]) for name, spec in inputs.items()}
+  return [(signature, changed, {}), (signature, alone, {})]
+
+
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
   """Builds every export, then serves all requests in one C++-loader subprocess."""
@@ -297,6 +314,8 @@ def served(tmp_path_factory):
   encoder_path, encoder_requests, json_values = encoder_export(str(root / "e1"), wordpiece,
                                                                ENGLISH)
   exports["encoder_wordpiece"] = (encoder_path, encoder_requests)
+  for name in PACKED_EXPORTS:  # Packing's requests: a text changed, a text alone.
+    exports[name][1].extend(packing_requests(exports[name][1][0]))
   for _, requests in exports.values():  # A request of no rows: every output has none.
     signature, inputs, _ = requests[0]
     requests.append((signature, {name: texts_input([]) for name in inputs}, {}))
@@ -512,6 +531,30 @@ def test_encoder_export_equals_the_json_lines_of_the_same_run(served):
       np.testing.assert_allclose(sequence_output[row, :len(rows)], rows, atol=1e-5,
                                  err_msg=signature)
     np.testing.assert_allclose(outputs["pooled_output"], pooled, atol=1e-5, err_msg=signature)
+
+
+@pytest.mark.parametrize("name", PACKED_EXPORTS)
+def test_packed_rows_answer_each_text_as_if_it_were_alone(served, name):
+  """Packed exports share rows between a request's texts, and still: changing one text changes
+  no other text's outputs, and a text alone gets what it gets in a batch (to float rounding;
+  per-token outputs over the positions both requests have, since the padded length follows the
+  longest text)."""
+  _, requests, answered, _, _, _ = served["exports"][name]
+  num_requests = len(requests) - 3  # The batch is request 0; packing's two, then the empty one.
+  batch, changed, alone = answered[0], answered[num_requests], answered[num_requests + 1]
+  others = [row for row in range(len(ENGLISH)) if row != CHANGED_ROW]
+
+  def common(a, b):  # Both cut to the positions (or words) both have.
+    a, b = np.asarray(a), np.asarray(b)
+    cut = tuple(slice(min(n, m)) for n, m in zip(a.shape[1:], b.shape[1:]))
+    return a[(slice(None),) + cut], b[(slice(None),) + cut]
+
+  for key in batch:
+    value, changed_value = common(batch[key], changed[key])
+    assert_same(changed_value[others], value[others], "%s %s of the other texts" % (name, key))
+    alone_value, value = common(alone[key], batch[key])
+    assert_same(alone_value, value[:1], "%s %s of a text alone" % (name, key))
+  assert any(not np.array_equal(*common(changed[key], batch[key])) for key in batch)
 
 
 def test_non_core_ops_are_the_tokenizers_the_readme_lists(served):
