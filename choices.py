@@ -27,6 +27,14 @@ EXPORT_PRECISIONS = ("float32", "bfloat16")
 DEFAULT_MAX_REQUEST_ROWS = 1024
 DEFAULT_MAX_REQUEST_TOKENS = 65536
 
+# What extract_features.py writes: with --output_format=npz, a directory of these files (one per
+# batch); with --export_format=tf_hub, TF Hub's pair in these two directories of --export_dir.
+NPZ_PATTERN = "features-%05d.npz"
+# The mark convert_checkpoint.py leaves in a directory it wrote: which files, from what source.
+CONVERTED_MARK_NAME = ".convert_checkpoint.json"
+TF_HUB_ENCODER = "encoder"
+TF_HUB_PREPROCESSOR = "preprocessor"
+
 # The classifier's tasks (`classifier_data.PROCESSORS`: the original's GLUE and XNLI processors and
 # the user's own files), and how a long text's window logits make its logits
 # (`classifier.aggregate_windows`).

@@ -19,8 +19,8 @@ import tensorflow as tf
 
 import atomic_files
 import checkpoints
+import choices
 import cli
-import conversion
 import distribution
 import errors
 import export
@@ -112,7 +112,7 @@ def _check_case_of_converted_model() -> None:
   for flag, directory in directories.items():
     if not directory:
       continue
-    recorded = atomic_files.read_files_mark(directory, conversion.CONVERTED_MARK_NAME).get(
+    recorded = atomic_files.read_files_mark(directory, choices.CONVERTED_MARK_NAME).get(
         "do_lower_case")
     if recorded is not None and recorded != FLAGS.do_lower_case:
       raise errors.FlagError(
@@ -120,7 +120,7 @@ def _check_case_of_converted_model() -> None:
           "(%s): pass --do_lower_case=%s" % (
               str(FLAGS.do_lower_case).lower(), flag, directory,
               "lowercased" if recorded else "cased",
-              os.path.join(directory, conversion.CONVERTED_MARK_NAME), str(recorded).lower()))
+              os.path.join(directory, choices.CONVERTED_MARK_NAME), str(recorded).lower()))
 
 
 # The shared flags that are TrainConfig settings of the same name.

@@ -56,8 +56,6 @@ KERAS_HUB_TASK_NAME = "task.json"
 KERAS_HUB_TASK_WEIGHTS_NAME = "task.weights.h5"
 KERAS_HUB_TOKENIZER_NAME = "tokenizer.json"
 KERAS_HUB_PREPROCESSOR_NAME = "preprocessor.json"
-# Written into every converted model's directory: marks it as one this script may replace.
-CONVERTED_MARK_NAME = ".convert_checkpoint.json"
 # Where a KerasHub tokenizer keeps its vocab: assets/<its config file's stem>/vocabulary.txt.
 KERAS_HUB_VOCAB_PATH = ("assets", "tokenizer", "vocabulary.txt")
 

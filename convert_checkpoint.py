@@ -90,28 +90,19 @@ no links or data stored elsewhere, and every tensor must fit the config. Bad inp
 
 `--output_dir` is one unit: the converted model is written into a staging directory beside it,
 which then takes its name in one step (`atomic_files`), so a reader, even after a kill, finds the
-old model or the new one, never some files of each. It holds `CONVERTED_MARK_NAME`, listing the
+old model or the new one, never some files of each. It holds `choices.CONVERTED_MARK_NAME`, listing the
 files written; a non-empty directory without it (another model), or with files it does not list
 (added since), is replaced only with `--overwrite_output_dir`, and a training run's output_dir
 never (its checkpoints would meet another model's label list).
 """
 
-import os
-import time
-from typing import Callable, Optional
+import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
 
 from absl import flags
-from absl import logging
-import numpy as np
-import tensorflow as tf
 
 import atomic_files
+import choices
 import cli
-import conversion
-import conversion_google
-import conversion_hf
-import conversion_keras_hub
-import conversion_model_garden
 import errors
 
 FLAGS = flags.FLAGS
@@ -171,115 +162,14 @@ def define_flags() -> None:
                     "Replace a non-empty --output_dir that is not an earlier output of this script "
                     "(e.g. another model) with the converted model.")
 
-# ------------------------------------------------------------------------------------------------
-# Conversions.
-# ------------------------------------------------------------------------------------------------
-
-
-def convert(read: Callable[[], conversion.ConvertedModel],
-             write: Callable[[conversion.ConvertedModel, str], str], output_dir: str) -> str:
-  """Reads a model, writes it to output_dir and logs what was converted; returns what `write`
-  returns (under output_dir).
-
-  The directory is written whole: `write` fills a staging directory beside it (with the mark
-  CONVERTED_MARK_NAME) that then takes output_dir's name in one step (`atomic_files`), so a reader
-  sees the old model's files or the new one's, never a mix, even after a kill.
-  """
-  start = time.time()
-  model = read()
-  with conversion.naming_write_errors(output_dir):
-    tf.io.gfile.makedirs(os.path.dirname(output_dir.rstrip("/")) or ".")
-  staged = atomic_files.atomic_output(output_dir)
-  with conversion.naming_write_errors(output_dir), staged as staging:
-    tf.io.gfile.makedirs(staging)
-    target = write(model, staging)
-    atomic_files.write_files_mark(staging, conversion.CONVERTED_MARK_NAME, {
-        "source": model.source, "architecture": model.architecture.name,
-        "do_lower_case": model.do_lower_case})
-  target = os.path.join(output_dir, os.path.relpath(target, staging))
-  if write is conversion_google.write_google_model:
-    logging.info("Use it with %s", conversion_google.google_usage(model, output_dir))
-  parameters = sum(int(np.prod(value.shape)) for value in model.tensors.values())
-  logging.info("Converted %d tensors (%s parameters) of a %s from %s to %s in %.1f s",
-               len(model.tensors), "{:,}".format(parameters), model.architecture.name,
-               model.source, target, time.time() - start)
-  if model.absent:
-    logging.info("Not in the source (a model initialises them when used): %s",
-                 conversion.describe_names(model.absent))
-  return target
-
-
-def convert_hf_to_google(hf_model_path: str, output_dir: str) -> str:
-  """Converts a Hugging Face BERT to Google's format in output_dir (`write_google_model`).
-
-  Returns:
-    The checkpoint prefix written.
-  """
-  return convert(lambda: conversion_hf.read_hf_model(hf_model_path),
-                 conversion_google.write_google_model, output_dir)
-
-
-def convert_keras_hub_to_google(preset: str, output_dir: str) -> str:
-  """Converts a KerasHub BertBackbone preset to Google's format in output_dir; returns the
-  checkpoint prefix written."""
-  return convert(lambda: conversion_keras_hub.read_keras_hub_preset(preset),
-                 conversion_google.write_google_model, output_dir)
-
-
-def convert_google_to_hf(init_checkpoint: str, output_dir: str,
-                         bert_config_file: Optional[str] = None, **options) -> str:
-  """Converts a Google-format checkpoint to Hugging Face's format in output_dir
-  (`write_hf_model`); `options` are `read_google_model`'s.
-
-  Returns:
-    The safetensors file written.
-  """
-  return convert(
-      lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
-      conversion_hf.write_hf_model, output_dir)
-
-
-def convert_google_to_keras_hub(init_checkpoint: str, output_dir: str,
-                                bert_config_file: Optional[str] = None, **options) -> str:
-  """Converts a Google-format checkpoint to a KerasHub preset in output_dir
-  (`write_keras_hub_preset`); `options` are `read_google_model`'s. Returns output_dir."""
-  return convert(
-      lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
-      conversion_keras_hub.write_keras_hub_preset, output_dir)
-
-
-def convert_tf_hub_to_google(tf_hub_model_path: str, output_dir: str) -> str:
-  """Converts a TF Hub BERT encoder SavedModel to Google's format in output_dir; returns the
-  checkpoint prefix written."""
-  return convert(lambda: conversion_model_garden.read_tf_hub_encoder(tf_hub_model_path),
-                 conversion_google.write_google_model, output_dir)
-
-
-def convert_model_garden_to_google(checkpoint: str, output_dir: str,
-                                   bert_config_file: Optional[str] = None, **options) -> str:
-  """Converts a Model Garden BertEncoder checkpoint to Google's format in output_dir; `options`
-  are `read_model_garden_checkpoint`'s. Returns the checkpoint prefix written."""
-  return convert(lambda: conversion_model_garden.read_model_garden_checkpoint(
-      checkpoint, bert_config_file, **options), conversion_google.write_google_model, output_dir)
-
-
-def convert_google_to_model_garden(init_checkpoint: str, output_dir: str,
-                                   bert_config_file: Optional[str] = None, **options) -> str:
-  """Converts a Google-format checkpoint to a Model Garden BertEncoder checkpoint in output_dir
-  (`write_model_garden_checkpoint`); `options` are `read_google_model`'s. Returns the prefix."""
-  return convert(
-      lambda: conversion_google.read_google_model(init_checkpoint, bert_config_file, **options),
-      conversion_model_garden.write_model_garden_checkpoint, output_dir)
-
-
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
   """Raises FlagError unless output_dir may be replaced by a converted model
   (`atomic_files.check_replaceable_directory`: missing, empty, or an earlier converted model
-  holding only the files its CONVERTED_MARK_NAME lists, or `overwrite`; a training run's
+  holding only the files its `choices.CONVERTED_MARK_NAME` lists, or `overwrite`; a training run's
   output_dir never: its checkpoints and label list belong together)."""
   atomic_files.check_replaceable_directory(
       output_dir, "--output_dir", "convert_checkpoint.py",
-      mark_name=conversion.CONVERTED_MARK_NAME, overwrite_flag="--overwrite_output_dir",
+      mark_name=choices.CONVERTED_MARK_NAME, overwrite_flag="--overwrite_output_dir",
       overwrite=overwrite)
 
 
@@ -292,13 +182,10 @@ SOURCES = {
     "init_checkpoint": ("output_format", "bert_config_file", "vocab_file", "do_lower_case",
                         "task_name", "multi_label"),
 }
-_GOOGLE_CONVERSIONS = {"hugging_face": convert_google_to_hf,
-                       "keras_hub": convert_google_to_keras_hub,
-                       "model_garden": convert_google_to_model_garden}
-
-
-def main(argv):
-  del argv
+def check_input_paths() -> None:
+  """The validation pass after the output checks: exactly one source, no flag it does not read,
+  and an --output_dir the converted model may replace (`check_output_dir`), before TensorFlow
+  loads; then the model's files (`cli.check_model_files`)."""
   sources = [name for name in SOURCES if FLAGS[name].value]
   if len(sources) != 1:
     raise errors.FlagError("pass exactly one of --hf_model_path (Hugging Face -> Google), "
@@ -312,19 +199,28 @@ def main(argv):
     raise errors.FlagError("--%s: not read with --%s (the model of --%s says what it is)" %
                            (unread[0], source, source))
   check_output_dir(FLAGS.output_dir, FLAGS.overwrite_output_dir)
-  if source == "hf_model_path":
-    convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
-  elif source == "keras_hub_preset":
-    convert_keras_hub_to_google(FLAGS.keras_hub_preset, FLAGS.output_dir)
-  elif source == "tf_hub_model_path":
-    convert_tf_hub_to_google(FLAGS.tf_hub_model_path, FLAGS.output_dir)
-  elif source == "model_garden_checkpoint":
-    convert_model_garden_to_google(
+  cli.check_model_files()
+
+
+def main(argv):
+  del argv
+  import model_conversion  # pylint: disable=g-import-not-at-top  (TensorFlow loads here)
+  if FLAGS.hf_model_path:
+    model_conversion.convert_hf_to_google(FLAGS.hf_model_path, FLAGS.output_dir)
+  elif FLAGS.keras_hub_preset:
+    model_conversion.convert_keras_hub_to_google(FLAGS.keras_hub_preset, FLAGS.output_dir)
+  elif FLAGS.tf_hub_model_path:
+    model_conversion.convert_tf_hub_to_google(FLAGS.tf_hub_model_path, FLAGS.output_dir)
+  elif FLAGS.model_garden_checkpoint:
+    model_conversion.convert_model_garden_to_google(
         FLAGS.model_garden_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
         vocab_file=FLAGS.vocab_file,
         do_lower_case=FLAGS.do_lower_case if FLAGS["do_lower_case"].present else None)
   else:
-    _GOOGLE_CONVERSIONS[FLAGS.output_format](
+    conversions = {"hugging_face": model_conversion.convert_google_to_hf,
+                   "keras_hub": model_conversion.convert_google_to_keras_hub,
+                   "model_garden": model_conversion.convert_google_to_model_garden}
+    conversions[FLAGS.output_format](
         FLAGS.init_checkpoint, FLAGS.output_dir, FLAGS.bert_config_file,
         vocab_file=FLAGS.vocab_file, do_lower_case=FLAGS.do_lower_case,
         task_name=FLAGS.task_name, multi_label=FLAGS.multi_label)
@@ -333,5 +229,5 @@ def main(argv):
 if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("output_dir")
-  cli.run_script(main, check_input_paths=cli.check_model_files,
+  cli.run_script(main, check_input_paths=check_input_paths,
                  outputs={"output_dir": atomic_files.OUTPUT_DIRECTORY})

@@ -9,7 +9,7 @@
 (tfhub.dev's and Kaggle's, downloaded and unpacked: nothing is downloaded at run time; Model
 Garden's export; our `extract_features.py --export_format=tf_hub`). Its weights, vocab and casing
 come from the module, as in the original: the script converts it
-(`convert_checkpoint.convert_tf_hub_to_google`, which checks the converted model gives the
+(`model_conversion.convert_tf_hub_to_google`, which checks the converted model gives the
 module's own outputs) into `<output_dir>/tf_hub_module/` (bert_model.ckpt, bert_config.json,
 vocab.txt) and runs run_classifier.py from there, with its flags, processors and outputs. The
 output_dir is a run_classifier one: `run_classifier.py --do_predict` (or `--export_dir`) with
@@ -26,6 +26,7 @@ import os
 from absl import flags
 
 import atomic_files
+import choices
 import cli
 import errors
 import run_classifier
@@ -73,7 +74,7 @@ def _holds(module_dir: str, model) -> bool:
   import conversion
   import modeling
   # pylint: enable=g-import-not-at-top
-  mark = atomic_files.read_files_mark(module_dir, conversion.CONVERTED_MARK_NAME)
+  mark = atomic_files.read_files_mark(module_dir, choices.CONVERTED_MARK_NAME)
   if not mark or mark.get("do_lower_case") != model.do_lower_case:
     return False
   config = modeling.BertConfig.from_json_file(os.path.join(module_dir,
@@ -93,22 +94,22 @@ def _write_module(model, module_dir: str) -> None:
   conversion there is replaced only before the run trained from it."""
   # pylint: disable=g-import-not-at-top
   import checkpoints
-  import conversion
   import conversion_google
   import convert_checkpoint
+  import model_conversion
   # pylint: enable=g-import-not-at-top
   if os.path.isdir(module_dir):
     if _holds(module_dir, model):
       return
     if checkpoints.latest_checkpoint(FLAGS.output_dir):
-      recorded = atomic_files.read_files_mark(module_dir, conversion.CONVERTED_MARK_NAME)
+      recorded = atomic_files.read_files_mark(module_dir, choices.CONVERTED_MARK_NAME)
       raise errors.FlagError(
           "--output_dir=%s trained from another module (%s, in %s), not --bert_hub_module_handle="
           "%s: use another --output_dir, or that module" % (
               FLAGS.output_dir, recorded.get("source", "unknown"), module_dir,
               FLAGS.bert_hub_module_handle))
   convert_checkpoint.check_output_dir(module_dir, overwrite=False)
-  convert_checkpoint.convert(lambda: model, conversion_google.write_google_model, module_dir)
+  model_conversion.convert(lambda: model, conversion_google.write_google_model, module_dir)
 
 
 def main(argv):

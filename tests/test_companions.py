@@ -23,9 +23,9 @@ import classifier
 import classifier_data
 import conversion
 import conversion_hf
-import convert_checkpoint
 import errors
 import heads
+import model_conversion
 import modeling
 import pretraining
 import tagging
@@ -130,7 +130,7 @@ def test_conversion_refuses_a_vocab_of_another_size(tmp_path, uncased_vocab_file
   output_dir = tmp_path / "hf"
   with pytest.raises(errors.InputError, match=r"has 30522 tokens but the model's vocab_size is "
                      r"%d" % len(VOCAB)):
-    convert_checkpoint.convert_google_to_hf(checkpoint, str(output_dir), config_file,
+    model_conversion.convert_google_to_hf(checkpoint, str(output_dir), config_file,
                                             vocab_file=uncased_vocab_file)
   assert not output_dir.exists()
 
@@ -332,9 +332,9 @@ def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier
   encoder = modeling.BertModel(tiny_config())
   encoder.build()
   checkpoint = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
-  convert_checkpoint.convert_google_to_hf(checkpoint, str(tmp_path / "hf"), config_file,
+  model_conversion.convert_google_to_hf(checkpoint, str(tmp_path / "hf"), config_file,
                                           vocab_file=vocab_file, do_lower_case=False)
-  convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "google"))
+  model_conversion.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "google"))
   converted = str(tmp_path / "google" / "bert_model.ckpt")
   result = run_script("run_classifier.py", "--do_train", "--init_checkpoint=" + converted,
                       *classifier_files)
@@ -524,7 +524,7 @@ def test_keras_hub_classifier_preset_converts_with_a_warning_that_its_head_is_le
       str(preset))
   (preset / "task.weights.h5").unlink()
   with caplog.at_level("WARNING"):
-    prefix = convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "google"))
+    prefix = model_conversion.convert_keras_hub_to_google(str(preset), str(tmp_path / "google"))
   warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
   assert any("task.json: the preset holds a task, but only its BertBackbone is converted" in w
              for w in warnings), warnings

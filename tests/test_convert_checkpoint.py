@@ -10,8 +10,8 @@ import tensorflow as tf
 
 import checkpoints
 import conversion
-import convert_checkpoint
 import heads
+import model_conversion
 import modeling
 
 HF_CONFIG = {
@@ -156,7 +156,7 @@ def _inputs():
 ])
 def test_hf_to_google_loads_and_matches_numpy_forward(tmp_path, prefix, with_heads, leaves):
   hf = _random_hf_tensors(prefix, with_heads, leaves)
-  prefix_written = convert_checkpoint.convert_hf_to_google(
+  prefix_written = model_conversion.convert_hf_to_google(
       _write_hf_model(tmp_path / "hf", hf), str(tmp_path / "google"))
 
   config = modeling.BertConfig.from_json_file(str(tmp_path / "google" / "bert_config.json"))
@@ -182,7 +182,7 @@ def test_hf_to_google_loads_and_matches_numpy_forward(tmp_path, prefix, with_hea
 
 def test_google_to_safetensors_to_google_round_trip_is_identical(tmp_path):
   hf = _random_hf_tensors("bert.", with_heads=True)
-  first = convert_checkpoint.convert_hf_to_google(_write_hf_model(tmp_path / "hf", hf),
+  first = model_conversion.convert_hf_to_google(_write_hf_model(tmp_path / "hf", hf),
                                                   str(tmp_path / "google"))
   # A training checkpoint: optimizer slots and global_step must not reach the safetensors file.
   reader = tf.train.load_checkpoint(first)
@@ -190,7 +190,7 @@ def test_google_to_safetensors_to_google_round_trip_is_identical(tmp_path):
   training_state = dict(weights, global_step=np.int64(7))
   training_state["bert/pooler/dense/kernel/adam_m"] = weights["bert/pooler/dense/kernel"]
   checkpoints.write_checkpoint(training_state, str(tmp_path / "train" / "model.ckpt-7"))
-  convert_checkpoint.convert_google_to_hf(
+  model_conversion.convert_google_to_hf(
       str(tmp_path / "train"), str(tmp_path / "hf2"),
       bert_config_file=str(tmp_path / "google" / "bert_config.json"))
 
@@ -203,7 +203,7 @@ def test_google_to_safetensors_to_google_round_trip_is_identical(tmp_path):
   with open(tmp_path / "hf2" / "config.json") as f:
     assert json.load(f)["architectures"] == ["BertForPreTraining"]
 
-  second = convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf2"), str(tmp_path / "google2"))
+  second = model_conversion.convert_hf_to_google(str(tmp_path / "hf2"), str(tmp_path / "google2"))
   again = tf.train.load_checkpoint(second)
   assert sorted(again.get_variable_to_shape_map()) == sorted(weights)
   for name, value in weights.items():
@@ -225,7 +225,7 @@ def test_a_vocab_is_read_by_its_newlines_only(chinese_bert_dir, tmp_path):
   checkpoints.save_checkpoint(bert, str(tmp_path / "google" / "bert_model.ckpt"))
   with open(tmp_path / "google" / "bert_config.json", "w") as f:
     json.dump(config, f)
-  convert_checkpoint.convert_google_to_hf(
+  model_conversion.convert_google_to_hf(
       str(tmp_path / "google" / "bert_model.ckpt"), str(tmp_path / "hf"), vocab_file=vocab_file)
   with open(tmp_path / "hf" / "vocab.txt", "rb") as f:
     assert f.read() == vocab_bytes
@@ -238,11 +238,11 @@ def test_pickle_checkpoints_are_refused(tmp_path):
   (directory / "config.json").write_text(json.dumps(HF_CONFIG))
   for path in (directory, directory / "pytorch_model.bin"):
     with pytest.raises(ValueError, match=r"pytorch_model\.bin.*arbitrary code.*safetensors"):
-      convert_checkpoint.convert_hf_to_google(str(path), str(tmp_path / "out"))
+      model_conversion.convert_hf_to_google(str(path), str(tmp_path / "out"))
 
 
 def _convert(directory, hf_tensors) -> str:
-  return convert_checkpoint.convert_hf_to_google(_write_hf_model(directory, hf_tensors),
+  return model_conversion.convert_hf_to_google(_write_hf_model(directory, hf_tensors),
                                                  str(directory / "google"))
 
 
@@ -322,4 +322,4 @@ def test_output_dir_that_cannot_be_written_is_named(tmp_path):
   blocked.write_text("")
   with pytest.raises(conversion.ConversionError,
                      match=r"^cannot write the converted model to %s/out \(\w+Error: " % blocked):
-    convert_checkpoint.convert_hf_to_google(model, str(blocked / "out"))
+    model_conversion.convert_hf_to_google(model, str(blocked / "out"))

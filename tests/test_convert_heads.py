@@ -32,9 +32,9 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, write_model_files
 import checkpoints
+import choices
 import classifier
 import classifier_data
-import convert_checkpoint
 import modeling
 import multiple_choice
 import squad
@@ -45,6 +45,7 @@ import conversion
 import conversion_google
 import conversion_hf
 import heads
+import model_conversion
 import tokenization
 
 pytestmark = pytest.mark.reference
@@ -220,7 +221,7 @@ def references(tmp_path_factory, release):
           BUILDERS[case["architecture"]](_config(), len(case["labels"]) or 1), seed=0)
       prefix = _save_as_our_script(models[name], case["architecture"], case["labels"],
                                    os.path.join(case_dir, "output_dir"))
-      convert_checkpoint.convert_google_to_hf(
+      model_conversion.convert_google_to_hf(
           prefix, os.path.join(case_dir, "hf"), config_file, vocab_file=vocab_file,
           do_lower_case=case.get("do_lower_case", True), **case["options"])
       start(name, case)
@@ -264,7 +265,7 @@ def test_our_head_loads_in_transformers_and_converts_back_exactly(name, referenc
   if case["labels"]:
     assert report["id2label"] == {str(i): label for i, label in enumerate(case["labels"])}
 
-  prefix = convert_checkpoint.convert_hf_to_google(os.path.join(case_dir, "hf"), str(tmp_path))
+  prefix = model_conversion.convert_hf_to_google(os.path.join(case_dir, "hf"), str(tmp_path))
   assert _labels_beside(architecture, str(tmp_path)) == case["labels"]
   again = BUILDERS[architecture](modeling.BertConfig.from_json_file(
       str(tmp_path / "bert_config.json")), len(case["labels"]) or 1)
@@ -329,7 +330,7 @@ def test_our_classifier_as_keras_hub_preset_loads_in_keras_hub(tmp_path, release
   with open(config_file, "w") as f:
     f.write(config.to_json_string())
   preset = str(tmp_path / "preset")
-  convert_checkpoint.convert_google_to_keras_hub(prefix, preset, config_file,
+  model_conversion.convert_google_to_keras_hub(prefix, preset, config_file,
                                                  vocab_file=release[1])
 
   inputs = _padded_ids(PAIRS, release[1], config.max_position_embeddings)
@@ -360,7 +361,7 @@ def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
   backbone.save_to_preset(preset)
   keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
 
-  prefix = convert_checkpoint.convert_keras_hub_to_google(preset, str(tmp_path / "google"))
+  prefix = model_conversion.convert_keras_hub_to_google(preset, str(tmp_path / "google"))
   with open(tmp_path / "google" / "vocab.txt") as f:
     assert f.read().splitlines() == VOCAB
   ours = modeling.BertModel(modeling.BertConfig.from_json_file(
@@ -393,15 +394,15 @@ def test_keras_hub_preset_is_written_whole_or_not_at_all(tmp_path, release, monk
 
   monkeypatch.setattr(h5py.Group, "create_dataset", create_then_fail)
   with pytest.raises(_Interrupted):
-    convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
+    model_conversion.convert_google_to_keras_hub(prefix, str(preset), release[0],
                                                    vocab_file=release[1])
   assert not os.path.exists(preset)  # Not a single file of the preset,
   assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # nor its staging.
   monkeypatch.undo()
-  convert_checkpoint.convert_google_to_keras_hub(prefix, str(preset), release[0],
+  model_conversion.convert_google_to_keras_hub(prefix, str(preset), release[0],
                                                  vocab_file=release[1])
   assert [name for name in os.listdir(preset) if name.startswith(".")] == [
-      conversion.CONVERTED_MARK_NAME]
+      choices.CONVERTED_MARK_NAME]
 
 
 class _Interrupted(Exception):
@@ -428,14 +429,14 @@ def test_head_that_does_not_fit_its_labels_is_named(tmp_path):
   with pytest.raises(conversion.ConversionError,
                      match=r"^%s: its run_classifier.py head has 3 outputs, but %s gives 2 labels$"
                      % (prefix, label_file)):
-    convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
+    model_conversion.convert_google_to_hf(prefix, str(tmp_path / "hf"))
   with pytest.raises(conversion.ConversionError, match="gives one score"):
-    convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"), task_name="sts-b")
+    model_conversion.convert_google_to_hf(prefix, str(tmp_path / "hf"), task_name="sts-b")
   assert not os.path.exists(tmp_path / "hf")
 
   # The other way: id2label names four labels, the classifier has three rows.
   (tmp_path / "output_dir" / "label_list.txt").write_text("a\nb\nc\n")
-  convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
+  model_conversion.convert_google_to_hf(prefix, str(tmp_path / "hf"))
   config_path = tmp_path / "hf" / "config.json"
   config = json.loads(config_path.read_text())
   config["id2label"]["3"] = "d"
@@ -443,7 +444,7 @@ def test_head_that_does_not_fit_its_labels_is_named(tmp_path):
   with pytest.raises(conversion.ConversionError,
                      match=r"its run_classifier.py head has 3 outputs, but the id2label of %s "
                      r"gives 4 labels" % config_path):
-    convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
+    model_conversion.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
 
 
 def test_missing_or_ambiguous_label_list_is_named(tmp_path):
@@ -451,11 +452,11 @@ def test_missing_or_ambiguous_label_list_is_named(tmp_path):
   with pytest.raises(conversion.ConversionError,
                      match=r"^%s has a task head, output_weights, and neither label_list.txt "
                      r"\(run_classifier.py\) nor tag_list.txt \(run_ner.py\) beside it" % prefix):
-    convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
+    model_conversion.convert_google_to_hf(prefix, str(tmp_path / "hf"))
   tagging.write_tag_list(["O", "B-X", "I-X"], str(tmp_path / "output_dir"))
   task_files.write_label_list(str(tmp_path / "output_dir" / "label_list.txt"), ["a", "b", "c"])
   with pytest.raises(conversion.ConversionError, match="and both label_list.txt"):
-    convert_checkpoint.convert_google_to_hf(prefix, str(tmp_path / "hf"))
+    model_conversion.convert_google_to_hf(prefix, str(tmp_path / "hf"))
 
 
 def test_preset_of_another_architecture_is_named(tmp_path):
@@ -470,7 +471,7 @@ def test_preset_of_another_architecture_is_named(tmp_path):
        r"`hf_model_path`$")):
     config_path.write_text(json.dumps(config))
     with pytest.raises(conversion.ConversionError, match=expected % config_path):
-      convert_checkpoint.convert_keras_hub_to_google(str(preset), str(tmp_path / "out"))
+      model_conversion.convert_keras_hub_to_google(str(preset), str(tmp_path / "out"))
 
 
 def test_keras_weights_file_with_links_is_refused(tmp_path):

@@ -10,6 +10,7 @@ import pytest
 from conftest import write_model_files
 import checkpoints
 import extract_features
+import feature_extraction
 import modeling
 import tokenization
 
@@ -108,33 +109,33 @@ def test_cli_writes_the_original_json_layout_and_values(model_dir, bert, tokeniz
 
 
 def test_parse_line_pairs():
-  assert extract_features.parse_line("a b\n") == ("a b", None)
-  assert extract_features.parse_line("a ||| b ||| c") == ("a ||| b", "c")
-  assert extract_features.parse_line("a|||b") == ("a|||b", None)
+  assert feature_extraction.parse_line("a b\n") == ("a b", None)
+  assert feature_extraction.parse_line("a ||| b ||| c") == ("a ||| b", "c")
+  assert feature_extraction.parse_line("a|||b") == ("a|||b", None)
 
 
 def test_truncation_as_the_original(tokenizer):
-  tokens, segments = extract_features.example_tokens(tokenizer, "the cat sat on the mat", None, 5)
+  tokens, segments = feature_extraction.example_tokens(tokenizer, "the cat sat on the mat", None, 5)
   assert tokens == ["[CLS]", "the", "cat", "sat", "[SEP]"] and segments == [0] * 5
-  tokens, segments = extract_features.example_tokens(tokenizer, "the cat sat on", "a dog", 8)
+  tokens, segments = feature_extraction.example_tokens(tokenizer, "the cat sat on", "a dog", 8)
   assert tokens == ["[CLS]", "the", "cat", "sat", "[SEP]", "a", "dog", "[SEP]"]
   assert segments == [0, 0, 0, 0, 0, 1, 1, 1]
 
 
 def test_layer_indexes_are_checked():
-  assert extract_features.parse_layer_indexes("-1,-3,0,2", 3) == [-1, -3, 0, 2]
+  assert feature_extraction.parse_layer_indexes("-1,-3,0,2", 3) == [-1, -3, 0, 2]
   with pytest.raises(ValueError, match="index -4"):
-    extract_features.parse_layer_indexes("-1,-4", 3)
+    feature_extraction.parse_layer_indexes("-1,-4", 3)
   with pytest.raises(ValueError, match="--layers"):
-    extract_features.parse_layer_indexes("last", 3)
+    feature_extraction.parse_layer_indexes("last", 3)
 
 
 @pytest.mark.parametrize("pooling", ["cls", "mean"])
 def test_pooled_vectors_and_npz(bert, tokenizer, tmp_path, pooling):
-  extractor = extract_features.FeatureExtractor(bert, [-1, 1], pooling)
-  batches = extract_features.read_batches(_LINES, tokenizer, 16, 3)
+  extractor = feature_extraction.FeatureExtractor(bert, [-1, 1], pooling)
+  batches = feature_extraction.read_batches(_LINES, tokenizer, 16, 3)
   output_dir = os.path.join(str(tmp_path), "npz")
-  assert extract_features.extract(extractor, batches, output_dir, "npz") == len(_LINES)
+  assert feature_extraction.extract(extractor, batches, output_dir, "npz") == len(_LINES)
   files = sorted(os.listdir(output_dir))
   assert files == ["features-00000.npz", "features-00001.npz"]
   extract_features.check_npz_output(output_dir)  # Its own earlier output: replaceable.
@@ -151,9 +152,9 @@ def test_pooled_vectors_and_npz(bert, tokenizer, tmp_path, pooling):
 
 
 def test_pooled_json_and_per_token_npz(bert, tokenizer, tmp_path):
-  extractor = extract_features.FeatureExtractor(bert, [-1], "mean")
+  extractor = feature_extraction.FeatureExtractor(bert, [-1], "mean")
   output_file = os.path.join(str(tmp_path), "pooled.jsonl")
-  extract_features.extract(extractor, extract_features.read_batches(_LINES[:2], tokenizer, 16, 8),
+  feature_extraction.extract(extractor, feature_extraction.read_batches(_LINES[:2], tokenizer, 16, 8),
                            output_file, "jsonl")
   with open(output_file) as reader:
     records = [json.loads(line) for line in reader]
@@ -161,9 +162,9 @@ def test_pooled_json_and_per_token_npz(bert, tokenizer, tmp_path):
   _, layers = _direct(bert, tokenizer, _LINES[1])
   np.testing.assert_allclose(records[1]["pooled"][0]["values"], layers[-1].mean(axis=0), atol=2e-6)
 
-  extractor = extract_features.FeatureExtractor(bert, [-2], "none")
+  extractor = feature_extraction.FeatureExtractor(bert, [-2], "none")
   output_dir = os.path.join(str(tmp_path), "tokens")
-  extract_features.extract(extractor, extract_features.read_batches(_LINES[:2], tokenizer, 16, 8),
+  feature_extraction.extract(extractor, feature_extraction.read_batches(_LINES[:2], tokenizer, 16, 8),
                            output_dir, "npz")
   with np.load(os.path.join(output_dir, "features-00000.npz")) as arrays:
     np.testing.assert_array_equal(arrays["linex_index"], [0, 1])
@@ -175,13 +176,13 @@ def test_pooled_json_and_per_token_npz(bert, tokenizer, tmp_path):
 
 
 def test_prefetch_keeps_order_and_raises_producer_errors():
-  assert list(extract_features.prefetch(iter(range(10)), depth=2)) == list(range(10))
+  assert list(feature_extraction.prefetch(iter(range(10)), depth=2)) == list(range(10))
 
   def failing():
     yield 1
     raise ValueError("bad line 2")
 
-  items = extract_features.prefetch(failing())
+  items = feature_extraction.prefetch(failing())
   assert next(items) == 1
   with pytest.raises(ValueError, match="bad line 2"):
     next(items)

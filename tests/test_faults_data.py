@@ -22,9 +22,9 @@ import checkpoints
 import classifier
 import classifier_data
 import conversion_hf
-import convert_checkpoint
 import create_vocab
-import extract_features
+import feature_extraction
+import model_conversion
 import modeling
 import pretraining
 import pretraining_data
@@ -226,11 +226,11 @@ def test_converted_checkpoint_appears_only_when_complete(tmp_path, monkeypatch):
 
   monkeypatch.setattr(conversion_hf.safetensors.numpy, "save_file", save_half_then_fail)
   with pytest.raises(_Interrupted):
-    convert_checkpoint.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
+    model_conversion.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
   assert os.listdir(tmp_path) == ["google"]  # Neither the directory nor its staging copy.
   monkeypatch.setattr(conversion_hf.safetensors.numpy, "save_file", real_save)
-  convert_checkpoint.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
-  prefix = convert_checkpoint.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
+  model_conversion.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"))
+  prefix = model_conversion.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "back"))
   assert sorted(os.listdir(tmp_path / "back")) == [
       ".convert_checkpoint.json", "bert_config.json", "bert_model.ckpt.data-00000-of-00001", "bert_model.ckpt.index",
       "vocab.txt"]
@@ -242,13 +242,13 @@ def test_npz_directory_appears_only_when_complete(tmp_path):
   tokenizer = tokenization.FullTokenizer(write_model_files(str(tmp_path), _TINY_BERT, _VOCAB)[1])
   bert = modeling.BertModel(_TINY_BERT, name="bert")
   bert.build()
-  extractor = extract_features.FeatureExtractor(bert, [-1])
-  batches = list(extract_features.read_batches(["the cat", "a dog"] * 4, tokenizer, 8, 2))
+  extractor = feature_extraction.FeatureExtractor(bert, [-1])
+  batches = list(feature_extraction.read_batches(["the cat", "a dog"] * 4, tokenizer, 8, 2))
   output = str(tmp_path / "features")
   with pytest.raises(_Interrupted):
-    extract_features.extract(extractor, _failing(batches, 2), output, "npz")
+    feature_extraction.extract(extractor, _failing(batches, 2), output, "npz")
   assert not os.path.exists(output)  # The old code left the first two batches' files.
-  assert extract_features.extract(extractor, batches, output, "npz") == 8
+  assert feature_extraction.extract(extractor, batches, output, "npz") == 8
   assert len(os.listdir(output)) == 4
 
 

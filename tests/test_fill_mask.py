@@ -23,8 +23,8 @@ from conftest import REPO_ROOT
 from conftest import shared_path
 import checkpoints
 import conversion
-import convert_checkpoint
 import export
+import model_conversion
 import modeling
 import pretraining
 from test_serving import assert_same, ids_inputs, run_cpp_client, texts_input, warmup_requests
@@ -133,7 +133,7 @@ def served(tmp_path_factory):
                                       stderr=subprocess.PIPE, text=True)
                for name, command in commands.items()}
   work_dir = str(root / "reference")
-  convert_checkpoint.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
+  model_conversion.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
   with open(os.path.join(work_dir, "request.json"), "w", encoding="utf-8") as writer:
     json.dump({"vocab_file": vocab_file, "top_k": TOP_K, "sentences": SENTENCES}, writer)
   processes["reference"] = subprocess.Popen([sys.executable, REFERENCE_SCRIPT, work_dir],

@@ -317,15 +317,15 @@ def test_squad_bucketed_logits_and_predictions(tokenizer, tmp_path):
 
 
 def test_extract_features_bucketed_json_lines_equal_padded_in_input_order(tokenizer, tmp_path):
-  import extract_features  # pylint: disable=g-import-not-at-top
+  import feature_extraction  # pylint: disable=g-import-not-at-top
   bert = modeling.BertModel(CONFIG, name="bert")
   bert.build()
-  extractor = extract_features.FeatureExtractor(bert, [-1, 0])
+  extractor = feature_extraction.FeatureExtractor(bert, [-1, 0])
   lines = [" ".join(words) + (" ||| w1 w2" if len(words) % 3 == 0 else "")
            for words in sentences(40, 9)]
   records = {}
   for bucket in (False, True):
-    batches = list(extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3,
+    batches = list(feature_extraction.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3,
                                                  bucket_by_length=bucket))
     for batch in batches:  # Padded to the multiple of 4 (to 32), else of 8, holding its longest row.
       longest = batch.input_mask.sum(axis=1).max()
@@ -334,7 +334,7 @@ def test_extract_features_bucketed_json_lines_equal_padded_in_input_order(tokeni
     widths = {batch.input_ids.shape[1] for batch in batches}
     assert len(widths) > 1 if bucket else widths == {MAX_SEQ_LENGTH}
     output_file = str(tmp_path / ("bucketed.jsonl" if bucket else "padded.jsonl"))
-    assert extract_features.extract(extractor, batches, output_file, "jsonl") == len(lines)
+    assert feature_extraction.extract(extractor, batches, output_file, "jsonl") == len(lines)
     with open(output_file) as reader:
       records[bucket] = [json.loads(line) for line in reader]
   assert [r["linex_index"] for r in records[True]] == list(range(len(lines)))
@@ -344,7 +344,7 @@ def test_extract_features_bucketed_json_lines_equal_padded_in_input_order(tokeni
       for layer_a, layer_b in zip(a["layers"], b["layers"]):
         np.testing.assert_allclose(layer_b["values"], layer_a["values"], atol=1e-5)
   output_dir = str(tmp_path / "npz")
-  extract_features.extract(extractor, extract_features.read_batches(
+  feature_extraction.extract(extractor, feature_extraction.read_batches(
       lines, tokenizer, MAX_SEQ_LENGTH, 3, bucket_by_length=True), output_dir, "npz")
   rows = []
   for name in sorted(os.listdir(output_dir)):

@@ -21,11 +21,12 @@ import tensorflow as tf
 from conftest import REPO_ROOT
 from test_serving import run_client
 import checkpoints
+import choices
 import conversion
 import conversion_model_garden
 import errors
 import heads
-import convert_checkpoint
+import model_conversion
 import modeling
 
 pytestmark = [pytest.mark.slow, pytest.mark.reference]
@@ -90,7 +91,7 @@ def garden(tmp_path_factory):
     writer.write(ours.config.to_json_string())
   shutil.copy(vocab_file, ours_dir)
   ours_in_garden = os.path.join(root, "ours_in_garden")
-  convert_checkpoint.convert_google_to_model_garden(os.path.join(ours_dir, "bert_model.ckpt"),
+  model_conversion.convert_google_to_model_garden(os.path.join(ours_dir, "bert_model.ckpt"),
                                                     ours_in_garden)
   by_their_converter = os.path.join(root, "by_their_converter", "ckpt")
   reference = run_client(REFERENCE, root, {
@@ -112,14 +113,14 @@ def garden(tmp_path_factory):
 def test_tf_hub_encoder_of_model_garden_converts_to_a_model_with_its_outputs(garden, tmp_path):
   model = garden["models"]["uncased"]
   out = str(tmp_path / "google")
-  convert_checkpoint.convert_tf_hub_to_google(model["hub"], out)
+  model_conversion.convert_tf_hub_to_google(model["hub"], out)
   assert_outputs_equal(bert_outputs(out), model, "converted TF Hub encoder")
   with open(os.path.join(out, "vocab.txt"), encoding="utf-8") as reader:
     assert reader.read().split() == VOCAB
   config = modeling.BertConfig.from_json_file(os.path.join(out, "bert_config.json"))
   assert (config.num_attention_heads, config.intermediate_size, config.hidden_act) == (
       2, 32, "gelu_approximate")
-  mark = os.path.join(out, conversion.CONVERTED_MARK_NAME)
+  mark = os.path.join(out, choices.CONVERTED_MARK_NAME)
   assert '"do_lower_case": true' in open(mark, encoding="utf-8").read()
 
 
@@ -135,7 +136,7 @@ def test_tf_hub_encoder_with_its_masked_lm_converts_with_the_head(garden, tmp_pa
   original's cls/predictions, giving Model Garden's logits."""
   model = garden["models"]["with_mlm"]
   out = str(tmp_path / "google")
-  convert_checkpoint.convert_tf_hub_to_google(model["hub"], out)
+  model_conversion.convert_tf_hub_to_google(model["hub"], out)
   assert_outputs_equal(bert_outputs(out), model, "converted TF Hub encoder with its head")
   config = modeling.BertConfig.from_json_file(os.path.join(out, "bert_config.json"))
   pretraining = heads.BertPretrainingModel(config)
@@ -152,7 +153,7 @@ def test_tf_hub_encoder_with_its_masked_lm_converts_with_the_head(garden, tmp_pa
 def test_model_garden_checkpoint_converts_with_its_config(garden, tmp_path):
   model = garden["models"]["uncased"]
   out = str(tmp_path / "google")
-  convert_checkpoint.convert_model_garden_to_google(
+  model_conversion.convert_model_garden_to_google(
       os.path.dirname(model["checkpoint"]), out, write_config(tmp_path / "bert_config.json"),
       vocab_file=garden["vocab_file"])
   assert_outputs_equal(bert_outputs(out), model, "converted Model Garden checkpoint")
@@ -265,7 +266,7 @@ def test_run_classifier_with_tfhub_trains_as_run_classifier_from_the_converted_m
       assert first.read() == second.read(), name
   assert tf.saved_model.contains_saved_model(str(tmp_path / "export" / "1"))
   # convert_checkpoint reads the run as it reads run_classifier's, with the module's files.
-  converted = convert_checkpoint.convert_google_to_hf(
+  converted = model_conversion.convert_google_to_hf(
       hub_out, str(tmp_path / "hf"), os.path.join(module, "bert_config.json"),
       vocab_file=os.path.join(module, "vocab.txt"), task_name="MRPC")
   with open(os.path.join(os.path.dirname(converted), "config.json"), encoding="utf-8") as reader:
@@ -327,7 +328,7 @@ def test_run_classifier_with_tfhub_refuses_before_tensorflow_in_one_line(tmp_pat
 
 def test_a_checkpoint_of_the_other_kind_is_refused_naming_the_flag_to_use(garden, tmp_path):
   with pytest.raises(errors.InputError, match="is object-based .* --model_garden_checkpoint"):
-    convert_checkpoint.convert_google_to_hf(garden["models"]["uncased"]["checkpoint"],
+    model_conversion.convert_google_to_hf(garden["models"]["uncased"]["checkpoint"],
                                             str(tmp_path / "hf"),
                                             write_config(tmp_path / "c.json"))
   with pytest.raises(errors.InputError, match="is a SavedModel: convert a TF Hub encoder with"):

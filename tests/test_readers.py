@@ -20,8 +20,8 @@ import tensorflow as tf
 import checkpoints
 from conftest import REPO_ROOT
 import conversion
-import convert_checkpoint
 import errors
+import model_conversion
 import modeling
 import pretraining
 import tfrecord_files
@@ -224,14 +224,14 @@ def test_tensor_that_does_not_fit_the_config_is_named(tmp_path):
                      match=r"model\.safetensors: tensor bert\.embeddings\.word_embeddings\.weight "
                      r"\(bert/embeddings/word_embeddings\) has shape \[41, 16\] but the config "
                      r"needs \[40, 16\]"):
-    convert_checkpoint.convert_hf_to_google(model, str(tmp_path / "out"))
+    model_conversion.convert_hf_to_google(model, str(tmp_path / "out"))
   pooler = {"bert.pooler.dense.bias": {"dtype": "I32", "shape": [16], "data_offsets": [0, 64]}}
   model = hf_model_dir(tmp_path / "dtype", {"model.safetensors": safetensors_bytes(
       pooler, struct.pack("<16i", *range(16)))})
   with pytest.raises(conversion.ConversionError,
                      match=r"tensor bert\.pooler\.dense\.bias has dtype int32, but BERT's weights "
                      r"are floating point"):
-    convert_checkpoint.convert_hf_to_google(model, str(tmp_path / "out"))
+    model_conversion.convert_hf_to_google(model, str(tmp_path / "out"))
   assert not os.path.exists(tmp_path / "out")
 
 

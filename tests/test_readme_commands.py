@@ -217,12 +217,12 @@ def stand_ins(tmp_path_factory) -> dict:
   for path in ("sample_text.txt", "corpus.txt", "data/wiki/a.txt"):
     _write(os.path.join(work, path), "\n\n".join(documents) + "\n")
   _write(os.path.join(work, "tmp", "input.txt"), "the cat sat . ||| the dog ran .\nalice .\n")
-  import convert_checkpoint  # pylint: disable=g-import-not-at-top
+  import model_conversion  # pylint: disable=g-import-not-at-top
   prefix = os.path.join(env["BERT_BASE_DIR"], "bert_model.ckpt")
   paths = {"/path/to/hf_model_dir": os.path.join(work, "stand_in_hf"),
            "/path/to/keras_hub_preset": os.path.join(work, "stand_in_keras_hub")}
-  convert_checkpoint.convert_google_to_hf(prefix, paths["/path/to/hf_model_dir"])
-  convert_checkpoint.convert_google_to_keras_hub(prefix, paths["/path/to/keras_hub_preset"])
+  model_conversion.convert_google_to_hf(prefix, paths["/path/to/hf_model_dir"])
+  model_conversion.convert_google_to_keras_hub(prefix, paths["/path/to/keras_hub_preset"])
   return {"work": work, "env": env, "paths": paths}
 
 

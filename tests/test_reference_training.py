@@ -4,7 +4,7 @@ A tiny task model with random weights (every weight random, LayerNorm and biases
 a weight decay applied where it should not be shows) trains for three steps with the real
 `training_loop.train` and the task's own model and loss: the loop, the loss and its normalization,
 the gradient clipping, the optimizer and the learning rate schedule are all ours. The same initial
-weights, converted to Hugging Face safetensors with our `convert_checkpoint.convert_google_to_hf`
+weights, converted to Hugging Face safetensors with our `model_conversion.convert_google_to_hf`
 (the head mapped by `ARCHITECTURES`' names: ours is `output_weights` [N, hidden], theirs
 `classifier.weight` or `qa_outputs.weight` of the same layout), train in the matching transformers
 class on the same three batches (padding included) with `clip_grad_norm_`, the optimizer and
@@ -51,7 +51,7 @@ import checkpoints
 import classifier
 import classifier_data
 import conversion
-import convert_checkpoint
+import model_conversion
 import modeling
 import multiple_choice
 import squad
@@ -198,7 +198,7 @@ def _write_reference_inputs(work_dir, model, batches, case: dict) -> None:
   prefix = checkpoints.write_checkpoint(
       {name: value for name, value in tensors.items() if name.startswith("bert/")},
       os.path.join(encoder_dir, conversion.GOOGLE_CHECKPOINT_NAME))
-  convert_checkpoint.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
+  model_conversion.convert_google_to_hf(prefix, os.path.join(work_dir, "hf_model"))
   np.savez(os.path.join(work_dir, "head.npz"), **{
       hf_name: tensors[google_name] for google_name, hf_name in architecture.head_names().items()})
   hf_batches = {HF_INPUT_NAMES[name]: value for name, value in batches.items()}

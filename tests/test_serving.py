@@ -36,7 +36,7 @@ import classifier_data
 import distribution
 import evaluation
 import export
-import extract_features
+import feature_extraction
 import in_graph_tokenization
 import modeling
 import squad
@@ -238,8 +238,8 @@ def encoder_export(root, tokenizer, texts):
   bert = modeling.BertModel(tiny_config(len(tokenizer.vocab)), name="bert")
   bert.build()
   layer_indexes = [-1, 0]
-  extractor = extract_features.FeatureExtractor(bert, layer_indexes, "mean")
-  path = extract_features.export_encoder(root, extractor, tokenizer, MAX_SEQ_LENGTH)
+  extractor = feature_extraction.FeatureExtractor(bert, layer_indexes, "mean")
+  path = feature_extraction.export_encoder(root, extractor, tokenizer, MAX_SEQ_LENGTH)
   # A line cannot hold an empty text_a with a text_b: those rows get no text_b.
   texts_b = [b if a else "" for a, b in zip(texts, texts[::-1])]
   texts_b[1] = "\u200b"  # No tokens: encoded as a single text, as a line without " ||| ".
@@ -247,9 +247,9 @@ def encoder_export(root, tokenizer, texts):
 
   def json_lines(lines, pooling):
     output_file = os.path.join(root, "features-%s.jsonl" % pooling)
-    extract_features.extract(
-        extract_features.FeatureExtractor(bert, layer_indexes, pooling),
-        extract_features.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3), output_file, "jsonl")
+    feature_extraction.extract(
+        feature_extraction.FeatureExtractor(bert, layer_indexes, pooling),
+        feature_extraction.read_batches(lines, tokenizer, MAX_SEQ_LENGTH, 3), output_file, "jsonl")
     with open(output_file, encoding="utf-8") as reader:
       return [json.loads(line) for line in reader]
 
@@ -260,7 +260,7 @@ def encoder_export(root, tokenizer, texts):
               for record in json_lines(lines, "mean")]
     return [np.array(rows) for rows in per_token], np.array(pooled)
 
-  batch = next(extract_features.read_batches(texts, tokenizer, MAX_SEQ_LENGTH, len(texts)))
+  batch = next(feature_extraction.read_batches(texts, tokenizer, MAX_SEQ_LENGTH, len(texts)))
   ids = {"input_ids": batch.input_ids, "input_mask": batch.input_mask,
          "segment_ids": batch.segment_ids}
   requests = [("serving_default", {"text": texts_input(texts)}, {}),

@@ -31,9 +31,10 @@ from test_serving import texts_input
 from test_serving import warmup_requests
 from test_tokenization import train_sentencepiece
 import checkpoints
+import choices
 import conversion
 import conversion_model_garden
-import extract_features
+import feature_extraction
 import modeling
 import tokenization
 
@@ -66,7 +67,7 @@ def word_pieces(tokenizer, text):
 
 def hub_lists(features):
   """Our id features (numpy) as nested lists under TF Hub's names."""
-  return extract_features.tf_hub_inputs({name: value.tolist() for name, value in features.items()})
+  return feature_extraction.tf_hub_inputs({name: value.tolist() for name, value in features.items()})
 
 
 def as_lists(tensors):
@@ -84,7 +85,7 @@ def hub_pair(tmp_path_factory):
   config = modeling.BertConfig(vocab_size=len(tokenizer.vocab), hidden_size=32,
                                num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
                                max_position_embeddings=SEQ_LENGTH)
-  bert = extract_features.build_bert(config)
+  bert = feature_extraction.build_bert(config)
   with open(os.path.join(root, "bert_config.json"), "w", encoding="utf-8") as writer:
     writer.write(config.to_json_string())
   checkpoints.save_checkpoint(bert, os.path.join(root, "bert_model.ckpt"))
@@ -98,14 +99,14 @@ def hub_pair(tmp_path_factory):
        "--max_seq_length=%d" % SEQ_LENGTH, "--export_dir", os.path.join(root, "hub"),
        "--export_format=tf_hub"], cwd=REPO_ROOT, capture_output=True, text=True)
   assert script.returncode == 0, script.stderr[-3000:]
-  encoder_dir = os.path.join(root, "hub", extract_features.TF_HUB_ENCODER, "1")
-  preprocessor_dir = os.path.join(root, "hub", extract_features.TF_HUB_PREPROCESSOR, "1")
+  encoder_dir = os.path.join(root, "hub", choices.TF_HUB_ENCODER, "1")
+  preprocessor_dir = os.path.join(root, "hub", choices.TF_HUB_PREPROCESSOR, "1")
   consumer = run_client(CONSUMER, root, {
       "encoder": encoder_dir, "preprocessor": preprocessor_dir, "texts": TEXTS,
       "texts_b": TEXTS_B, "seq_length": PACK_LENGTH, "train_texts": TRAIN_TEXTS,
       "train_labels": [1, 0] * (len(TRAIN_TEXTS) // 2), "epochs": 16})
   features = padded_ids(tokenizer, TEXTS, length=SEQ_LENGTH)
-  hub_ids = extract_features.tf_hub_inputs(ids_inputs(features))
+  hub_ids = feature_extraction.tf_hub_inputs(ids_inputs(features))
   served = run_cpp_client(root, [
       {"saved_model": encoder_dir, "requests": [
           {"signature": "serving_default", "inputs": hub_ids},
@@ -216,7 +217,7 @@ def test_sentencepiece_preprocessor_tokenizes_and_packs_as_full_tokenizer(tmp_pa
   module's functions, as saved; the WordPiece pair tests the save.)"""
   tokenizer = tokenization.FullTokenizer(None, do_lower_case=True,
                                          spm_model_file=train_sentencepiece(str(tmp_path)))
-  preprocessor = extract_features.TfHubPreprocessorServing(tokenizer, 12).saved_attributes()
+  preprocessor = feature_extraction.TfHubPreprocessorServing(tokenizer, 12).saved_attributes()
   texts, texts_b = tf.constant(SYLLABLES), tf.constant(SYLLABLES[::-1])
   tokenized = preprocessor["tokenize"](texts)
   assert tokenized.to_list() == [tokenizer.tokenize_to_ids(text) for text in SYLLABLES]
@@ -230,10 +231,10 @@ def test_sentencepiece_preprocessor_tokenizes_and_packs_as_full_tokenizer(tmp_pa
 def test_bfloat16_encoder_computes_in_bfloat16_and_returns_float32(hub_pair):
   """--export_precision=bfloat16: __call__ runs its matmuls in bfloat16 and returns float32
   outputs close to the float32 model's."""
-  call = extract_features.TfHubEncoderServing(
-      extract_features.bert_in_precision(hub_pair["bert"], "bfloat16"), hub_pair["tokenizer"],
+  call = feature_extraction.TfHubEncoderServing(
+      feature_extraction.bert_in_precision(hub_pair["bert"], "bfloat16"), hub_pair["tokenizer"],
       SEQ_LENGTH).saved_attributes()["__call__"]
-  inputs = extract_features.tf_hub_inputs(
+  inputs = feature_extraction.tf_hub_inputs(
       {name: tf.constant(value) for name, value in hub_pair["features"].items()})
   outputs = call(inputs)
   assert outputs["pooled_output"].dtype == tf.float32

@@ -18,7 +18,7 @@ from conftest import REPO_ROOT
 import cli
 import distribution
 import errors
-import extract_features
+import feature_extraction
 import modeling
 import tokenization
 import training_loop
@@ -234,9 +234,9 @@ def test_a_file_that_is_not_a_sentencepiece_model_is_named(tmp_path):
 
 def test_layers_out_of_range_name_the_allowed_range():
   with pytest.raises(errors.FlagError, match=r"index 4 is out of range .* \(allowed: -4 to 3\)"):
-    extract_features.parse_layer_indexes("-1,4", 4)
+    feature_extraction.parse_layer_indexes("-1,4", 4)
   with pytest.raises(errors.FlagError, match="comma-separated integers"):
-    extract_features.parse_layer_indexes("last", 4)
+    feature_extraction.parse_layer_indexes("last", 4)
 
 
 def _run_script(args: list, env: dict | None = None) -> subprocess.CompletedProcess:
