@@ -366,8 +366,22 @@ def _inside(inner: tuple, outer: tuple) -> bool:
 
 
 def _check_output_kind(what: str, kind: str, path: str) -> None:
-  """An existing local `path` is of the kind the output is (a regular file for a file)."""
-  if file_patterns.is_remote(path) or not os.path.exists(path):
+  """An existing local `path` is of the kind the output is (a regular file for a file); a
+  symlink to nothing (or a loop) may name a file whose directory exists, as the shell's `>`
+  writes through it, but no directory."""
+  if file_patterns.is_remote(path):
+    return
+  if os.path.islink(path.rstrip("/")) and not os.path.exists(path):
+    target = os.path.realpath(path)
+    if _is_symlink_loop(path):
+      raise errors.FlagError("%s=%s is a loop of symlinks: name a %s" % (
+          what, path, "file" if kind == OUTPUT_FILE else "directory"))
+    if kind != OUTPUT_FILE or not os.path.isdir(os.path.dirname(target)):
+      raise errors.FlagError("%s=%s is a symlink to %s, which does not exist: create it or name "
+                             "another %s" % (what, path, target,
+                                             "file" if kind == OUTPUT_FILE else "directory"))
+    return
+  if not os.path.exists(path):
     return
   if kind == OUTPUT_FILE:
     if os.path.isdir(path):
@@ -377,6 +391,14 @@ def _check_output_kind(what: str, kind: str, path: str) -> None:
                              (what, path))
   elif not os.path.isdir(path):
     raise errors.FlagError("%s=%s is a file: it must name a directory" % (what, path))
+
+
+def _is_symlink_loop(path: str) -> bool:
+  try:
+    os.stat(path)
+  except OSError as error:
+    return error.errno == errno.ELOOP
+  return False
 
 
 def _check_can_write(what: str, kind: str, path: str) -> None:

@@ -132,10 +132,14 @@ def make_strategy(name: str = "auto",
       raise DistributionError("`distribution_strategy`=multi_worker_mirrored needs the TF_CONFIG "
                               "environment variable (cluster and task of this worker)")
     return tf.distribute.MultiWorkerMirroredStrategy()
-  resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
-      tpu=tpu_address or "", zone=tpu_zone, project=gcp_project)
-  tf.config.experimental_connect_to_cluster(resolver)
-  tf.tpu.experimental.initialize_tpu_system(resolver)
+  try:
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+        tpu=tpu_address or "", zone=tpu_zone, project=gcp_project)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+  except (ValueError, tf.errors.OpError) as error:  # No TPU here, or none of that name.
+    raise DistributionError("no TPU to run on (`tpu_name`=%s): %s" % (
+        tpu_address, errors.first_line(error))) from None
   strategy = tf.distribute.TPUStrategy(resolver)
   if num_tpu_cores and strategy.num_replicas_in_sync != num_tpu_cores:
     logging.warning("`num_tpu_cores`=%d but the TPU has %d cores; using %d", num_tpu_cores,

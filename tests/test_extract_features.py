@@ -126,7 +126,7 @@ def test_layer_indexes_are_checked():
   assert feature_extraction.parse_layer_indexes("-1,-3,0,2", 3) == [-1, -3, 0, 2]
   with pytest.raises(ValueError, match="index -4"):
     feature_extraction.parse_layer_indexes("-1,-4", 3)
-  with pytest.raises(ValueError, match="--layers"):
+  with pytest.raises(ValueError, match="`layers`"):
     feature_extraction.parse_layer_indexes("last", 3)
 
 

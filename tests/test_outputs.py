@@ -200,6 +200,31 @@ def test_a_file_output_never_replaces_or_adds_a_file_of_a_training_run(files, tm
   assert written.returncode == 0, written.stderr[-2000:]
 
 
+def test_a_symlink_to_nothing_names_a_file_whose_directory_exists_and_a_loop_nothing(
+    files, tmp_path):
+  """A dangling symlink as an output is written through, as the shell's `>`, where it names a
+  file in an existing directory; a directory output through one, a file in a missing directory
+  and a loop of symlinks are refused before any work."""
+  (tmp_path / "to_file").symlink_to(tmp_path / "vocab.txt")
+  (tmp_path / "to_nothing").symlink_to(tmp_path / "missing" / "vocab.txt")
+  (tmp_path / "to_dir").symlink_to(tmp_path / "missing_dir")
+  (tmp_path / "loop_a").symlink_to(tmp_path / "loop_b")
+  (tmp_path / "loop_b").symlink_to(tmp_path / "loop_a")
+  vocab = ["--input_file=" + files["corpus"], "--vocab_size=64"]
+  written = _run("create_vocab.py", *vocab, "--output_file=%s" % (tmp_path / "to_file"))
+  assert written.returncode == 0, written.stderr[-2000:]
+  assert (tmp_path / "vocab.txt").read_text().startswith("[PAD]\n")
+  _refused(_run("create_vocab.py", *vocab, "--output_file=%s" % (tmp_path / "to_nothing")),
+           "--output_file", "which does not exist")
+  _refused(_run("create_vocab.py", *vocab, "--output_file=%s" % (tmp_path / "loop_a")),
+           "--output_file", "is a loop of symlinks")
+  _refused(_run("run_classifier.py", "--task_name=mrpc", "--do_train",
+                "--output_dir=%s" % (tmp_path / "to_dir"), "--data_dir=%s" % tmp_path,
+                "--vocab_file=" + files["vocab"], "--bert_config_file=" + files["config"]),
+           "--output_dir", "which does not exist")
+  assert not (tmp_path / "missing").exists() and not (tmp_path / "missing_dir").exists()
+
+
 def test_records_never_replace_their_vocab_and_two_outputs_differ(files, tmp_path):
   vocab = tmp_path / "vocab.txt"
   vocab.write_text(open(files["vocab"]).read())

@@ -270,6 +270,12 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
       (["create_pretraining_data.py", "--input_file=x", "--output_file=%s/y" % output_dir,
         "--vocab_file=" + vocab, "--short_seq_prob=1.5"], {},
        "create_pretraining_data.py: error: --short_seq_prob=1.5: must be a number in [0, 1]"),
+      # The original's TPU flag on a machine without one.
+      (["run_pretraining.py", "--do_train", "--use_tpu=True", "--input_file=" + vocab,
+        "--bert_config_file=" + _write(tmp_path / "config_32.json", json.dumps(TINY_CONFIG)),
+        "--max_seq_length=32", "--output_dir=%s" % output_dir], {},
+       "run_pretraining.py: error: no TPU to run on (--tpu_name=None): ValueError: Please "
+       "provide a TPU Name to connect to."),
       (["run_classifier.py", "--task_name=generic", "--do_train", "--max_request_tokens=100",
         "--export_dir=%s/export" % output_dir, "--output_dir=%s" % output_dir], {},
        "run_classifier.py: error: --max_request_tokens=100 must be at least --max_seq_length=128 "
