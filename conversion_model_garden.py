@@ -28,6 +28,7 @@ import re
 from typing import Dict, Mapping, Optional
 
 from absl import logging
+from google.protobuf import message
 import numpy as np
 import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
@@ -406,8 +407,15 @@ def write_model_garden_checkpoint(model: conversion.ConvertedModel, output_dir: 
 def _asset_files(path: str) -> Dict[str, str]:
   """Name the SavedModel's objects give their asset (e.g. `vocab_file`) -> the asset's path."""
   saved_model = saved_model_pb2.SavedModel()
-  with tf.io.gfile.GFile(os.path.join(path, "saved_model.pb"), "rb") as reader:
-    saved_model.ParseFromString(reader.read())
+  graph_file = os.path.join(path, "saved_model.pb")
+  with tf.io.gfile.GFile(graph_file, "rb") as reader:
+    try:
+      saved_model.ParseFromString(reader.read())
+    except message.DecodeError as error:  # Cut short or not a SavedModel's graph.
+      raise conversion.ConversionError("%s is not a readable SavedModel graph (%s)" % (
+          graph_file, error)) from None
+  if not saved_model.meta_graphs:
+    raise conversion.ConversionError("%s holds no graph: not a SavedModel" % graph_file)
   meta_graph = saved_model.meta_graphs[0]
   nodes = meta_graph.object_graph_def.nodes
   files = {}

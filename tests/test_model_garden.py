@@ -204,7 +204,15 @@ def test_what_is_not_a_tf2_bert_encoder_is_refused_in_one_line(garden, tmp_path)
   tf1_module = str(tmp_path / "tf1_module")
   shutil.copytree(hub, tf1_module)
   open(os.path.join(tf1_module, "tfhub_module.pb"), "wb").close()
+  cut_short = str(tmp_path / "cut_short")
+  shutil.copytree(hub, cut_short)
+  graph_file = os.path.join(cut_short, "saved_model.pb")
+  with open(graph_file, "rb") as reader:
+    head = reader.read(3000)
+  with open(graph_file, "wb") as writer:
+    writer.write(head)
   cases = [(without_vocab, "vocab.txt does not exist"),
+           (cut_short, "saved_model.pb is not a readable SavedModel graph"),
            (tf1_module, "a TF1 Hub module"),
            ("https://tfhub.dev/tensorflow/bert_en_uncased_L-12_H-768_A-12/4",
             "nothing is downloaded"),
