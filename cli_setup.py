@@ -11,11 +11,9 @@ directories, TF_CONFIG. Like `cli`, and unlike the library below it, this module
 FLAGS.
 """
 
-import hashlib
 import os
 
 from absl import flags
-import tensorflow as tf
 
 import atomic_files
 import checkpoints
@@ -91,7 +89,7 @@ def tokenizer() -> tokenization.FullTokenizer:
   if not (FLAGS.vocab_file or FLAGS.spm_model_file):
     raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  _check_case_of_converted_model()
+  _check_tokenizer_of_converted_model()
   return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
 
 
@@ -102,25 +100,32 @@ def _directory_of_init_checkpoint() -> str:
   return checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
 
 
-def _check_case_of_converted_model() -> None:
-  """Raises FlagError when `--do_lower_case` differs from the casing convert_checkpoint recorded
-  beside the model it wrote (the source's tokenizer's): its vocab would give other tokens than
-  the model was trained on."""
+def _check_tokenizer_of_converted_model() -> None:
+  """Raises FlagError when `--do_lower_case` or `--vocab_file` differs from what convert_checkpoint
+  recorded beside the model it wrote (the source's tokenizer: its casing and the vocab it wrote):
+  another casing or another vocab of the same size would give other ids than the model was
+  trained on."""
   directories = {"init_checkpoint": _directory_of_init_checkpoint()}
   if not cli.flag_value("do_train"):  # The model evaluated, predicted or exported is its own.
     directories["output_dir"] = cli.flag_value("output_dir")
   for flag, directory in directories.items():
     if not directory:
       continue
-    recorded = atomic_files.read_files_mark(directory, choices.CONVERTED_MARK_NAME).get(
-        "do_lower_case")
+    mark = atomic_files.read_files_mark(directory, choices.CONVERTED_MARK_NAME)
+    mark_file = os.path.join(directory, choices.CONVERTED_MARK_NAME)
+    recorded = mark.get("do_lower_case")
     if recorded is not None and recorded != FLAGS.do_lower_case:
       raise errors.FlagError(
           "--do_lower_case=%s, but convert_checkpoint recorded the model in --%s=%s as %s "
           "(%s): pass --do_lower_case=%s" % (
               str(FLAGS.do_lower_case).lower(), flag, directory,
-              "lowercased" if recorded else "cased",
-              os.path.join(directory, choices.CONVERTED_MARK_NAME), str(recorded).lower()))
+              "lowercased" if recorded else "cased", mark_file, str(recorded).lower()))
+    if mark.get("vocab") and FLAGS.vocab_file and (
+        tokenization.tokens_fingerprint(FLAGS.vocab_file) != mark["vocab"]):
+      raise errors.FlagError(
+          "--vocab_file=%s is not the vocab convert_checkpoint wrote with the model in --%s=%s "
+          "(%s records %s): pass that model's vocab.txt" % (
+              FLAGS.vocab_file, flag, directory, mark_file, mark["vocab"]))
 
 
 # The shared flags that are TrainConfig settings of the same name.
@@ -171,8 +176,7 @@ def _model_settings() -> dict:
     settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
   vocab = cli.flag_value("vocab_file") or cli.flag_value("spm_model_file")
   if vocab:
-    with tf.io.gfile.GFile(vocab, "rb") as reader:
-      settings["vocab"] = "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
+    settings["vocab"] = tokenization.vocab_fingerprint(vocab)
     settings["do_lower_case"] = FLAGS.do_lower_case
   return settings
 

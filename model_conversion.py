@@ -25,6 +25,7 @@ import conversion_google
 import conversion_hf
 import conversion_keras_hub
 import conversion_model_garden
+import tokenization
 
 
 
@@ -46,9 +47,12 @@ def convert(read: Callable[[], conversion.ConvertedModel],
   with conversion.naming_write_errors(output_dir), staged as staging:
     tf.io.gfile.makedirs(staging)
     target = write(model, staging)
+    vocab_file = os.path.join(staging, conversion.VOCAB_NAME)
     atomic_files.write_files_mark(staging, choices.CONVERTED_MARK_NAME, {
         "source": model.source, "architecture": model.architecture.name,
-        "do_lower_case": model.do_lower_case})
+        "do_lower_case": model.do_lower_case,
+        "vocab": (tokenization.tokens_fingerprint(vocab_file) if tf.io.gfile.exists(vocab_file)
+                  else None)})
   target = os.path.join(output_dir, os.path.relpath(target, staging))
   if write is conversion_google.write_google_model:
     logging.info("Use it with %s", conversion_google.google_usage(model, output_dir))

@@ -29,6 +29,7 @@ through tensorflow-text, is `in_graph_tokenization.BatchTokenizer(tokenizer)`.
 """
 
 import collections
+import hashlib
 import re
 import unicodedata
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
@@ -122,6 +123,21 @@ def _open_text(path: str):
     import tensorflow as tf  # pylint: disable=g-import-not-at-top
     return tf.io.gfile.GFile(path, "rb")
   return open(path, "rb")
+
+
+def vocab_fingerprint(vocab_file: str) -> str:
+  """`sha256:` and the first 16 hex digits of the SHA-256 of the file's bytes: what a training
+  run records of its vocab (another vocab of the same size reads every id as another token)."""
+  with _open_text(vocab_file) as reader:
+    return "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
+
+
+def tokens_fingerprint(vocab_file: str) -> str:
+  """`tokens-sha256:` and the first 16 hex digits of the SHA-256 of the vocab's tokens in id
+  order (`load_vocab`): the same for copies that differ only in line ends or a last newline,
+  another for any other token at any id. What convert_checkpoint records of the vocab it wrote."""
+  tokens = "\n".join(load_vocab(vocab_file)).encode("utf-8")
+  return "tokens-sha256:" + hashlib.sha256(tokens).hexdigest()[:16]
 
 
 def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":

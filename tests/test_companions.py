@@ -343,6 +343,18 @@ def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier
       "model in --init_checkpoint=%s as cased" % (tmp_path / "google"),
       "pass --do_lower_case=false")
   assert not (tmp_path / "out").exists()
+  # Another vocab of the same size (two words swapped) would read every id as another token.
+  swapped = list(VOCAB)
+  swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
+  (tmp_path / "swapped.txt").write_text("".join(token + "\n" for token in swapped))
+  flags = [flag for flag in classifier_files if not flag.startswith("--vocab_file=")]
+  result = run_script("run_classifier.py", "--do_train", "--init_checkpoint=" + converted,
+                      "--do_lower_case=false", "--vocab_file=%s" % (tmp_path / "swapped.txt"),
+                      *flags)
+  assert_one_line_error(
+      result, "run_classifier.py", "--vocab_file=%s is not the vocab convert_checkpoint wrote "
+      "with the model in --init_checkpoint=%s" % (tmp_path / "swapped.txt", tmp_path / "google"))
+  assert not (tmp_path / "out").exists()
 
 
 def test_a_checkpoint_with_more_encoder_layers_than_the_config_is_refused(tmp_path):
