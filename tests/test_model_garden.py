@@ -294,7 +294,7 @@ def test_run_classifier_with_tfhub_trains_as_run_classifier_from_the_converted_m
 
 
 @pytest.mark.parametrize("case", ["not_a_module", "symlinked_module_dir", "module_in_place",
-                                  "unknown_task"])
+                                  "output_dir_in_the_module", "unknown_task"])
 def test_run_classifier_with_tfhub_refuses_before_tensorflow_in_one_line(tmp_path, case):
   """Refusals of the validation pass: one error line naming the flag or path, nothing written
   (TensorFlow never loads, so stderr holds only that line)."""
@@ -320,6 +320,10 @@ def test_run_classifier_with_tfhub_refuses_before_tensorflow_in_one_line(tmp_pat
     handle = module_dir
     expected = ("--bert_hub_module_handle=%s is where this run writes the module's conversion"
                 % module_dir)
+  elif case == "output_dir_in_the_module":
+    output_dir = os.path.join(handle, "run")
+    expected = ("--output_dir=%s is in --bert_hub_module_handle=%s: the run's checkpoints would "
+                "be written into the module" % (output_dir, handle))
   elif case == "unknown_task":
     task, expected = "MRPC9", "`task_name`=MRPC9: unknown task"
   before = sorted(os.walk(tmp_path))
