@@ -94,8 +94,8 @@ def tokenizer() -> tokenization.FullTokenizer:
 
 
 def _directory_of_init_checkpoint() -> str:
-  """The directory `--init_checkpoint` reads from ("" without one): the flag's value where it
-  is a directory, else the checkpoint prefix's directory."""
+  """The directory whose companions go with `--init_checkpoint` ("" without one):
+  `checkpoints.checkpoint_directory`, the run's for a best checkpoint it kept."""
   init_checkpoint = cli.flag_value("init_checkpoint")
   return checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
 
