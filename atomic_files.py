@@ -510,9 +510,12 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
 TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", LOCK_FILE_NAME, "model.ckpt-*")
 
 
-def _holds_training_run(directory: str) -> bool:
-  return any(fnmatch.fnmatchcase(name.rstrip("/"), pattern)
-             for name in _list_dir(directory) for pattern in TRAINING_RUN_NAMES)
+def _training_run_names(directory: str) -> list:
+  """The names in `directory` that only a training run's output_dir holds (TRAINING_RUN_NAMES),
+  sorted; none where it holds no training run."""
+  return sorted(name.rstrip("/") for name in _list_dir(directory)
+                if any(fnmatch.fnmatchcase(name.rstrip("/"), pattern)
+                       for pattern in TRAINING_RUN_NAMES))
 
 
 def _check_not_a_training_run_file(what: str, path: str) -> None:
@@ -524,7 +527,7 @@ def _check_not_a_training_run_file(what: str, path: str) -> None:
   if file_patterns.is_remote(path) or not os.path.isdir(directory):
     return
   name = os.path.basename(target)
-  if _holds_training_run(directory) and (os.path.lexists(target) or any(
+  if _training_run_names(directory) and (os.path.lexists(target) or any(
       fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES)):
     raise errors.FlagError("%s=%s is a file of the training run in %s: write it elsewhere" %
                            (what, path, directory))
@@ -588,8 +591,7 @@ def check_replaceable_directory(path: str, what: str, writer: str,
   if not _is_directory(path):
     return
   names = {name.rstrip("/") for name in _list_dir(path)}
-  training = sorted(name for name in names
-                    if any(fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES))
+  training = _training_run_names(path)
   if training:
     raise errors.FlagError("%s=%s holds a training run (%s): write to another directory" %
                            (what, path, training[0]))
