@@ -196,11 +196,13 @@ def define_bucketing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
 def define_packing_flag(flag_values: flags.FlagValues = FLAGS) -> None:
   """Defines `pack_sequences` (the tasks whose heads read each sequence's [CLS] or tokens:
   run_classifier, run_ner, run_multiple_choice)."""
-  _define(flag_values, "bool", "pack_sequences", False,
+  _define(flag_values, "bool", "pack_sequences", True,
           "Pack the sequences of each training, evaluation and prediction batch into shared "
           "rows, each sequence attending only to itself with its own positions (the same "
           "examples per step and the same math as padded batches, fewer positions computed; "
-          "see packing.py).")
+          "see packing.py). false: padded rows, as the original. Not given: off with --use_tpu "
+          "(static shapes), and a run in --output_dir trained without packing goes on without "
+          "it.")
 
 
 def bucket_by_length(flag_values: flags.FlagValues = FLAGS) -> bool:

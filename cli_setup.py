@@ -14,6 +14,7 @@ FLAGS.
 import os
 
 from absl import flags
+from absl import logging
 
 import atomic_files
 import checkpoints
@@ -49,7 +50,24 @@ def setup_task_script() -> tuple:
   cli.require("output_dir")
   cli.require_one_of(*(name for name in ("do_train", "do_eval", "do_predict", "export_dir")
                        if name in FLAGS))
+  _follow_the_runs_packing()
   return strategy, tokenizer(), bert_config()
+
+
+def _follow_the_runs_packing() -> None:
+  """Without `--pack_sequences` on the command line: a run trained on padded rows (recorded
+  with pack_sequences false, or by a version from before packing) goes on with padded rows, so
+  an old command line resumes its run as before (packed rows draw other dropout masks: the new
+  default would be refused as a changed setting); and `--use_tpu` trains on padded rows (packed
+  rows' shapes depend on the batch, a TPU needs one static shape)."""
+  if "pack_sequences" not in FLAGS or FLAGS["pack_sequences"].present:
+    return
+  if FLAGS.use_tpu:
+    FLAGS.pack_sequences = False
+  elif training_loop.recorded_setting(FLAGS.output_dir, "pack_sequences") is False:
+    logging.info("--output_dir=%s holds a run trained without packing: going on without it "
+                 "(--pack_sequences not given)", FLAGS.output_dir)
+    FLAGS.pack_sequences = False
 
 
 def setup_strategy():

@@ -792,6 +792,16 @@ def check_model_settings_of_recorded_run(run_dir: str, model_settings: Mapping[s
             what, run_dir, SETTINGS_FILE, "; ".join(differences)))
 
 
+def recorded_setting(run_dir: str, name: str) -> Any:
+  """The value of the setting `name` (a field of _RECORDED_FIELDS) that the newest phase of the
+  training run in `run_dir` recorded (for a record without it, the value _IMPLIED_SETTINGS says
+  it implies), or None where `run_dir` records no training."""
+  phases = _read_settings(os.path.join(run_dir, SETTINGS_FILE))
+  if not phases:
+    return None
+  return dict(_IMPLIED_SETTINGS, **phases[max(phases, key=int)]).get(name)
+
+
 def _read_settings(path: str) -> dict:
   """{first step of a phase (str): its settings} from a settings file ({} when there is none)."""
   if not tf.io.gfile.exists(path):

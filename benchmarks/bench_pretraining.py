@@ -7,6 +7,13 @@ next to Hugging Face's PyTorch `BertForPreTraining` (AdamW, the same shapes, MLM
 masked positions) when torch and transformers import. Medians over `--loops` timed graph calls
 after one warm-up call.
 
+Positions (`--record_positions`, no model runs): create_pretraining_data.py's records of
+`--corpus` (the original's flags, `--short_seq_prob=0.1`) at each of `--position_lengths`, read in
+run_pretraining's training order: the positions per record a step computes on padded rows (every
+record is max_seq_length wide) and on packed rows (packing.first_fit_decreasing of each batch's
+records into rows of max_seq_length), and the real tokens. It bounds what packing short records
+(the short_seq_prob targets, document ends) could save.
+
 Proof (`--proof`): the real command-line tools end to end on WikiText-2 validation articles:
 create_vocab.py learns a vocab, create_pretraining_data.py writes training records from the first
 90% of every article and held-out records from the last 10%, run_pretraining.py trains a tiny BERT
@@ -16,6 +23,7 @@ next_sentence_accuracy with always predicting their more frequent next-sentence 
 
   python benchmarks/bench_pretraining.py                     # speed, then the proof
   python benchmarks/bench_pretraining.py --noproof --configs=tiny --loops=2
+  python benchmarks/bench_pretraining.py --record_positions
 """
 
 import collections
@@ -40,6 +48,7 @@ import tensorflow as tf  # pylint: disable=g-import-not-at-top
 
 import checkpoints  # pylint: disable=g-import-not-at-top
 import modeling  # pylint: disable=g-import-not-at-top
+import packing  # pylint: disable=g-import-not-at-top
 import pretraining  # pylint: disable=g-import-not-at-top
 import training_loop  # pylint: disable=g-import-not-at-top
 
@@ -65,6 +74,11 @@ flags.DEFINE_integer("proof_warmup_steps", 500,
                      "second moment has averaged ~1,000 steps; a short warmup on top of that "
                      "collapses this post-LayerNorm model to the unigram distribution.")
 flags.DEFINE_string("proof_dir", None, "Where the proof writes (default: a temporary directory).")
+flags.DEFINE_bool("record_positions", False, "Only print the table of positions per record, "
+                  "padded and packed (no model runs).")
+flags.DEFINE_list("position_lengths", ["128", "512"], "max_seq_length of --record_positions.")
+flags.DEFINE_string("vocab_file", os.path.join(SHARED_DIR, "fixtures", "uncased_vocab",
+                                               "vocab.txt"), "Vocab of --record_positions.")
 
 CONFIGS = {
     "base": dict(vocab_size=30522, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
@@ -283,7 +297,53 @@ def proof_table() -> list:
           (heldout["is_next_recall"] + heldout["not_next_recall"]) / 2)]
 
 
+# Positions per record, padded and packed.
+# ------------------------------------------------------------------------------------------------
+
+
+def record_positions(directory: str, max_seq_length: int) -> dict:
+  """Per record of one pass over --corpus's training records at `max_seq_length`: positions on
+  padded rows, on packed rows (each batch of --batch_size packed into rows of max_seq_length),
+  real tokens; and the share of records shorter than half the length."""
+  records = os.path.join(directory, "records_%d.tfrecord" % max_seq_length)
+  max_predictions = round(max_seq_length * 0.15 + 0.5)
+  _run(["create_pretraining_data.py", "--input_file=" + FLAGS.corpus, "--output_file=" + records,
+        "--vocab_file=" + FLAGS.vocab_file, "--max_seq_length=%d" % max_seq_length,
+        "--max_predictions_per_seq=%d" % max_predictions, "--dupe_factor=1"])
+  count = sum(1 for _ in tf.data.TFRecordDataset(records))
+  batches = pretraining.train_dataset([records], FLAGS.batch_size, 12345, max_seq_length,
+                                      max_predictions).take(count // FLAGS.batch_size)
+  totals = collections.Counter()
+  for features in batches.as_numpy_iterator():
+    lengths = packing.sequence_lengths(features["input_mask"])
+    totals["padded"] += lengths.size * max_seq_length
+    totals["packed"] += len(packing.first_fit_decreasing(lengths.tolist(),
+                                                         max_seq_length)) * max_seq_length
+    totals["real"] += int(lengths.sum())
+    totals["short"] += int(np.sum(lengths < max_seq_length / 2))
+    totals["records"] += lengths.size
+  return {name: totals[name] / totals["records"] for name in ("padded", "packed", "real", "short")}
+
+
+def record_positions_table() -> list:
+  directory = tempfile.mkdtemp(prefix="bench_pretraining_positions_")
+  lines = ["Positions per pretraining record of %s (create_pretraining_data.py defaults, "
+           "batch %d):" % (os.path.basename(FLAGS.corpus), FLAGS.batch_size),
+           "| max_seq_length | padded | packed | real tokens | records under half the length | "
+           "padded / packed |", "| ---: | ---: | ---: | ---: | ---: | ---: |"]
+  for length in map(int, FLAGS.position_lengths):
+    positions = record_positions(directory, length)
+    lines.append("| %d | %.1f | %.1f | %.1f | %.1f%% | %.3fx |" % (
+        length, positions["padded"], positions["packed"], positions["real"],
+        100 * positions["short"], positions["padded"] / positions["packed"]))
+  shutil.rmtree(directory)
+  return lines
+
+
 def main(_):
+  if FLAGS.record_positions:
+    print("\n".join(record_positions_table()))
+    return
   logging.set_verbosity(logging.WARNING)
   print("\n".join(speed_table()))
   if FLAGS.proof:

@@ -419,22 +419,23 @@ def test_packed_training_on_two_mirrored_cpus_equals_padded(padded_training, tmp
     assert_same_training((loss, dict(weights)), padded_training)
 
 
-def test_the_flag_defaults_to_false_and_the_three_scripts_define_it():
+def test_the_flag_defaults_to_true_and_the_three_scripts_define_it():
   """The flag's definition; the three scripts call it (run_ner's run below uses it)."""
   import cli  # pylint: disable=g-import-not-at-top
   flag_values = flags.FlagValues()
   cli.define_packing_flag(flag_values)
   flag_values(["run_classifier.py"])
-  assert flag_values.pack_sequences is False
-  flag_values(["run_classifier.py", "--pack_sequences"])
   assert flag_values.pack_sequences is True
+  flag_values(["run_classifier.py", "--pack_sequences=false"])
+  assert flag_values.pack_sequences is False
   for script in ("run_classifier.py", "run_ner.py", "run_multiple_choice.py"):
     with open(os.path.join(os.path.dirname(__file__), "..", script)) as source:
       assert "cli.define_packing_flag()" in source.read()
 
 
-def test_run_ner_with_pack_sequences_learns(tmp_path):
-  """The CLI trains on packed rows: names tagged B-PER among filler words are learned."""
+def test_run_ner_learns_on_packed_rows_by_default(tmp_path):
+  """The CLI trains on packed rows without the flag: names tagged B-PER among filler words are
+  learned."""
   filler = ["w%d" % i for i in range(12)]
   vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "alice", "bob"] + filler
   rng = np.random.default_rng(0)
@@ -455,7 +456,7 @@ def test_run_ner_with_pack_sequences_learns(tmp_path):
   config_file, vocab_file = conftest.write_model_files(str(tmp_path), config, vocab)
   output_dir = str(tmp_path / "out")
   run = subprocess.run(
-      [sys.executable, "run_ner.py", "--do_train", "--do_eval", "--pack_sequences",
+      [sys.executable, "run_ner.py", "--do_train", "--do_eval",
        "--data_dir", str(data_dir), "--output_dir", output_dir, "--vocab_file", vocab_file,
        "--bert_config_file", config_file, "--max_seq_length=16", "--train_batch_size=16",
        "--learning_rate=2e-3", "--num_train_epochs=4", "--iterations_per_loop=40",

@@ -213,12 +213,14 @@ def test_lr_schedule_linear_reaches_the_optimizer_and_a_resume_with_another_is_r
 
 
 def test_a_crashed_run_resumes_to_the_uninterrupted_weights_bit_for_bit(generic_task, monkeypatch,
-                                                                        tmp_path):
-  """Dropout on (the config's 0.1): the resumed steps see the same batches and masks."""
+                                                                        tmp_path, caplog):
+  """Dropout on (the config's 0.1): the resumed steps see the same batches and masks. The run
+  trains on padded rows (--pack_sequences=false) and resumes from a command line without the
+  flag, as one written before packing became the default: it goes on with padded rows."""
   flag_values, _ = generic_task
   flag_values = dict(flag_values, num_train_epochs=1.0, save_checkpoints_steps=5)  # 12 steps.
   straight_dir = str(tmp_path / "straight")
-  run(do_train=True, **dict(flag_values, output_dir=straight_dir))
+  run(do_train=True, pack_sequences=False, **dict(flag_values, output_dir=straight_dir))
   # The same run, but its input ends after 8 batches: it fails after writing model.ckpt-5.
   training_dataset_fn = fine_tuning.training_dataset_fn
 
@@ -228,11 +230,14 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_weights_bit_for_bit(generic_
 
   monkeypatch.setattr(fine_tuning, "training_dataset_fn", crashing_training_dataset_fn)
   with pytest.raises(tf.errors.OutOfRangeError):
-    run(do_train=True, **flag_values)
+    run(do_train=True, pack_sequences=False, **flag_values)
   monkeypatch.undo()
   output_dir = flag_values["output_dir"]
   assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "model.ckpt-5")
-  run(do_train=True, **flag_values)
+  with caplog.at_level("INFO"):
+    run(do_train=True, verbosity=0, **flag_values)
+  assert "holds a run trained without packing: going on without it" in caplog.text
+  assert "Training on packed rows" not in caplog.text
   expected = tf.train.load_checkpoint(os.path.join(straight_dir, "model.ckpt-12"))
   actual = tf.train.load_checkpoint(os.path.join(output_dir, "model.ckpt-12"))
   names = expected.get_variable_to_shape_map()
