@@ -30,7 +30,7 @@ import logging
 import math
 import os
 import sys
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
 from absl import app
 from absl import flags
@@ -519,9 +519,11 @@ def _output_paths(value: str, declared: OutputFlag) -> tuple:
   return declared, [value]
 
 
-def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> None:
+def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> list:
   """Checks the running script's outputs against its inputs and each other
-  (`atomic_files.check_run_paths`): `outputs` overrides OUTPUT_FLAGS by flag name."""
+  (`atomic_files.check_run_paths`): `outputs` overrides OUTPUT_FLAGS by flag name. Returns the
+  local directories the output directories would create (each missing one on the way to them),
+  deepest first."""
   inputs = {"--" + name: _input_paths(name, flag_value(name))
             for name in INPUT_FLAGS if flag_value(name)}
   declared = dict(OUTPUT_FLAGS, **(outputs or {}))
@@ -529,6 +531,32 @@ def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> None:
              for name, kind in declared.items() if flag_value(name)}
   atomic_files.check_run_paths(inputs, written,
                                data_files=["--" + name for name in DATA_FILE_FLAGS])
+  return _missing_directories(path for kind, paths in written.values()
+                              if kind == atomic_files.OUTPUT_CONTAINER for path in paths)
+
+
+def _missing_directories(paths: Iterable[str]) -> list:
+  """The local directories that do not exist on the way to each of `paths` (themselves
+  included), deepest first."""
+  missing = set()
+  for path in paths:
+    if "://" in path:
+      continue
+    path = os.path.abspath(path)
+    while not os.path.lexists(path):
+      missing.add(path)
+      path = os.path.dirname(path)
+  return sorted(missing, key=lambda path: -path.count(os.sep))
+
+
+def _remove_if_empty(directories: Sequence[str]) -> None:
+  """Removes each of `directories` (deepest first) that exists and is empty: what a refused
+  run created on the way to its outputs, so that a refusal leaves nothing behind."""
+  for directory in directories:
+    try:
+      os.rmdir(directory)
+    except OSError:  # Gone, not empty, or not ours to remove: it stays.
+      pass
 
 
 # ------------------------------------------------------------------------------------------------
@@ -593,9 +621,10 @@ def run_script(main: Callable[[list], Any],
   def main_with_clear_errors(argv):
     absl_logger = logging.getLogger("absl")
     absl_logger.addFilter(_log_as_flags)
+    new_directories = []
     try:
       check_flags()
-      check_run_paths(outputs)
+      new_directories = check_run_paths(outputs)
       if check_input_paths:
         check_input_paths()
       return main(argv)
@@ -603,6 +632,7 @@ def run_script(main: Callable[[list], Any],
       if (isinstance(error, OSError) and not (error.filename or _is_disk_full(error)) or
           os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")):
         raise
+      _remove_if_empty(new_directories)
       _exit_with_error(str(error))
     finally:  # A script run in-process (tests) leaves the logger as it was.
       absl_logger.removeFilter(_log_as_flags)

@@ -667,7 +667,8 @@ class TaggingTask(fine_tuning.Task):
   pack_sequences: bool = False  # packed rows in eval and predict (packing.py)
   group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
   doc_stride: Optional[int] = None
-  _split_cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+  _feature_cache: dict = dataclasses.field(default_factory=dict, init=False, repr=False)
+  _written_splits: set = dataclasses.field(default_factory=set, init=False, repr=False)
 
   def __post_init__(self):
     if self.doc_stride is not None and self.doc_stride <= 0:
@@ -701,25 +702,33 @@ class TaggingTask(fine_tuning.Task):
     return convert_sentences_to_features(sentences, self.tags(), self.max_seq_length,
                                          self.tokenizer, self.doc_stride)
 
+  def _split_features(self, split: str, sentences: Optional[list[TaggedSentence]] = None
+                      ) -> tuple[list[TaggedSentence], list[TaggingFeature]]:
+    """(sentences, features) of a split (its `sentences` if already read), read and tokenized
+    once per task (evaluation during training tags the dev file often); the features stay in
+    memory, for reassembling words' tags. A tag outside the tag list is an error here."""
+    if split not in self._feature_cache:
+      sentences = read_conll(self._path(split)) if sentences is None else sentences
+      self._feature_cache[split] = sentences, self._features(sentences)
+    return self._feature_cache[split]
+
   def _split_inputs(self, split: str, sentences: Optional[list[TaggedSentence]] = None
                     ) -> tuple[list[TaggedSentence], list[TaggingFeature], str]:
-    """(sentences, features, features file) of a split (its `sentences` if already read), read
-    and tokenized once per task (evaluation during training tags the dev file often). The
-    features file, `output_dir/<split>.tf_record`, follows `feature_cache`'s rule as every task's
-    cached features do; the features stay in memory too, for reassembling words' tags."""
-    if split not in self._split_cache:
-      path = self._path(split)
-      sentences = read_conll(path) if sentences is None else sentences
-      features = self._features(sentences)
-      record_path = os.path.join(self.output_dir, split + ".tf_record")
+    """(sentences, features, features file) of a split: `_split_features` and its features
+    file, `output_dir/<split>.tf_record`, which follows `feature_cache`'s rule as every task's
+    cached features do."""
+    sentences, features = self._split_features(split, sentences)
+    record_path = os.path.join(self.output_dir, split + ".tf_record")
+    if split not in self._written_splits:
       settings = dict(feature_cache.tokenizer_settings(self.tokenizer),
-                      data_sha256=feature_cache.file_sha256(path), tag_list=self.tags(),
-                      max_seq_length=self.max_seq_length, doc_stride=self.doc_stride)
+                      data_sha256=feature_cache.file_sha256(self._path(split)),
+                      tag_list=self.tags(), max_seq_length=self.max_seq_length,
+                      doc_stride=self.doc_stride)
       feature_cache.reuse_or_write(record_path, settings, lambda temporary: {
           "num_sentences": len(sentences),
           "num_windows": write_features_tfrecord(features, temporary, self.max_seq_length)})
-      self._split_cache[split] = sentences, features, record_path
-    return self._split_cache[split]
+      self._written_splits.add(split)
+    return sentences, features, record_path
 
   def build_model(self) -> BertTagger:
     model = BertTagger(self.bert_config, len(self.tags()))
@@ -758,7 +767,8 @@ class TaggingTask(fine_tuning.Task):
 
   def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
     """The dev and test files read and converted to features as evaluation and prediction will
-    (kept for them): a missing file, a bad line or a tag outside the tag list (`do_train`: the
+    (kept in memory for them; their features files are written when they are used, so a refusal
+    writes nothing): a missing file, a bad line or a tag outside the tag list (`do_train`: the
     training file's) is an error before training."""
     if not (do_eval or do_predict):
       return
@@ -766,7 +776,7 @@ class TaggingTask(fine_tuning.Task):
       self.tag_list = tag_list_from_sentences(self._read("train"))
     for split, wanted in (("eval", do_eval), ("test", do_predict)):
       if wanted:
-        self._split_inputs(split)
+        self._split_features(split)
 
   def _tag_file(self, strategy, model, split: str, batch_size: int) -> tuple:
     """Predicts one CoNLL file; writes `<split>_predictions.txt` and `<split>_conlleval.txt`.

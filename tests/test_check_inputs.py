@@ -3,7 +3,7 @@
 Each case runs a script in its own process (the scripts define clashing flags) with --do_train and
 a later phase whose input is at fault: the run must end with one line naming the file and what is
 wrong, without a traceback, before the first checkpoint (no `checkpoint` file in output_dir), and
-without creating the export directory.
+without creating the export directory or the output directory.
 """
 
 import os
@@ -14,6 +14,7 @@ import pytest
 
 from conftest import REPO_ROOT, small_tmpfs, write_model_files
 import atomic_files
+import cli
 import errors
 import modeling
 
@@ -36,7 +37,7 @@ def _write(path, text: str) -> str:
 def _run(tmp_path, script: str, *arguments: str) -> tuple:
   """(exit status, last stderr line, whether stderr has a traceback, output_dir)."""
   config_file, vocab_file = write_model_files(str(tmp_path), CONFIG, VOCAB)
-  output_dir = str(tmp_path / "out")
+  output_dir = str(tmp_path / "runs" / "out")
   run = subprocess.run(
       [sys.executable, os.path.join(REPO_ROOT, script), "--vocab_file=" + vocab_file,
        "--bert_config_file=" + config_file, "--output_dir=" + output_dir, "--do_train=true",
@@ -44,6 +45,8 @@ def _run(tmp_path, script: str, *arguments: str) -> tuple:
        "--data_dir=%s" % (tmp_path / "data")] + list(arguments),
       capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
   assert not os.path.exists(os.path.join(output_dir, "checkpoint")), "it trained first"
+  if run.returncode == 1:  # A refusal creates nothing: not output_dir, nor its missing parent.
+    assert not os.path.exists(tmp_path / "runs"), os.listdir(output_dir)
   return run.returncode, run.stderr.strip().splitlines()[-1], "Traceback" in run.stderr
 
 
@@ -125,6 +128,17 @@ def test_output_directories_are_checked_without_creating_them(tmp_path):
   assert os.listdir(tmp_path) == []
   with pytest.raises(errors.FlagError, match="is a file, not a directory"):
     _check_outputs(export_dir=os.path.join(_write(tmp_path / "file", ""), "models"))
+
+
+def test_a_refusal_removes_only_empty_directories_it_would_have_created(tmp_path):
+  existing = tmp_path / "existing"
+  existing.mkdir()
+  new = cli._missing_directories([str(existing / "a" / "b"), str(existing), "gs://bucket/out"])
+  assert new == [str(existing / "a" / "b"), str(existing / "a")]
+  os.makedirs(existing / "a" / "b")
+  _write(existing / "a" / "notes.txt", "the user's")
+  cli._remove_if_empty(new)
+  assert sorted(os.listdir(existing)) == ["a"] and os.listdir(existing / "a") == ["notes.txt"]
 
 
 def test_outputs_on_a_read_only_file_system_stop_before_any_work(tmp_path):
