@@ -292,7 +292,7 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
   `masking`, every batch read gets new masks (seeded by the pipeline seed). `model_fn` builds the
   model (default `build_model(bert_config)`), e.g. one with a frozen encoder.
   """
-  check_input_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if masking is not None:
     masking.check_vocab_size(bert_config.vocab_size)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
@@ -339,7 +339,7 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
   """Evaluates the latest checkpoint of `output_dir` (or `init_checkpoint`, or a given model)
   over at most `max_eval_steps` full batches and writes `output_dir/eval_results.txt`.
   Corrupt records: as `run_training`."""
-  check_input_lengths(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if model is None:
     model, global_step, _ = checkpoints.restore_model(
         strategy, lambda: build_model(bert_config), output_dir, init_checkpoint,
@@ -357,12 +357,13 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
   return results
 
 
-def check_input_lengths(bert_config: modeling.BertConfig, input_files: list, max_seq_length: int,
+def check_input_records(bert_config: modeling.BertConfig, input_files: list, max_seq_length: int,
                         max_predictions_per_seq: int) -> None:
-  """A ValueError now if the model cannot take `max_seq_length`, and a RecordLengthError if the
+  """A ValueError now if the model cannot take `max_seq_length`, a RecordLengthError if the
   first record of any file has other lengths than the flags say, naming the file, both lengths
   and a file that fits (files of a glob written with other lengths are found here, not deep in
-  tf.data; a later record that disagrees within a file fails when it is read, named as well)."""
+  tf.data; a later record that disagrees within a file fails when it is read, named as well),
+  and a RecordVocabError for a token id outside the model's vocab (`check_record_ids`)."""
   bert_config.check_max_seq_length(max_seq_length)
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")
@@ -376,6 +377,7 @@ def check_input_lengths(bert_config: modeling.BertConfig, input_files: list, max
   for path, found in readable:
     _check_lengths(path, found, max_seq_length, max_predictions_per_seq, agreeing)
     agreeing = agreeing or path
+  check_record_ids(input_files, bert_config.vocab_size)
 
 
 @contextlib.contextmanager
@@ -407,18 +409,34 @@ class RecordVocabError(errors.InputError):
 
 
 def _first_examples(input_files: list, limit: int) -> Iterator[tuple]:
-  """(file, tf.train.Example) of the first `limit` records of the files in order; a file stops at
-  a corrupt record (the input pipeline names or skips it)."""
+  """(file, record number in the file from 1, tf.train.Example) of the first `limit` records of
+  the files in order; a file stops at a corrupt record or one that is not an Example (the input
+  pipeline names or skips it)."""
   count = 0
   for path in input_files:
     try:
-      for record in tf.data.TFRecordDataset(path):
+      for number, record in enumerate(tf.data.TFRecordDataset(path), 1):
         if count == limit:
           return
         count += 1
-        yield path, tf.train.Example.FromString(record.numpy())
-    except tf.errors.DataLossError:
+        yield path, number, tf.train.Example.FromString(record.numpy())
+    except (tf.errors.DataLossError, protobuf_message.DecodeError):
       continue
+
+
+def check_record_ids(input_files: list, vocab_size: int) -> None:
+  """A RecordVocabError when one of the first RECORDS_CHECKED records holds a token id (in
+  `input_ids` or `masked_lm_ids`) that the model's embeddings do not have: records made with a
+  larger vocab, found before training rather than as a failed gather in its first step."""
+  for path, number, example in _first_examples(input_files, RECORDS_CHECKED):
+    for name in ("input_ids", "masked_lm_ids"):
+      outside = [i for i in example.features.feature[name].int64_list.value
+                 if not 0 <= i < vocab_size]
+      if outside:
+        raise RecordVocabError(
+            "%s: record %d holds %s id %d, outside the model's vocab_size %d "
+            "(`bert_config_file`): the records were made with another vocab" % (
+                path, number, name, outside[0], vocab_size))
 
 
 # Mixed into the pipeline seed so that masking draws differ from the shuffle's.
@@ -475,14 +493,14 @@ class DynamicMasking:
     word of complaint; this is the moment to say so, before any training.
     """
     checked, masked, holding_mask, paths = 0, 0, 0, []
-    for path, example in _first_examples(input_files, RECORDS_CHECKED):
+    for path, number, example in _first_examples(input_files, RECORDS_CHECKED):
       paths += [] if path in paths else [path]
       features = example.features.feature
       input_ids = features["input_ids"].int64_list.value
       if not input_ids or input_ids[0] != self.vocab.cls_id:
         raise RecordVocabError(
             "%s: record %d starts with id %s, not the [CLS] id %d of `vocab_file` %s: the records "
-            "were made with another vocab" % (path, checked + 1,
+            "were made with another vocab" % (path, number,
                                               input_ids[0] if input_ids else "(none)",
                                               self.vocab.cls_id, vocab_file))
       for position, weight in zip(features["masked_lm_positions"].int64_list.value,

@@ -348,31 +348,50 @@ def test_glob_whose_files_were_written_with_other_lengths_names_file_and_both_le
                      match=r"^a record in %s has 20 values for feature input_ids but "
                      r"`max_seq_length`=16 expects 16: .* \(%s, also in `input_file`, has 16\)$" %
                      (longer, fits)):
-    pretraining.check_input_lengths(TINY_BERT, [fits, empty, longer], SEQ, PREDICTIONS)
+    pretraining.check_input_records(TINY_BERT, [fits, empty, longer], SEQ, PREDICTIONS)
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"a record in %s has 6 values for feature masked_lm_positions but "
                      r"`max_predictions_per_seq`=4 expects 4" % more):
-    pretraining.check_input_lengths(TINY_BERT, [fits, more], SEQ, PREDICTIONS)
-  pretraining.check_input_lengths(TINY_BERT, [empty, fits, fits], SEQ, PREDICTIONS)
+    pretraining.check_input_records(TINY_BERT, [fits, more], SEQ, PREDICTIONS)
+  pretraining.check_input_records(TINY_BERT, [empty, fits, fits], SEQ, PREDICTIONS)
   with pytest.raises(pretraining.RecordLengthError, match=r"none of its 2 files holds a complete"):
-    pretraining.check_input_lengths(TINY_BERT, [empty, empty], SEQ, PREDICTIONS)
+    pretraining.check_input_records(TINY_BERT, [empty, empty], SEQ, PREDICTIONS)
   floats_as_ids = tf.train.Example.FromString(pretraining_record())
   floats_as_ids.features.feature["input_ids"].float_list.value[:] = [1.0] * SEQ
   wrong_kind = record_file(tmp_path / "f.tfrecord", floats_as_ids.SerializeToString())
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"^a record in %s stores feature input_ids as a float_list, not an? "
                      r"int64_list" % wrong_kind):
-    pretraining.check_input_lengths(TINY_BERT, [fits, wrong_kind], SEQ, PREDICTIONS)
+    pretraining.check_input_records(TINY_BERT, [fits, wrong_kind], SEQ, PREDICTIONS)
   not_example = record_file(tmp_path / "e.tfrecord", b"\xff\xff not a protocol buffer")
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"^%s: its first record is not a tf\.train\.Example" % not_example):
-    pretraining.check_input_lengths(TINY_BERT, [fits, not_example], SEQ, PREDICTIONS)
+    pretraining.check_input_records(TINY_BERT, [fits, not_example], SEQ, PREDICTIONS)
+
+
+def test_records_with_ids_outside_the_models_vocab_are_refused_before_training(tmp_path):
+  """Records made with a larger vocab than the config's: the first record fits, the second
+  holds a masked-LM id one past the vocab (the record number and the id are named)."""
+  outside = tf.train.Example.FromString(pretraining_record())
+  outside.features.feature["masked_lm_ids"].int64_list.value[2] = TINY_BERT.vocab_size
+  records = record_file(tmp_path / "a.tfrecord", pretraining_record(),
+                        outside.SerializeToString())
+  with pytest.raises(pretraining.RecordVocabError,
+                     match=r"^%s: record 2 holds masked_lm_ids id %d, outside the model's "
+                     r"vocab_size %d " % (records, TINY_BERT.vocab_size, TINY_BERT.vocab_size)):
+    pretraining.check_input_records(TINY_BERT, [records], SEQ, PREDICTIONS)
+  negative = tf.train.Example.FromString(pretraining_record())
+  negative.features.feature["input_ids"].int64_list.value[5] = -3
+  with pytest.raises(pretraining.RecordVocabError, match=r"record 1 holds input_ids id -3"):
+    pretraining.check_input_records(
+        TINY_BERT, [record_file(tmp_path / "b.tfrecord", negative.SerializeToString())], SEQ,
+        PREDICTIONS)
 
 
 def test_later_record_of_other_length_is_named_not_a_tensorflow_traceback(tmp_path):
   mixed = record_file(tmp_path / "mixed.tfrecord", pretraining_record(),
                       pretraining_record(seq_length=20))
-  pretraining.check_input_lengths(TINY_BERT, [mixed], SEQ, PREDICTIONS)  # Its first record fits.
+  pretraining.check_input_records(TINY_BERT, [mixed], SEQ, PREDICTIONS)  # Its first record fits.
   model = pretraining.build_model(TINY_BERT)
   with pytest.raises(pretraining.RecordLengthError,
                      match=r"^a record in %s has 20 values for feature input_ids but "
@@ -405,4 +424,4 @@ def test_global_step_that_is_not_a_step_is_refused(tmp_path):
 def test_input_file_that_cannot_be_opened_is_named(tmp_path):
   fits = record_file(tmp_path / "a.tfrecord", pretraining_record())
   with pytest.raises(tfrecord_files.UnreadableRecordFileError, match="^%s: " % tmp_path):
-    pretraining.check_input_lengths(TINY_BERT, [fits, str(tmp_path)], SEQ, PREDICTIONS)
+    pretraining.check_input_records(TINY_BERT, [fits, str(tmp_path)], SEQ, PREDICTIONS)
