@@ -279,9 +279,13 @@ def probabilities(logits: tf.Tensor) -> tf.Tensor:
 
 
 def predicted_choice(logits: tf.Tensor) -> tf.Tensor:
-  """The index of the highest-scoring choice of each row (int32), -1 for a row without one."""
+  """The index of the highest-scoring choice of each row (int32), -1 for a row without one
+  (also where a request has no endings at all: a -inf column after the choices gives argmax a
+  column to take)."""
+  no_choice = tf.fill([tf.shape(logits)[0], 1], tf.constant(-np.inf, logits.dtype))
   return tf.where(tf.reduce_any(tf.math.is_finite(logits), axis=-1),
-                  tf.argmax(logits, axis=-1, output_type=tf.int32), -1)
+                  tf.argmax(tf.concat([logits, no_choice], axis=-1), axis=-1,
+                            output_type=tf.int32), -1)
 
 
 def per_example_loss(logits: tf.Tensor, label_ids: tf.Tensor) -> tf.Tensor:

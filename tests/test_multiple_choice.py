@@ -443,3 +443,7 @@ def test_export_gives_do_predict_probabilities_with_empty_endings(tmp_path):
   np.testing.assert_allclose(probabilities, [row + [0.0] * (3 - len(row)) for row in rows],
                              atol=1e-5)
   assert outputs["label"].numpy().tolist() == [int(np.argmax(row)) for row in rows[:4]] + [-1]
+  # A request of no endings at all: every row has none.
+  outputs = serve(context=tf.constant(["the sad day"] * 2), endings=tf.zeros([2, 0], tf.string))
+  assert outputs["label"].numpy().tolist() == [-1, -1]
+  assert outputs["probabilities"].shape == (2, 0)
