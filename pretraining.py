@@ -292,6 +292,8 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
   `masking`, every batch read gets new masks (seeded by the pipeline seed). `model_fn` builds the
   model (default `build_model(bert_config)`), e.g. one with a frozen encoder.
   """
+  if config.pack_sequences:  # The masked positions are positions in a padded row.
+    raise ValueError("pretraining does not train on packed rows (`pack_sequences`)")
   check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq)
   if masking is not None:
     masking.check_vocab_size(bert_config.vocab_size)
