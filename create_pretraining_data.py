@@ -105,6 +105,12 @@ def main(_):
       num_shards=FLAGS.num_shards,
       chunk_bytes=FLAGS.chunk_size_kb * 1024,
       shuffle_buffer_size=FLAGS.shuffle_buffer_size)
+  if FLAGS.num_shards > 1 and not FLAGS["shard_index"].present and FLAGS.runner != "beam":
+    others = "1" if FLAGS.num_shards == 2 else "1 to %d" % (FLAGS.num_shards - 1)
+    logging.warning("--num_shards=%d without --shard_index: this run writes shard 0 only (a "
+                    "1/%d share of the corpus); run the command with --shard_index=%s for the "
+                    "rest, or --runner=beam for all of them in one job",
+                    FLAGS.num_shards, FLAGS.num_shards, others)
   if FLAGS.runner == "beam":
     summary = _run_beam(config)
   else:

@@ -456,11 +456,17 @@ def test_cli_prints_summary_logs_examples_and_rejects_bad_flags(tmp_path):
              "--input_file=" + corpus, "--vocab_file=" + vocab, "--dupe_factor=2",
              "--num_workers=2"]
   # The directory of an output file is created (README: /data/records/ of a new machine).
+  # --num_shards without --shard_index writes shard 0, and says so.
   done = subprocess.run(command + ["--output_file=%s,%s" % (tmp_path / "x",
-                                                            tmp_path / "new" / "y")],
+                                                            tmp_path / "new" / "y"),
+                                   "--num_shards=2"],
                         capture_output=True, text=True, timeout=120, check=True)
   summary = json.loads(done.stdout)
   assert summary["instances"] == summary["is_next"] + summary["not_next"] > 0
+  assert summary["output_files"] == [str(tmp_path / "x-00000-of-00002"),
+                                     str(tmp_path / "new" / "y-00000-of-00002")]
+  assert ("--num_shards=2 without --shard_index: this run writes shard 0 only (a 1/2 share of "
+          "the corpus); run the command with --shard_index=1 for the rest") in done.stderr
   assert "*** Example ***" in done.stderr and "tokens: [CLS] d" in done.stderr
   assert "next_sentence_labels: " in done.stderr and "MB/s" in done.stderr
   failed = subprocess.run(command + ["--output_file=" + str(tmp_path / "z"),
