@@ -87,9 +87,13 @@ def setup_strategy():
 
 
 def bert_config() -> modeling.BertConfig:
-  """`--bert_config_file`, checked against `--max_seq_length` where the script has it."""
+  """`--bert_config_file`, checked against the config beside the model it is used with
+  (`modeling.check_config_of_model_directory`) and `--max_seq_length` where the script has it."""
   cli.require("bert_config_file")
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
+  for flag, directory in _model_directories().items():
+    modeling.check_config_of_model_directory(config, FLAGS.bert_config_file, directory,
+                                             "`%s`" % flag)
   if cli.flag_value("max_seq_length") is None:
     return config
   try:
@@ -118,17 +122,21 @@ def _directory_of_init_checkpoint() -> str:
   return checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
 
 
+def _model_directories() -> dict:
+  """{flag: directory} of the model the script reads: `--init_checkpoint`'s directory, and
+  without training `--output_dir` (the model evaluated, predicted or exported is its own)."""
+  directories = {"init_checkpoint": _directory_of_init_checkpoint()}
+  if not cli.flag_value("do_train"):
+    directories["output_dir"] = cli.flag_value("output_dir")
+  return {flag: directory for flag, directory in directories.items() if directory}
+
+
 def _check_tokenizer_of_converted_model() -> None:
   """Raises FlagError when `--do_lower_case` or `--vocab_file` differs from what convert_checkpoint
   recorded beside the model it wrote (the source's tokenizer: its casing and the vocab it wrote):
   another casing or another vocab of the same size would give other ids than the model was
   trained on."""
-  directories = {"init_checkpoint": _directory_of_init_checkpoint()}
-  if not cli.flag_value("do_train"):  # The model evaluated, predicted or exported is its own.
-    directories["output_dir"] = cli.flag_value("output_dir")
-  for flag, directory in directories.items():
-    if not directory:
-      continue
+  for flag, directory in _model_directories().items():
     mark = atomic_files.read_files_mark(directory, choices.CONVERTED_MARK_NAME)
     mark_file = os.path.join(directory, choices.CONVERTED_MARK_NAME)
     recorded = mark.get("do_lower_case")

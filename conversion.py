@@ -43,7 +43,7 @@ import task_files
 import tokenization
 
 GOOGLE_CHECKPOINT_NAME = "bert_model.ckpt"
-GOOGLE_CONFIG_NAME = "bert_config.json"
+GOOGLE_CONFIG_NAME = modeling.CONFIG_FILE_NAME
 HF_WEIGHTS_NAME = "model.safetensors"
 HF_INDEX_NAME = "model.safetensors.index.json"
 HF_CONFIG_NAME = "config.json"

@@ -104,6 +104,9 @@ def read_google_model(init_checkpoint: str, bert_config_file: Optional[str] = No
   checkpoint_dir = checkpoints.checkpoint_directory(prefix)
   config = modeling.BertConfig.from_json_file(
       bert_config_file or os.path.join(checkpoint_dir, conversion.GOOGLE_CONFIG_NAME))
+  if bert_config_file:
+    modeling.check_config_of_model_directory(config, bert_config_file, checkpoint_dir,
+                                             "`init_checkpoint`")
   reader = checkpoints.open_checkpoint(prefix)
   checkpoints.check_name_based(reader, prefix)
   tensors = {name: checkpoints.read_tensor(reader, prefix, name)

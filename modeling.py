@@ -18,6 +18,7 @@ import copy
 import difflib
 import json
 import math
+import os
 from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import keras
@@ -168,6 +169,9 @@ SHAPE_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention
                 "intermediate_size")
 KNOWN_FIELDS = SHAPE_FIELDS + ("hidden_act", "hidden_dropout_prob", "attention_probs_dropout_prob",
                                "max_position_embeddings", "type_vocab_size", "initializer_range")
+# The fields that decide what a trained model computes (not its dropout or initializer).
+COMPUTATION_FIELDS = SHAPE_FIELDS + ("hidden_act", "max_position_embeddings", "type_vocab_size")
+CONFIG_FILE_NAME = "bert_config.json"
 
 
 def _check_config_file_fields(json_file: str, fields: Mapping[str, Any]) -> None:
@@ -315,6 +319,43 @@ class BertConfig:
   def to_json_string(self) -> str:
     """The config as `bert_config.json` text (sorted keys, like Google's files)."""
     return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+
+def check_config_of_model_directory(config: BertConfig, config_file: str, directory: str,
+                                    what: str) -> None:
+  """Raises ConfigError when `directory` (a model's: `what` names its flag) holds a
+  bert_config.json other than `config_file` whose COMPUTATION_FIELDS differ from `config`'s.
+
+  Another number of attention heads or another activation keeps every variable's shape, so a
+  checkpoint loads under the wrong config and the model computes something else without an
+  error; the config released, converted or exported beside the checkpoint is what it computes.
+  A file there that is not a readable BERT config (another library's naming) is not compared.
+  """
+  beside = os.path.join(directory, CONFIG_FILE_NAME)
+  if not tf.io.gfile.exists(beside) or _same_file(beside, config_file):
+    return
+  try:
+    model_config = BertConfig.from_json_file(beside)
+  except ConfigError:
+    return
+  differences = ["%s %s, not %s" % (field, getattr(config, field), getattr(model_config, field))
+                 for field in COMPUTATION_FIELDS
+                 if _field_value(config, field) != _field_value(model_config, field)]
+  if differences:
+    raise ConfigError("`bert_config_file`=%s has %s: the model in %s=%s was made with %s; "
+                      "pass that config" % (config_file, "; ".join(differences), what, directory,
+                                            beside))
+
+
+def _same_file(first: str, second: str) -> bool:
+  if "://" in first or "://" in second:
+    return first == second
+  return os.path.exists(second) and os.path.samefile(first, second)
+
+
+def _field_value(config: BertConfig, field: str) -> Any:
+  value = getattr(config, field)
+  return value.lower() if isinstance(value, str) else value
 
 
 # ----------------------------------------------------------------------------------------------

@@ -357,6 +357,48 @@ def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier
   assert not (tmp_path / "out").exists()
 
 
+def test_a_config_other_than_the_model_s_own_is_refused_where_shapes_would_not_tell(tmp_path):
+  # Before, a converted model read with a config of 4 heads instead of 2, or relu instead of
+  # gelu (every variable the same shape), computed another model's features, exit 0.
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  release = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
+  model_conversion.convert_google_to_hf(release, str(tmp_path / "hf"), config_file,
+                                          vocab_file=vocab_file)
+  model_conversion.convert_hf_to_google(str(tmp_path / "hf"), str(tmp_path / "google"))
+  converted = str(tmp_path / "google" / "bert_model.ckpt")
+  (tmp_path / "other").mkdir()
+  heads_file = tmp_path / "other" / "heads.json"
+  heads_file.write_text(json.dumps(dict(tiny_config().to_dict(), num_attention_heads=4)))
+  (tmp_path / "input.txt").write_text("the cat sat\n")
+  features = tmp_path / "features.jsonl"
+  result = run_script("extract_features.py", "--init_checkpoint=" + converted,
+                      "--bert_config_file=%s" % heads_file, "--vocab_file=" + vocab_file,
+                      "--input_file=%s" % (tmp_path / "input.txt"), "--max_seq_length=16",
+                      "--output_file=%s" % features)
+  assert_one_line_error(
+      result, "extract_features.py", "--bert_config_file=%s has num_attention_heads 4, not 2: the "
+      "model in --init_checkpoint=%s was made with %s" % (
+          heads_file, tmp_path / "google", tmp_path / "google" / "bert_config.json"))
+  assert not features.exists()
+  # The converter reads a Google release (or a conversion) with the config beside it alike.
+  relu_file = tmp_path / "other" / "relu.json"
+  relu_file.write_text(json.dumps(dict(tiny_config().to_dict(), hidden_act="relu")))
+  for checkpoint in (release, converted):
+    with pytest.raises(modeling.ConfigError, match="has hidden_act relu, not gelu"):
+      model_conversion.convert_google_to_hf(checkpoint, str(tmp_path / "hf2"), str(relu_file),
+                                              vocab_file=vocab_file)
+  assert not (tmp_path / "hf2").exists()
+  # Dropout and the initializer are the user's to change; the config itself passes.
+  free = tmp_path / "other" / "free.json"
+  free.write_text(json.dumps(dict(tiny_config().to_dict(), hidden_dropout_prob=0.0,
+                                  initializer_range=0.5, hidden_act="GELU")))
+  for checked in (free, tmp_path / "bert_config.json"):
+    modeling.check_config_of_model_directory(modeling.BertConfig.from_json_file(str(checked)),
+                                             str(checked), str(tmp_path), "`init_checkpoint`")
+
+
 def test_a_checkpoint_with_more_encoder_layers_than_the_config_is_refused(tmp_path):
   # Before, a 1-layer config predicted from a 2-layer run's checkpoint after a warning naming
   # the unused variables: a cut-down network of the trained one answered, exit 0.
