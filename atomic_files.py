@@ -410,6 +410,7 @@ def _check_can_write(what: str, kind: str, path: str) -> None:
   if kind == OUTPUT_FILE and path.endswith(os.sep):
     raise errors.FlagError("%s=%s ends in %s, naming a directory: it must name a file" %
                            (what, path, os.sep))
+  _check_parent_steps(what, path)
   place = os.path.abspath(path)
   if kind != OUTPUT_CONTAINER or not os.path.exists(place):
     place = os.path.dirname(place)
@@ -420,6 +421,18 @@ def _check_can_write(what: str, kind: str, path: str) -> None:
   if not os.access(place, os.W_OK | os.X_OK):
     raise errors.FlagError("%s=%s: cannot write in %s (%s)" % (
         what, path, place, "read-only file system" if _read_only(place) else "permission denied"))
+
+
+def _check_parent_steps(what: str, path: str) -> None:
+  """A `..` in a path steps out of the directory before it, which must exist: the system does not
+  resolve `missing/..` (as os.path.abspath does on the string), so such an output would fail
+  once written."""
+  parts = path.split(os.sep)
+  for index, part in enumerate(parts):
+    before = os.sep.join(parts[:index]) or (os.sep if path.startswith(os.sep) else ".")
+    if part == ".." and not os.path.isdir(before):
+      raise errors.FlagError("%s=%s: %s does not exist, so %s%s.. leads nowhere: name the "
+                             "directory without it" % (what, path, before, before, os.sep))
 
 
 def _read_only(directory: str) -> bool:

@@ -122,12 +122,19 @@ def _check_outputs(**paths) -> None:
                                     for flag, path in paths.items()})
 
 
-def test_output_directories_are_checked_without_creating_them(tmp_path):
+def test_output_directories_are_checked_without_creating_them(tmp_path, monkeypatch):
   _check_outputs(export_dir=str(tmp_path / "new" / "models"),
                  output_dir=str(tmp_path / "other" / "out"))
   assert os.listdir(tmp_path) == []
   with pytest.raises(errors.FlagError, match="is a file, not a directory"):
     _check_outputs(export_dir=os.path.join(_write(tmp_path / "file", ""), "models"))
+  # The system resolves `..` only after an existing directory (os.path.abspath would not tell).
+  monkeypatch.chdir(tmp_path)
+  with pytest.raises(errors.FlagError, match=r"^--output_dir=\./rel/\.\./out/: \./rel does not "
+                     r"exist, so \./rel/\.\. leads nowhere"):
+    _check_outputs(output_dir="./rel/../out/")
+  os.mkdir(tmp_path / "existing")
+  _check_outputs(output_dir="existing/../out", export_dir="../%s/models" % tmp_path.name)
 
 
 def test_a_refusal_removes_only_empty_directories_it_would_have_created(tmp_path):
