@@ -184,7 +184,7 @@ def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
   `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case`,
   `--task_name`, `--multi_label` and the batches' composition (`--bucket_by_length`,
-  `--group_by_length`). Recorded with the run; a resume must match them, and evaluation,
+  `--group_by_length`, pretraining's `--dynamic_masking` with its masking flags). Recorded with the run; a resume must match them, and evaluation,
   prediction and export must use the run's (`training_loop.check_model_settings_of_recorded_run`).
   """
   settings = {}
@@ -198,6 +198,11 @@ def _model_settings() -> dict:
     settings["bucket_by_length"] = cli.bucket_by_length()
   if cli.flag_value("group_by_length") is not None:
     settings["group_by_length"] = FLAGS.group_by_length
+  if cli.flag_value("dynamic_masking") is not None:  # What pretraining's batches hold.
+    settings["dynamic_masking"] = FLAGS.dynamic_masking
+    if FLAGS.dynamic_masking:
+      settings.update(masked_lm_prob=FLAGS.masked_lm_prob,
+                      do_whole_word_mask=FLAGS.do_whole_word_mask)
   if FLAGS.bert_config_file:
     settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
   vocab = cli.flag_value("vocab_file") or cli.flag_value("spm_model_file")

@@ -699,14 +699,16 @@ _IMPLIED_SETTINGS = {"lr_schedule": "original", "gradient_accumulation_steps": 1
 # Settings recorded only by later versions that a record without them leaves unchecked, and that
 # a script without them (run_pretraining has no --task_name) does not compare.
 _UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names", "do_lower_case", "task_name", "multi_label",
-                              "bucket_by_length", "group_by_length")
+                              "bucket_by_length", "group_by_length", "dynamic_masking",
+                              "masked_lm_prob", "do_whole_word_mask")
 # Model settings that evaluation, prediction and export may change: they do not change what the
 # trained model computes (texts are cut at another length; dropout is off; the initializer is
 # not used; batches are composed as evaluation composes them).
 _SETTINGS_FREE_AT_INFERENCE = ("max_seq_length", "bert_config.hidden_dropout_prob",
                                "bert_config.attention_probs_dropout_prob",
                                "bert_config.initializer_range", "bucket_by_length",
-                               "group_by_length")
+                               "group_by_length", "dynamic_masking", "masked_lm_prob",
+                               "do_whole_word_mask")
 # The flag a model setting comes from, where its name differs.
 _SETTING_FLAGS = {"bert_config": "bert_config_file", "vocab": "vocab_file"}
 # What names a model setting that no flag sets.

@@ -324,6 +324,9 @@ def test_cli_dynamic_masking_trains_on_the_records_with_new_masks(tmp_path, capl
   losses = _logged_losses(str(tmp_path / "out"))
   assert sorted(losses) == [10, 20] and losses[20] < losses[10]
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 20
+  # The run is recorded as masked dynamically: going on with the records' masks is another run.
+  with pytest.raises(errors.TrainingError, match=r"dynamic_masking.?: recorded True, now False"):
+    run_main(tmp_path, "--do_train", "--num_train_steps=30")
 
 
 # Phase 2 (issue 20): 20 steps at length 16, then 20 at length 32 whose records fill 30 positions.
