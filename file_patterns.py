@@ -4,7 +4,8 @@
 One rule for every `--input_file` (create_vocab.py, create_pretraining_data.py,
 run_pretraining.py): the value is split at commas (blank parts ignored); each pattern expands to
 its matching files, sorted; the patterns' files are concatenated in the order of the patterns (a
-file named twice is read twice, as in the original). Directories are skipped, and so are hidden
+file named twice is read twice, as in the original, with a warning naming it: oversampling a
+corpus so is deliberate, a slip in a pattern is not). Directories are skipped, and so are hidden
 files (names starting with "."; e.g. the temporaries of outputs still being written, see
 atomic_files.py) unless the pattern's own file name starts with ".". A pattern matching no file
 is an `errors.FlagError` naming the flag and the pattern.
@@ -14,11 +15,14 @@ Local patterns are expanded with Python's `glob`; remote ones (`gs://...`, any `
 pure-Python data tools never load it.
 """
 
+import collections
 import concurrent.futures
 import glob
 import os
 import posixpath
 from typing import List
+
+from absl import logging
 
 import errors
 
@@ -42,6 +46,10 @@ def expand(value: str, flag: str = "`input_file`") -> List[str]:
     if not matches:
       raise errors.FlagError("%s: %r matches no files" % (flag, pattern))
     files.extend(sorted(matches))
+  repeated = {path: count for path, count in collections.Counter(files).items() if count > 1}
+  for path, count in sorted(repeated.items()):
+    logging.warning("%s names %s %d times: it is read %d times per pass", flag, path, count,
+                    count)
   return files
 
 

@@ -15,10 +15,11 @@ def touch(path):
   return str(path)
 
 
-def test_sorted_per_pattern_in_pattern_order_repeats_kept(tmp_path):
+def test_sorted_per_pattern_in_pattern_order_repeats_kept_and_named(tmp_path, caplog):
   b, a, c = touch(tmp_path / "b.txt"), touch(tmp_path / "a.txt"), touch(tmp_path / "c.log")
   value = " %s , ,%s/*.txt,%s" % (c, tmp_path, b)
   assert file_patterns.expand(value) == [c, a, b, b]
+  assert caplog.messages == ["`input_file` names %s 2 times: it is read 2 times per pass" % b]
 
 
 def test_directories_and_hidden_files_are_skipped_unless_named(tmp_path):
