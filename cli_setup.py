@@ -184,8 +184,9 @@ def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
   `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case`,
   `--task_name`, `--multi_label` and the batches' composition (`--bucket_by_length`,
-  `--group_by_length`, pretraining's `--dynamic_masking` with its masking flags). Recorded with the run; a resume must match them, and evaluation,
-  prediction and export must use the run's (`training_loop.check_model_settings_of_recorded_run`).
+  `--group_by_length`, pretraining's `--dynamic_masking` with its masking flags). Recorded with
+  the run; a resume must match them, and evaluation, prediction and export must use the run's
+  (`training_loop.check_model_settings_of_recorded_run`).
   """
   settings = {}
   if cli.flag_value("max_seq_length") is not None:
