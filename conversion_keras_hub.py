@@ -92,8 +92,8 @@ def _check_keras_hub_class(value, class_name: str, source: str) -> dict:
 
 def read_keras_hub_preset(preset: str) -> conversion.ConvertedModel:
   """Reads and checks a KerasHub BertBackbone preset: config.json, model.weights.h5 and, when
-  there, its BertTokenizer (tokenizer.json and the vocab). Task heads are not read (a warning
-  says so when the preset holds a task)."""
+  there, its BertTokenizer (tokenizer.json and the vocab) and a BertTextClassifier's output layer
+  (`_read_classifier_head`). Other task heads are not read (a warning says so)."""
   config_path = os.path.join(preset, conversion.KERAS_HUB_CONFIG_NAME)
   config = conversion.google_config_from_keras_hub(
       _check_keras_hub_class(conversion.read_json(config_path), "BertBackbone", config_path),
@@ -116,11 +116,6 @@ def read_keras_hub_preset(preset: str) -> conversion.ConvertedModel:
   tokenizer_path = os.path.join(preset, conversion.KERAS_HUB_TOKENIZER_NAME)
   tokenizer = (_check_keras_hub_class(conversion.read_json(tokenizer_path), "BertTokenizer",
                                       tokenizer_path) if tf.io.gfile.exists(tokenizer_path) else {})
-  task_path = os.path.join(preset, conversion.KERAS_HUB_TASK_NAME)
-  if tf.io.gfile.exists(task_path):
-    logging.warning("%s: the preset holds a task, but only its BertBackbone is converted: the "
-                    "checkpoint has no task head, so fine-tune it (`do_train`) before evaluating, "
-                    "predicting or exporting with it", task_path)
   model = conversion.ConvertedModel(
       config,
       tensors,
@@ -129,8 +124,53 @@ def read_keras_hub_preset(preset: str) -> conversion.ConvertedModel:
       vocab=(conversion.text_if_exists(os.path.join(preset, *conversion.KERAS_HUB_VOCAB_PATH))
              if tokenizer else None),
       do_lower_case=tokenizer.get("lowercase"))
+  _read_classifier_head(model, preset, source_names)
   conversion.check_model(model, source_names)
   return model
+
+
+def _read_classifier_head(model: conversion.ConvertedModel, preset: str,
+                          source_names: dict) -> None:
+  """Adds a BertTextClassifier preset's output layer (task.weights.h5) to `model` as
+  run_classifier's head. KerasHub keeps no label names: the labels are transformers' defaults,
+  `LABEL_<i>` (a warning says so). Another task, or a task without its weights, leaves the
+  encoder alone, with a warning that the checkpoint has no head."""
+  task_path = os.path.join(preset, conversion.KERAS_HUB_TASK_NAME)
+  if not tf.io.gfile.exists(task_path):
+    return
+  task = conversion.read_json(task_path)
+  task_weights_path = os.path.join(preset, conversion.KERAS_HUB_TASK_WEIGHTS_NAME)
+  if (not isinstance(task, dict) or task.get("registered_name") != "keras_hub>BertTextClassifier"
+      or not tf.io.gfile.exists(task_weights_path)):
+    logging.warning("%s: the preset holds a task, but only its BertBackbone is converted: the "
+                    "checkpoint has no task head, so fine-tune it (`do_train`) before evaluating, "
+                    "predicting or exporting with it", task_path)
+    return
+  weights = {path: value for path, value in conversion.read_keras_weights(task_weights_path).items()
+             if not path.startswith("optimizer/")}  # The compiled task's optimizer state.
+  if set(weights) != set(KERAS_HUB_CLASSIFIER_WEIGHTS):
+    raise conversion.ConversionError("%s: holds %s, not BertTextClassifier's output layer (%s)" % (
+        task_weights_path, conversion.describe_names(sorted(weights)),
+        ", ".join(KERAS_HUB_CLASSIFIER_WEIGHTS)))
+  kernel, bias = (np.asarray(weights[path], np.float32) for path in KERAS_HUB_CLASSIFIER_WEIGHTS)
+  num_classes = _check_keras_hub_class(task, "BertTextClassifier", task_path).get("num_classes")
+  if kernel.ndim != 2 or bias.shape != (kernel.shape[1],) or num_classes != kernel.shape[1]:
+    raise conversion.ConversionError(
+        "%s: an output layer of shapes %s and %s does not give num_classes=%s of %s" % (
+            task_weights_path, kernel.shape, bias.shape, num_classes, task_path))
+  for path, value in zip(KERAS_HUB_CLASSIFIER_WEIGHTS, (kernel, bias)):
+    conversion.check_floating(value, task_weights_path, path)
+  weights_name, bias_name = conversion.SEQUENCE_CLASSIFICATION.head_names()
+  model.tensors.update({weights_name: kernel.T, bias_name: bias})
+  source_names.update({weights_name: KERAS_HUB_CLASSIFIER_WEIGHTS[0],
+                       bias_name: KERAS_HUB_CLASSIFIER_WEIGHTS[1]})
+  model.architecture = conversion.SEQUENCE_CLASSIFICATION
+  model.labels = tuple("LABEL_%d" % i for i in range(num_classes))
+  model.problem_type = conversion.SINGLE_LABEL
+  model.labels_source = task_path
+  logging.warning("%s: KerasHub keeps no label names: the classifier's %d outputs are named %s "
+                  "in label_list.txt; rename them there, in their order, before the model is "
+                  "used", task_path, num_classes, ", ".join(model.labels))
 
 
 def write_keras_hub_preset(model: conversion.ConvertedModel, output_dir: str) -> str:

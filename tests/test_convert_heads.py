@@ -378,6 +378,40 @@ def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
     np.testing.assert_allclose(mine[name].numpy(), theirs[name].numpy(), atol=1e-5, err_msg=name)
 
 
+def test_keras_hub_classifier_preset_converts_with_its_head(tmp_path, caplog):
+  # Before, only the backbone of a BertTextClassifier preset was converted (the README said
+  # heads included): a fine-tuned KerasHub classifier came out without its classifier.
+  backbone = keras_hub.models.BertBackbone(
+      vocabulary_size=len(VOCAB), num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24,
+      max_sequence_length=32)
+  task = keras_hub.models.BertTextClassifier(backbone, num_classes=3, preprocessor=None,
+                                             dropout=0.0)
+  rng = np.random.default_rng(3)
+  for weight in task.weights:
+    value = 0.2 * rng.normal(size=tuple(weight.shape))
+    weight.assign(value + 1.0 if weight.path.endswith("gamma") else value)
+  preset = str(tmp_path / "preset")
+  task.save_to_preset(preset)
+  keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
+  with caplog.at_level("WARNING"):
+    prefix = model_conversion.convert_keras_hub_to_google(preset, str(tmp_path / "google"))
+  assert any("KerasHub keeps no label names: the classifier's 3 outputs are named LABEL_0, "
+             "LABEL_1, LABEL_2" in message for message in caplog.messages), caplog.messages
+  assert classifier_data.read_label_list(
+      str(tmp_path / "google" / classifier_data.LABEL_LIST_FILE)) == ("LABEL_0", "LABEL_1",
+                                                                      "LABEL_2")
+  ours = classifier.BertClassifier(modeling.BertConfig.from_json_file(
+      str(tmp_path / "google" / "bert_config.json")), 3)
+  ours.build()
+  load = checkpoints.init_from_checkpoint(ours, prefix)
+  assert (load.missing, load.unused) == ([], [])
+  ids = rng.integers(5, len(VOCAB), size=(2, 9)).astype(np.int32)
+  inputs = {"token_ids": ids, "segment_ids": np.repeat([[0] * 5 + [1] * 4], 2, axis=0),
+            "padding_mask": np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)}
+  np.testing.assert_allclose(ours(_our_features(inputs)).numpy(), task(inputs).numpy(),
+                             atol=1e-5)
+
+
 def test_keras_hub_preset_is_written_whole_or_not_at_all(tmp_path, release, monkeypatch):
   model = randomize(BUILDERS["BertForSequenceClassification"](_config(), 2), seed=0)
   prefix = _save_as_our_script(model, "BertForSequenceClassification", ("a", "b"),
