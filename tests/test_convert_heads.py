@@ -349,29 +349,45 @@ def test_our_classifier_as_keras_hub_preset_loads_in_keras_hub(tmp_path, release
                              atol=1e-5)
 
 
-def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
-  backbone = keras_hub.models.BertBackbone(
+def _keras_hub_backbone():
+  return keras_hub.models.BertBackbone(
       vocabulary_size=len(VOCAB), num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24,
       max_sequence_length=32)
-  rng = np.random.default_rng(0)
-  for weight in backbone.weights:
+
+
+def _saved_keras_hub_preset(model, preset: str, rng) -> None:
+  """`model` (a backbone or a task) with random weights (LayerNorm gammas near 1), saved by
+  KerasHub's own save_to_preset with a BertTokenizer of VOCAB."""
+  for weight in model.weights:
     value = 0.2 * rng.normal(size=tuple(weight.shape))
     weight.assign(value + 1.0 if weight.path.endswith("gamma") else value)
-  preset = str(tmp_path / "preset")
-  backbone.save_to_preset(preset)
+  model.save_to_preset(preset)
   keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
+
+
+def _converted_and_inputs(model, prefix: str, rng) -> dict:
+  """Loads the converted checkpoint into `model` (built from the converted bert_config.json),
+  every variable and nothing else; returns two rows of KerasHub inputs, one of them padded."""
+  model.build()
+  load = checkpoints.init_from_checkpoint(model, prefix)
+  assert (load.missing, load.unused) == ([], [])
+  ids = rng.integers(5, len(VOCAB), size=(2, 9)).astype(np.int32)
+  return {"token_ids": ids, "segment_ids": np.repeat([[0] * 5 + [1] * 4], 2, axis=0),
+          "padding_mask": np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)}
+
+
+def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
+  backbone = _keras_hub_backbone()
+  rng = np.random.default_rng(0)
+  preset = str(tmp_path / "preset")
+  _saved_keras_hub_preset(backbone, preset, rng)
 
   prefix = model_conversion.convert_keras_hub_to_google(preset, str(tmp_path / "google"))
   with open(tmp_path / "google" / "vocab.txt") as f:
     assert f.read().splitlines() == VOCAB
   ours = modeling.BertModel(modeling.BertConfig.from_json_file(
       str(tmp_path / "google" / "bert_config.json")))
-  ours.build()
-  load = checkpoints.init_from_checkpoint(ours, prefix)
-  assert (load.missing, load.unused) == ([], [])
-  ids = rng.integers(5, len(VOCAB), size=(2, 9)).astype(np.int32)
-  inputs = {"token_ids": ids, "segment_ids": np.repeat([[0] * 5 + [1] * 4], 2, axis=0),
-            "padding_mask": np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)}
+  inputs = _converted_and_inputs(ours, prefix, rng)
   theirs = backbone(inputs)
   mine = ours(_our_features(inputs))
   for name in ("sequence_output", "pooled_output"):
@@ -381,18 +397,11 @@ def test_keras_hub_preset_converts_to_our_encoder(tmp_path):
 def test_keras_hub_classifier_preset_converts_with_its_head(tmp_path, caplog):
   # Before, only the backbone of a BertTextClassifier preset was converted (the README said
   # heads included): a fine-tuned KerasHub classifier came out without its classifier.
-  backbone = keras_hub.models.BertBackbone(
-      vocabulary_size=len(VOCAB), num_layers=2, num_heads=2, hidden_dim=16, intermediate_dim=24,
-      max_sequence_length=32)
-  task = keras_hub.models.BertTextClassifier(backbone, num_classes=3, preprocessor=None,
-                                             dropout=0.0)
+  task = keras_hub.models.BertTextClassifier(_keras_hub_backbone(), num_classes=3,
+                                             preprocessor=None, dropout=0.0)
   rng = np.random.default_rng(3)
-  for weight in task.weights:
-    value = 0.2 * rng.normal(size=tuple(weight.shape))
-    weight.assign(value + 1.0 if weight.path.endswith("gamma") else value)
   preset = str(tmp_path / "preset")
-  task.save_to_preset(preset)
-  keras_hub.models.BertTokenizer(vocabulary=VOCAB, lowercase=True).save_to_preset(preset)
+  _saved_keras_hub_preset(task, preset, rng)
   with caplog.at_level("WARNING"):
     prefix = model_conversion.convert_keras_hub_to_google(preset, str(tmp_path / "google"))
   assert any("KerasHub keeps no label names: the classifier's 3 outputs are named LABEL_0, "
@@ -402,12 +411,7 @@ def test_keras_hub_classifier_preset_converts_with_its_head(tmp_path, caplog):
                                                                       "LABEL_2")
   ours = classifier.BertClassifier(modeling.BertConfig.from_json_file(
       str(tmp_path / "google" / "bert_config.json")), 3)
-  ours.build()
-  load = checkpoints.init_from_checkpoint(ours, prefix)
-  assert (load.missing, load.unused) == ([], [])
-  ids = rng.integers(5, len(VOCAB), size=(2, 9)).astype(np.int32)
-  inputs = {"token_ids": ids, "segment_ids": np.repeat([[0] * 5 + [1] * 4], 2, axis=0),
-            "padding_mask": np.array([[1] * 9, [1] * 6 + [0] * 3], np.int32)}
+  inputs = _converted_and_inputs(ours, prefix, rng)
   np.testing.assert_allclose(ours(_our_features(inputs)).numpy(), task(inputs).numpy(),
                              atol=1e-5)
 
