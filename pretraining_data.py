@@ -114,6 +114,20 @@ def _warn_long_line(path: str, line_number: int, max_seq_length: int) -> None:
                   path, line_number, LONG_LINE_BYTES_PER_TOKEN * max_seq_length, max_seq_length)
 
 
+def _is_utf8(line: bytes) -> bool:
+  try:
+    line.decode("utf-8")
+  except UnicodeDecodeError:
+    return False
+  return True
+
+
+def _warn_not_text(path: str, line_number: int) -> None:
+  logging.warning("%s:%d: not UTF-8 text (a binary file in `input_file`?): its bytes that are not "
+                  "UTF-8 are dropped, as the original drops them (only the first such line of a "
+                  "file is named; the summary counts them all)", path, line_number)
+
+
 def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
                 max_seq_length: Optional[int] = None) -> Iterator[Chunk]:
   """Streams the files as chunks of whole documents of about `chunk_bytes` each.
@@ -123,7 +137,8 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
   longer than `chunk_bytes` is cut into lines of that length (counted: `lines_split`). Each chunk
   carries the counts of what happened while it was read (with `empty_files`), so that every shard
   reports its own. With `max_seq_length`, the first line of a file longer than
-  `LONG_LINE_BYTES_PER_TOKEN` bytes per token of it is named in a warning. Memory: one chunk.
+  `LONG_LINE_BYTES_PER_TOKEN` bytes per token of it is named in a warning, and so is the first line of a file that is not UTF-8
+  (a binary file a pattern matched). Memory: one chunk.
   """
   lines, size, offset, index, counts = [], 0, 0, 0, collections.Counter()
 
@@ -136,6 +151,7 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
   for path in input_files:
     has_text = False
     line_number, line_bytes, warned = 0, 0, max_seq_length is None
+    warned_not_text = False
     with open_file(path, "rb") as reader:
       line_was_cut = False
       while True:
@@ -148,6 +164,9 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
         if not warned and line_bytes > LONG_LINE_BYTES_PER_TOKEN * max_seq_length:
           _warn_long_line(path, line_number, max_seq_length)
           warned = True
+        if not warned_not_text and not _is_utf8(line):
+          _warn_not_text(path, line_number)
+          warned_not_text = True
         if line.endswith(b"\n"):
           line_bytes = 0
         if line_was_cut and not line.strip():

@@ -351,7 +351,7 @@ def test_chunks_are_bounded_and_hold_whole_documents(tmp_path):
   assert not sum(chunk.counts["documents_split"] + chunk.counts["empty_files"] for chunk in chunks)
 
 
-def test_bad_input_is_counted_not_fatal(tmp_path):
+def test_bad_input_is_counted_not_fatal(tmp_path, caplog):
   vocab, _ = _tagged_corpus(tmp_path, num_documents=4)
   sentence = "d0s1 d0s1 d0s1 d0s1"
   files = {
@@ -370,6 +370,7 @@ def test_bad_input_is_counted_not_fatal(tmp_path):
   skipped = summary["skipped_or_adjusted"]
   assert skipped["empty_files"] == 2
   assert skipped["lines_with_invalid_utf8"] == 2
+  assert sum("invalid_utf8.txt:1: not UTF-8 text" in message for message in caplog.messages) == 1
   assert skipped["one_sentence_documents"] == 5 + 1  # + the second document of invalid_utf8.txt.
   assert skipped["sentences_over_max_num_tokens"] == 1
   assert summary["documents"] == 1 + 5 + 2 + 1 + 4  # Including the tagged corpus.txt.
