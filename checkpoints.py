@@ -180,15 +180,14 @@ def resolve_checkpoint_path(checkpoint_path: str) -> str:
 
 def checkpoint_directory(checkpoint_path: str) -> str:
   """The directory whose companions (config, vocab, label list, its run's record) go with a
-  checkpoint path: the path itself where it is a directory, the run's directory for the best
-  checkpoint a run kept (`<run>/best/model.ckpt-<step>`, `best_checkpoint`), else the prefix's
-  directory."""
-  if tf.io.gfile.isdir(checkpoint_path):
-    return checkpoint_path
-  directory = os.path.dirname(checkpoint_path) or "."
+  checkpoint path: the run's directory for the best checkpoint a run kept
+  (`<run>/best/model.ckpt-<step>`, `best_checkpoint`, or `<run>/best` itself), else the path itself
+  where it is a directory, else the prefix's directory."""
+  is_directory = tf.io.gfile.isdir(checkpoint_path)
+  directory = checkpoint_path if is_directory else os.path.dirname(checkpoint_path) or "."
   run_dir = os.path.dirname(directory.rstrip("/"))
   if (os.path.basename(directory.rstrip("/")) == BEST_DIR and
-      _CHECKPOINT_FILE.match(os.path.basename(checkpoint_path) + ".index") and
+      (is_directory or _CHECKPOINT_FILE.match(os.path.basename(checkpoint_path) + ".index")) and
       tf.io.gfile.exists(_state_file(run_dir or "."))):
     return run_dir or "."
   return directory

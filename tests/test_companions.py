@@ -318,11 +318,13 @@ def test_a_run_s_model_is_its_best_checkpoint_with_the_run_s_companions(tmp_path
   checkpoints.save_checkpoint(model, best)
   assert checkpoints.resolve_checkpoint_path(str(run_dir)) == str(run_dir / "best" / "model.ckpt-3")
   assert checkpoints.checkpoint_directory(best) == str(run_dir)
+  assert checkpoints.checkpoint_directory(str(run_dir / "best")) == str(run_dir)  # Its directory.
   assert checkpoints.checkpoint_directory(str(run_dir / "model.ckpt-6")) == str(run_dir)
   # A directory named best of the user's own, with no run above it, is its checkpoint's.
   elsewhere = tmp_path / "models" / "best"
   checkpoints.save_checkpoint(model, str(elsewhere / "model.ckpt-1"))
   assert checkpoints.checkpoint_directory(str(elsewhere / "model.ckpt-1")) == str(elsewhere)
+  assert checkpoints.checkpoint_directory(str(elsewhere)) == str(elsewhere)
 
 
 def test_a_converted_model_is_used_with_its_source_s_casing(tmp_path, classifier_files):
