@@ -50,24 +50,40 @@ def setup_task_script() -> tuple:
   cli.require("output_dir")
   cli.require_one_of(*(name for name in ("do_train", "do_eval", "do_predict", "export_dir")
                        if name in FLAGS))
-  _follow_the_runs_packing()
+  _follow_the_run()
   return strategy, tokenizer(), bert_config()
 
 
-def _follow_the_runs_packing() -> None:
-  """Without `--pack_sequences` on the command line: a run trained on padded rows (recorded
-  with pack_sequences false, or by a version from before packing) goes on with padded rows, so
-  an old command line resumes its run as before (packed rows draw other dropout masks: the new
-  default would be refused as a changed setting); and `--use_tpu` trains on padded rows (packed
-  rows' shapes depend on the batch, a TPU needs one static shape)."""
-  if "pack_sequences" not in FLAGS or FLAGS["pack_sequences"].present:
-    return
-  if FLAGS.use_tpu:
-    FLAGS.pack_sequences = False
-  elif training_loop.recorded_setting(FLAGS.output_dir, "pack_sequences") is False:
-    logging.info("--output_dir=%s holds a run trained without packing: going on without it "
-                 "(--pack_sequences not given)", FLAGS.output_dir)
-    FLAGS.pack_sequences = False
+def _follow_the_run() -> None:
+  """Settings a run in `--output_dir` made that its command line may leave out.
+
+  `--pack_sequences` not given: a run trained on padded rows (recorded with pack_sequences
+  false, or by a version from before packing) goes on with padded rows, so an old command line
+  resumes its run as before (packed rows draw other dropout masks: the new default would be
+  refused as a changed setting); and `--use_tpu` trains on padded rows (packed rows' shapes
+  depend on the batch, a TPU needs one static shape).
+
+  `--keep_best_checkpoint`: a run that kept a best checkpoint (`best/`) is answered by it ever
+  after, so training it again goes on keeping it (without the flag, a resumed run would leave an
+  older best there to answer for a better model); `--keep_best_checkpoint=false` is refused.
+  """
+  if "pack_sequences" in FLAGS and not FLAGS["pack_sequences"].present:
+    if FLAGS.use_tpu:
+      FLAGS.pack_sequences = False
+    elif training_loop.recorded_setting(FLAGS.output_dir, "pack_sequences") is False:
+      logging.info("--output_dir=%s holds a run trained without packing: going on without it "
+                   "(--pack_sequences not given)", FLAGS.output_dir)
+      FLAGS.pack_sequences = False
+  if ("keep_best_checkpoint" in FLAGS and not FLAGS.keep_best_checkpoint and FLAGS.do_train and
+      checkpoints.best_checkpoint(FLAGS.output_dir)):
+    if FLAGS["keep_best_checkpoint"].present:
+      raise errors.FlagError(
+          "--keep_best_checkpoint=false, but --output_dir=%s keeps its best checkpoint (%s), "
+          "which answers for the run: train it with --keep_best_checkpoint, or use another "
+          "--output_dir" % (FLAGS.output_dir, checkpoints.best_checkpoint(FLAGS.output_dir)))
+    logging.info("--output_dir=%s keeps its best checkpoint: training goes on keeping it "
+                 "(--keep_best_checkpoint)", FLAGS.output_dir)
+    FLAGS.keep_best_checkpoint = True
 
 
 def setup_strategy():

@@ -279,7 +279,8 @@ def scalars_in(directory) -> dict:
   return scalars
 
 
-def test_evaluates_during_training_stops_early_and_exports_the_best(generic_task, tmp_path):
+def test_evaluates_during_training_stops_early_and_exports_the_best(generic_task, tmp_path,
+                                                                    caplog):
   flag_values, _ = generic_task
   flag_values.update(num_train_epochs=10.0, eval_every_steps=10, early_stopping_patience=2,
                      keep_best_checkpoint=True, export_dir=str(tmp_path / "export"))
@@ -324,6 +325,15 @@ def test_evaluates_during_training_stops_early_and_exports_the_best(generic_task
   # A rerun keeps the early-stopping state: it trains no further.
   run(do_train=True, **dict(flag_values, export_dir=""))
   assert checkpoints.latest_checkpoint(output_dir).endswith("model.ckpt-%d" % steps[-1])
+  # Trained again, the run goes on keeping its best (an older best would answer for it), also
+  # from a command line without the flag; --keep_best_checkpoint=false is refused.
+  with pytest.raises(errors.FlagError, match="keeps its best checkpoint"):
+    run(do_train=True, **dict(flag_values, export_dir="", keep_best_checkpoint=False))
+  without_the_flag = {name: value for name, value in flag_values.items()
+                      if name not in ("keep_best_checkpoint", "export_dir")}
+  with caplog.at_level("INFO"):
+    run(do_train=True, verbosity=0, **without_the_flag)
+  assert "keeps its best checkpoint: training goes on keeping it" in caplog.text
   # A later evaluation without the flag evaluates the run's model: the best it kept.
   os.remove(os.path.join(output_dir, "eval_results.txt"))
   run(do_eval=True, **dict(flag_values, export_dir="", keep_best_checkpoint=False))
