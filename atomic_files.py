@@ -494,7 +494,7 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
     _check_output_kind(what, kind, path)
     _check_can_write(what, kind, path)
     if kind == OUTPUT_FILE:
-      _check_not_a_training_run_file(what, path)
+      _check_not_a_model_file(what, path)
     if kind == OUTPUT_CONTAINER:
       _check_inputs_in_container(what, path, identity, read, data_files)
       continue
@@ -531,19 +531,35 @@ def _training_run_names(directory: str) -> list:
                        for pattern in TRAINING_RUN_NAMES))
 
 
-def _check_not_a_training_run_file(what: str, path: str) -> None:
-  """A file output in a directory that holds a training run may neither replace a file there
-  nor take a name of the run's files (TRAINING_RUN_NAMES): its checkpoints, record and label
-  list belong together, and a run would read such a file as its own."""
+# What marks a directory as a model's beside a training run's names (fnmatch patterns): the data
+# files of a TensorFlow checkpoint or SavedModel, a SavedModel, safetensors and Keras weights, a
+# conversion's mark. A file output never replaces a file of such a directory (its config, vocab,
+# label list and weights belong together).
+MODEL_NAMES = ("*.data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]", "saved_model.pb",
+               "*.safetensors", "*.weights.h5", ".convert_checkpoint.json")
+
+
+def _check_not_a_model_file(what: str, path: str) -> None:
+  """A file output in a directory that holds a model (MODEL_NAMES) or a training run may not
+  replace a file there: its checkpoint, config, vocab and label list belong together (a Google
+  release, a conversion, a TF Serving version, a Hugging Face model). In a training run's
+  directory it may not take a name of the run's files either (TRAINING_RUN_NAMES): the run would
+  read such a file as its own."""
   target = _written_path(path)
   directory = os.path.dirname(os.path.abspath(target))
   if file_patterns.is_remote(path) or not os.path.isdir(directory):
     return
   name = os.path.basename(target)
-  if _training_run_names(directory) and (os.path.lexists(target) or any(
+  training = _training_run_names(directory)
+  if training and (os.path.lexists(target) or any(
       fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES)):
     raise errors.FlagError("%s=%s is a file of the training run in %s: write it elsewhere" %
                            (what, path, directory))
+  model = [entry.rstrip("/") for entry in _list_dir(directory)
+           if any(fnmatch.fnmatchcase(entry.rstrip("/"), pattern) for pattern in MODEL_NAMES)]
+  if model and os.path.lexists(target):
+    raise errors.FlagError("%s=%s is a file of the model in %s (with %s): write it elsewhere" %
+                           (what, path, directory, sorted(model)[0]))
 
 
 def _files_under(directory: str) -> list:

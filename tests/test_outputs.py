@@ -200,6 +200,35 @@ def test_a_file_output_never_replaces_or_adds_a_file_of_a_training_run(files, tm
   assert written.returncode == 0, written.stderr[-2000:]
 
 
+def test_a_file_output_never_replaces_a_file_of_a_model(files, tmp_path):
+  """A model's directory (a Google release, a Hugging Face model, a TF Serving version, a
+  conversion) holds files that belong together: a file output there never replaces one. Before,
+  create_vocab.py --output_file=<release>/vocab.txt replaced a release's vocab, exit 0. A new
+  file of another name is written; a directory with no model is the user's to write in."""
+  models = {"release": ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001",
+                        "vocab.txt", "bert_config.json"),
+            "hf": ("model.safetensors", "config.json", "vocab.txt"),
+            "export/1": ("saved_model.pb", "fingerprint.pb"),
+            "converted": (".convert_checkpoint.json", "bert_config.json", "vocab.txt")}
+  for directory, names in models.items():
+    (tmp_path / directory).mkdir(parents=True)
+    for name in names:
+      (tmp_path / directory / name).write_text("kept\n")
+  before = _tree(tmp_path)
+  for directory, names in models.items():
+    for name in names[-2:]:
+      _refused(_run("create_vocab.py", "--input_file=" + files["corpus"],
+                    "--output_file=%s" % (tmp_path / directory / name), "--vocab_size=64"),
+               "--output_file", "is a file of the model in %s" % (tmp_path / directory))
+  assert _tree(tmp_path) == before
+  (tmp_path / "plain").mkdir()
+  (tmp_path / "plain" / "vocab.txt").write_text("an old vocab of the user's own\n")
+  for output in (tmp_path / "release" / "vocab_64.txt", tmp_path / "plain" / "vocab.txt"):
+    written = _run("create_vocab.py", "--input_file=" + files["corpus"],
+                   "--output_file=%s" % output, "--vocab_size=64")
+    assert written.returncode == 0, written.stderr[-2000:]
+
+
 def test_a_symlink_to_nothing_names_a_file_whose_directory_exists_and_a_loop_nothing(
     files, tmp_path):
   """A dangling symlink as an output is written through, as the shell's `>`, where it names a
