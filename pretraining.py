@@ -294,7 +294,8 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
   """
   if config.pack_sequences:  # The masked positions are positions in a padded row.
     raise ValueError("pretraining does not train on packed rows (`pack_sequences`)")
-  check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq,
+                      skip_corrupt_records)
   if masking is not None:
     masking.check_vocab_size(bert_config.vocab_size)
   record_limits, skipped = _record_limits(input_files, skip_corrupt_records)
@@ -341,7 +342,8 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
   """Evaluates the latest checkpoint of `output_dir` (or `init_checkpoint`, or a given model)
   over at most `max_eval_steps` full batches and writes `output_dir/eval_results.txt`.
   Corrupt records: as `run_training`."""
-  check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq)
+  check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq,
+                      skip_corrupt_records)
   if model is None:
     model, global_step, _ = checkpoints.restore_model(
         strategy, lambda: build_model(bert_config), output_dir, init_checkpoint,
@@ -360,17 +362,25 @@ def run_evaluation(strategy: tf.distribute.Strategy, bert_config: modeling.BertC
 
 
 def check_input_records(bert_config: modeling.BertConfig, input_files: list, max_seq_length: int,
-                        max_predictions_per_seq: int) -> None:
+                        max_predictions_per_seq: int, skip_corrupt_records: bool = False) -> None:
   """A ValueError now if the model cannot take `max_seq_length`, a RecordLengthError if the
   first record of any file has other lengths than the flags say, naming the file, both lengths
   and a file that fits (files of a glob written with other lengths are found here, not deep in
   tf.data; a later record that disagrees within a file fails when it is read, named as well),
-  and a RecordVocabError for a token id outside the model's vocab (`check_record_ids`)."""
+  a RecordVocabError for a token id outside the model's vocab (`check_record_ids`), and unless
+  `skip_corrupt_records` a CorruptRecordError for a file whose first record cannot be read (not a
+  TFRecord file: a README a glob matched), which training would otherwise meet only when it
+  reaches it."""
   bert_config.check_max_seq_length(max_seq_length)
   logging.info("Input files: %d (%s%s)", len(input_files), ", ".join(input_files[:3]),
                ", ..." if len(input_files) > 3 else "")
   with concurrent.futures.ThreadPoolExecutor(_PARALLEL_READS) as pool:
     features = list(pool.map(first_record_features, input_files))
+  for path, found in zip(input_files, features):
+    if found is None and not skip_corrupt_records and tf.io.gfile.stat(path).length:
+      raise tfrecord_files.CorruptRecordError(
+          "%s: its first record is corrupt, or it is not a TFRecord file (`input_file` matched "
+          "it); pass `skip_corrupt_records` to read each file only up to a corrupt record" % path)
   readable = [(path, found) for path, found in zip(input_files, features) if found is not None]
   if not readable:
     raise RecordLengthError("`input_file`: none of its %d files holds a complete TFRecord record "

@@ -93,7 +93,8 @@ def _phase2_input_files(bert_config: modeling.BertConfig) -> Optional[list]:
   try:
     input_files = pretraining.expand_input_files(FLAGS.phase2_input_file)
     pretraining.check_input_records(bert_config, input_files, FLAGS.phase2_max_seq_length,
-                                    FLAGS.phase2_max_predictions_per_seq)
+                                    FLAGS.phase2_max_predictions_per_seq,
+                                    FLAGS.skip_corrupt_records)
   except ValueError as error:  # Its messages name phase 1's settings.
     message = str(error).replace("`input_file`", "`phase2_input_file`")
     for name in ("max_seq_length", "max_predictions_per_seq"):

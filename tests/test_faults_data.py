@@ -3,6 +3,7 @@
 Every output must appear under its final name only when complete (atomic_files), and every bad
 input must fail with one line naming the file and line (or record) or the flag at fault.
 """
+import dataclasses
 import glob
 import json
 import os
@@ -457,6 +458,20 @@ def test_corrupt_record_names_the_file_and_can_be_skipped(tmp_path):
   records = pretraining.eval_dataset([intact, corrupt], SEQ_LENGTH, MAX_PREDICTIONS,
                                      record_limits=[-1, 40])
   assert sum(1 for _ in records) == 104
+  # A file that is no TFRecord at all (a README a glob matched) is refused before training;
+  # before, training ran until it reached the file, or ended first and never said.
+  readme = tmp_path / "README.txt"
+  readme.write_text("These records were made with create_pretraining_data.py.\n")
+  other = dataclasses.replace(config, output_dir=str(tmp_path / "other"))
+  with pytest.raises(tfrecord_files.CorruptRecordError,
+                     match=r"README.txt: its first record is corrupt, or it is not a TFRecord "
+                           r"file .*`skip_corrupt_records`"):
+    pretraining.run_training(strategy, bert_config, [intact, str(readme)], other, SEQ_LENGTH,
+                             MAX_PREDICTIONS)
+  assert not (tmp_path / "other").exists()
+  assert pretraining.run_training(strategy, bert_config, [intact, str(readme)], other,
+                                  SEQ_LENGTH, MAX_PREDICTIONS,
+                                  skip_corrupt_records=True).global_step == 2
 
 
 def test_run_scripts_report_bad_input_files_in_one_line(tmp_path):
