@@ -33,7 +33,9 @@ from typing import Iterator, Optional
 from absl import app
 from absl import flags
 
+import atomic_files
 import cli
+import errors
 
 FLAGS = flags.FLAGS
 
@@ -340,9 +342,28 @@ def prepare_data(output_dir: str, size: DemoSize, stdlib_dir: str) -> tuple[str,
   return corpus_path, topics_dir
 
 
+# The mark a demo leaves in its output_dir: a later demo may write there again, nothing else may
+# have been there (the demo writes a vocab.txt, a bert_config.json and more by fixed names).
+DEMO_MARK_NAME = ".bert_demo.json"
+
+
+def check_output_dir(output_dir: str) -> None:
+  """A FlagError unless `output_dir` is new, empty, or an earlier demo's (its mark)."""
+  if not os.path.isdir(output_dir):
+    return
+  names = sorted(os.listdir(output_dir))
+  if names and not atomic_files.read_files_mark(output_dir, DEMO_MARK_NAME):
+    raise errors.FlagError("--output_dir=%s holds files that are not an earlier demo's (%s): "
+                           "the demo writes vocab.txt, bert_config.json and more there; choose a "
+                           "new directory" % (output_dir, names[0]))
+
+
 def run_pipeline(output_dir: str, size: DemoSize, stdlib_dir: str) -> dict[str, str]:
   """Runs every step; returns the artifacts by name."""
+  check_output_dir(output_dir)
   os.makedirs(output_dir, exist_ok=True)
+  atomic_files.write_text(os.path.join(output_dir, DEMO_MARK_NAME),
+                          json.dumps({"writer": "demo.py"}) + "\n")
   corpus_path, topics_dir = prepare_data(output_dir, size, stdlib_dir)
   vocab_file = os.path.join(output_dir, "vocab.txt")
   run_step("1/5 Learn a WordPiece vocab", "create_vocab.py", [
@@ -350,13 +371,12 @@ def run_pipeline(output_dir: str, size: DemoSize, stdlib_dir: str) -> dict[str, 
       "--vocab_size=%d" % size.vocab_size, "--do_lower_case=true"])
 
   bert_config_file = os.path.join(output_dir, "bert_config.json")
-  with open(bert_config_file, "w", encoding="utf-8") as config_file:
-    with open(vocab_file, encoding="utf-8") as vocab:
-      vocab_size = sum(1 for _ in vocab)
-    config = dict(vocab_size=vocab_size, hidden_act="gelu", hidden_dropout_prob=0.1,
-                  attention_probs_dropout_prob=0.1, max_position_embeddings=size.max_seq_length,
-                  type_vocab_size=2, initializer_range=0.02, **size.bert_config)
-    config_file.write(json.dumps(config, indent=2, sort_keys=True) + "\n")
+  with open(vocab_file, encoding="utf-8") as vocab:
+    vocab_size = sum(1 for _ in vocab)
+  config = dict(vocab_size=vocab_size, hidden_act="gelu", hidden_dropout_prob=0.1,
+                attention_probs_dropout_prob=0.1, max_position_embeddings=size.max_seq_length,
+                type_vocab_size=2, initializer_range=0.02, **size.bert_config)
+  atomic_files.write_text(bert_config_file, json.dumps(config, indent=2, sort_keys=True) + "\n")
 
   records = os.path.join(output_dir, "pretraining_data.tfrecord")
   sequence_flags = ["--max_seq_length=%d" % size.max_seq_length,

@@ -85,3 +85,26 @@ def test_tiny_demo_runs_every_step(tmp_path):
              if line.startswith("  ") and line.strip().split(" ")[0] in demo.TOPIC_MODULES]
   assert len(answers) == len(demo.QUERIES)
   assert os.listdir(output_dir / "export") == ["1"]
+
+
+def test_the_demo_writes_only_into_a_new_or_an_earlier_demo_directory(tmp_path):
+  """Before, `--output_dir` naming a directory of the user's replaced the vocab.txt in it."""
+  output_dir = tmp_path / "mine"
+  output_dir.mkdir()
+  (output_dir / "vocab.txt").write_text("the user's vocab\n")
+  completed = subprocess.run(
+      [sys.executable, "demo.py", "--size=tiny", "--output_dir=%s" % output_dir],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert completed.returncode == 1 and "Traceback" not in completed.stderr
+  assert completed.stderr.strip().splitlines()[-1] == (
+      "demo.py: error: --output_dir=%s holds files that are not an earlier demo's (vocab.txt): "
+      "the demo writes vocab.txt, bert_config.json and more there; choose a new directory"
+      % output_dir)
+  assert os.listdir(output_dir) == ["vocab.txt"]
+  assert (output_dir / "vocab.txt").read_text() == "the user's vocab\n"
+  # An earlier demo's directory (its mark) and an empty one are the demo's to write in.
+  (output_dir / "vocab.txt").unlink()
+  demo.check_output_dir(str(output_dir))
+  (output_dir / demo.DEMO_MARK_NAME).write_text('{"writer": "demo.py"}\n')
+  (output_dir / "vocab.txt").write_text("an earlier demo's vocab\n")
+  demo.check_output_dir(str(output_dir))
