@@ -444,6 +444,15 @@ def _read_only(directory: str) -> bool:
 _RUN_INPUTS = []
 
 
+def check_not_a_saved_model(what: str, path: str) -> None:
+  """A run's directory is not a SavedModel's (a TF Serving version, a TF Hub module): the run's
+  checkpoints and files there would sit inside the model, and its next export there be
+  refused."""
+  if not file_patterns.is_remote(path) and os.path.isfile(os.path.join(path, "saved_model.pb")):
+    raise errors.FlagError("%s=%s holds a SavedModel (saved_model.pb): it is a model's directory, "
+                           "not one to write into; choose another" % (what, path))
+
+
 def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list,
                                data_files: Collection[str]) -> None:
   """No data file (an input named in `data_files`) lies in the output directory `path` under a

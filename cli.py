@@ -531,6 +531,8 @@ def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> list:
              for name, kind in declared.items() if flag_value(name)}
   atomic_files.check_run_paths(inputs, written,
                                data_files=["--" + name for name in DATA_FILE_FLAGS])
+  if flag_value("output_dir") and declared.get("output_dir") == atomic_files.OUTPUT_CONTAINER:
+    atomic_files.check_not_a_saved_model("--output_dir", flag_value("output_dir"))
   return _missing_directories(path for kind, paths in written.values()
                               if kind == atomic_files.OUTPUT_CONTAINER for path in paths)
 

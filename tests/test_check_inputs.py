@@ -135,6 +135,12 @@ def test_output_directories_are_checked_without_creating_them(tmp_path, monkeypa
     _check_outputs(output_dir="./rel/../out/")
   os.mkdir(tmp_path / "existing")
   _check_outputs(output_dir="existing/../out", export_dir="../%s/models" % tmp_path.name)
+  # A SavedModel's directory (a TF Serving version) is not one to write a run into.
+  _write(tmp_path / "export" / "1" / "saved_model.pb", "")
+  with pytest.raises(errors.FlagError, match=r"--output_dir=%s holds a SavedModel" %
+                     (tmp_path / "export" / "1")):
+    atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export" / "1"))
+  atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export"))
 
 
 def test_a_refusal_removes_only_empty_directories_it_would_have_created(tmp_path):

@@ -707,4 +707,7 @@ def test_an_export_dir_must_hold_only_versions(files, tmp_path):
                 "--export_dir=" + version, *model), "--export_dir", "version directory")
   _refused(_run("run_classifier.py", "--output_dir=%s" % (tmp_path / "out"),
                 "--export_dir=%s" % other_run, *model), "--export_dir", "another training run")
+  # Nor is a version a run's directory (its checkpoints would sit in the model TF Serving loads).
+  _refused(_run("run_classifier.py", "--output_dir=%s" % version, *model), "--output_dir",
+           "holds a SavedModel (saved_model.pb)")
   assert _tree(tmp_path) == before
