@@ -445,12 +445,20 @@ _RUN_INPUTS = []
 
 
 def check_not_a_saved_model(what: str, path: str) -> None:
-  """A run's directory is not a SavedModel's (a TF Serving version, a TF Hub module): the run's
-  checkpoints and files there would sit inside the model, and its next export there be
-  refused."""
-  if not file_patterns.is_remote(path) and os.path.isfile(os.path.join(path, "saved_model.pb")):
+  """A run's directory is not a SavedModel's (a TF Serving version, a TF Hub module) nor an
+  export directory of versions (`<n>/saved_model.pb`): the run's checkpoints and files there
+  would sit inside the model or beside its versions, and its next export there be refused."""
+  if file_patterns.is_remote(path) or not os.path.isdir(path):
+    return
+  if os.path.isfile(os.path.join(path, "saved_model.pb")):
     raise errors.FlagError("%s=%s holds a SavedModel (saved_model.pb): it is a model's directory, "
                            "not one to write into; choose another" % (what, path))
+  versions = sorted(name for name in os.listdir(path) if name.isdigit() and
+                    os.path.isfile(os.path.join(path, name, "saved_model.pb")))
+  if versions:
+    raise errors.FlagError("%s=%s holds exported versions (%s/saved_model.pb): it is an export "
+                           "directory, not one to write a run into; choose another" %
+                           (what, path, versions[0]))
 
 
 def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list,

@@ -140,7 +140,10 @@ def test_output_directories_are_checked_without_creating_them(tmp_path, monkeypa
   with pytest.raises(errors.FlagError, match=r"--output_dir=%s holds a SavedModel" %
                      (tmp_path / "export" / "1")):
     atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export" / "1"))
-  atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export"))
+  with pytest.raises(errors.FlagError, match=r"holds exported versions \(1/saved_model.pb\)"):
+    atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export"))
+  atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "existing"))
+  atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "new"))
 
 
 def test_a_refusal_removes_only_empty_directories_it_would_have_created(tmp_path):
