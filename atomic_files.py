@@ -540,12 +540,16 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
 TRAINING_RUN_NAMES = ("checkpoint", "training_settings.json", LOCK_FILE_NAME, "model.ckpt-*")
 
 
+def _names_matching(directory: str, patterns: Sequence[str]) -> list:
+  """The names in `directory` that match one of the fnmatch `patterns`, sorted."""
+  return sorted(name.rstrip("/") for name in _list_dir(directory)
+                if any(fnmatch.fnmatchcase(name.rstrip("/"), pattern) for pattern in patterns))
+
+
 def _training_run_names(directory: str) -> list:
   """The names in `directory` that only a training run's output_dir holds (TRAINING_RUN_NAMES),
   sorted; none where it holds no training run."""
-  return sorted(name.rstrip("/") for name in _list_dir(directory)
-                if any(fnmatch.fnmatchcase(name.rstrip("/"), pattern)
-                       for pattern in TRAINING_RUN_NAMES))
+  return _names_matching(directory, TRAINING_RUN_NAMES)
 
 
 # What marks a directory as a model's beside a training run's names (fnmatch patterns): the data
@@ -572,11 +576,10 @@ def _check_not_a_model_file(what: str, path: str) -> None:
       fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES)):
     raise errors.FlagError("%s=%s is a file of the training run in %s: write it elsewhere" %
                            (what, path, directory))
-  model = [entry.rstrip("/") for entry in _list_dir(directory)
-           if any(fnmatch.fnmatchcase(entry.rstrip("/"), pattern) for pattern in MODEL_NAMES)]
+  model = _names_matching(directory, MODEL_NAMES)
   if model and os.path.lexists(target):
     raise errors.FlagError("%s=%s is a file of the model in %s (with %s): write it elsewhere" %
-                           (what, path, directory, sorted(model)[0]))
+                           (what, path, directory, model[0]))
 
 
 def _files_under(directory: str) -> list:

@@ -38,6 +38,7 @@ from absl import flags
 import atomic_files
 import choices
 import errors
+import file_patterns
 
 FLAGS = flags.FLAGS
 # Set to 1 to see the traceback behind a one-line error (for debugging; users need not).
@@ -542,7 +543,7 @@ def _missing_directories(paths: Iterable[str]) -> list:
   included), deepest first."""
   missing = set()
   for path in paths:
-    if "://" in path:
+    if file_patterns.is_remote(path):
       continue
     path = os.path.abspath(path)
     while not os.path.lexists(path):

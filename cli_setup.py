@@ -74,16 +74,19 @@ def _follow_the_run() -> None:
       logging.info("--output_dir=%s holds a run trained without packing: going on without it "
                    "(--pack_sequences not given)", FLAGS.output_dir)
       FLAGS.pack_sequences = False
-  if ("keep_best_checkpoint" in FLAGS and not FLAGS.keep_best_checkpoint and FLAGS.do_train and
-      checkpoints.best_checkpoint(FLAGS.output_dir)):
-    if FLAGS["keep_best_checkpoint"].present:
-      raise errors.FlagError(
-          "--keep_best_checkpoint=false, but --output_dir=%s keeps its best checkpoint (%s), "
-          "which answers for the run: train it with --keep_best_checkpoint, or use another "
-          "--output_dir" % (FLAGS.output_dir, checkpoints.best_checkpoint(FLAGS.output_dir)))
-    logging.info("--output_dir=%s keeps its best checkpoint: training goes on keeping it "
-                 "(--keep_best_checkpoint)", FLAGS.output_dir)
-    FLAGS.keep_best_checkpoint = True
+  if "keep_best_checkpoint" not in FLAGS or FLAGS.keep_best_checkpoint or not FLAGS.do_train:
+    return
+  best = checkpoints.best_checkpoint(FLAGS.output_dir)
+  if not best:
+    return
+  if FLAGS["keep_best_checkpoint"].present:
+    raise errors.FlagError(
+        "--keep_best_checkpoint=false, but --output_dir=%s keeps its best checkpoint (%s), "
+        "which answers for the run: train it with --keep_best_checkpoint, or use another "
+        "--output_dir" % (FLAGS.output_dir, best))
+  logging.info("--output_dir=%s keeps its best checkpoint: training goes on keeping it "
+               "(--keep_best_checkpoint)", FLAGS.output_dir)
+  FLAGS.keep_best_checkpoint = True
 
 
 def setup_strategy():

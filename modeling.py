@@ -27,6 +27,7 @@ import tensorflow as tf
 
 import checkpoints
 import errors
+import file_patterns
 import packing
 
 # The project's interface (../shared/checks/interface.py) names modeling.init_from_checkpoint beside
@@ -348,7 +349,7 @@ def check_config_of_model_directory(config: BertConfig, config_file: str, direct
 
 
 def _same_file(first: str, second: str) -> bool:
-  if "://" in first or "://" in second:
+  if file_patterns.is_remote(first) or file_patterns.is_remote(second):
     return first == second
   return os.path.exists(second) and os.path.samefile(first, second)
 

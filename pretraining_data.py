@@ -137,8 +137,8 @@ def iter_chunks(input_files: Sequence[str], chunk_bytes: int,
   longer than `chunk_bytes` is cut into lines of that length (counted: `lines_split`). Each chunk
   carries the counts of what happened while it was read (with `empty_files`), so that every shard
   reports its own. With `max_seq_length`, the first line of a file longer than
-  `LONG_LINE_BYTES_PER_TOKEN` bytes per token of it is named in a warning, and so is the first line of a file that is not UTF-8
-  (a binary file a pattern matched). Memory: one chunk.
+  `LONG_LINE_BYTES_PER_TOKEN` bytes per token of it is named in a warning, and so is the first
+  line of a file that is not UTF-8 (a binary file a pattern matched). Memory: one chunk.
   """
   lines, size, offset, index, counts = [], 0, 0, 0, collections.Counter()
 
