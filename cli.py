@@ -399,6 +399,37 @@ FLAG_RULES = {
 }
 
 
+@dataclasses.dataclass(frozen=True)
+class FlagNeed:
+  """A flag that acts only when the flag `needed` has a value that `enables(value)` it, as the
+  flags' help says ("With --doc_stride: ..."); `what` names that setting."""
+  needed: str
+  what: str
+  enables: Callable[[Any], bool] = bool
+
+
+_WITH_EXPORT = FlagNeed("export_dir", "--export_dir")
+_WITH_PHASE2 = FlagNeed("phase2_steps", "--phase2_steps")
+_WITH_DYNAMIC_MASKING = FlagNeed("dynamic_masking", "--dynamic_masking")
+_WITH_MULTI_LABEL = FlagNeed("multi_label", "--multi_label")
+
+# The flags (this project's, not the original's: an old command line keeps working) that a script
+# would ignore without another. Given on the command line without it they are an error, as the
+# user asked for something the run would not do. A rule holds only in a script that defines both.
+FLAG_NEEDS = {
+    "window_aggregation": FlagNeed("doc_stride", "--doc_stride"),
+    "label_delimiter": _WITH_MULTI_LABEL, "multi_label_threshold": _WITH_MULTI_LABEL,
+    "group_by_length": FlagNeed("bucket_by_length", "--bucket_by_length"),
+    "export_precision": _WITH_EXPORT, "max_request_rows": _WITH_EXPORT,
+    "max_request_tokens": _WITH_EXPORT, "fill_mask_top_k": _WITH_EXPORT,
+    "export_format": _WITH_EXPORT,
+    "phase2_input_file": _WITH_PHASE2, "phase2_max_seq_length": _WITH_PHASE2,
+    "phase2_max_predictions_per_seq": _WITH_PHASE2, "phase2_learning_rate": _WITH_PHASE2,
+    "phase2_num_warmup_steps": _WITH_PHASE2, "phase2_train_batch_size": _WITH_PHASE2,
+    "beam_pipeline_options": FlagNeed("runner", "--runner=beam", lambda v: v == "beam"),
+}
+
+
 def flag_value(name: str) -> Any:
   """The value of the flag `name`, or None where the running script does not define it."""
   return flags.FLAGS[name].value if name in flags.FLAGS else None
@@ -431,6 +462,16 @@ def _check_flag_combinations() -> None:
       raise errors.FlagError("--%smax_predictions_per_seq=%d must not exceed "
                              "--%smax_seq_length=%d" % (prefix, predictions, prefix, length))
   _check_request_tokens()
+  _check_flag_needs()
+
+
+def _check_flag_needs() -> None:
+  """No flag of FLAG_NEEDS is given without the setting it acts with."""
+  for name, need in FLAG_NEEDS.items():
+    if (name in FLAGS and need.needed in FLAGS and FLAGS[name].present and
+        not need.enables(FLAGS[need.needed].value)):
+      raise errors.FlagError("--%s acts only with %s: give %s too, or leave --%s out" %
+                             (name, need.what, need.what, name))
 
 
 def _check_request_tokens() -> None:

@@ -73,6 +73,15 @@ FLOAT_RANGES = {
     "masked_lm_prob": (0, 1, True, True), "short_seq_prob": (0, 1, True, True),
     "slack_ratio": (0, 1, True, False),
 }
+# Numeric flags that act only with another flag the walk does not give (--export_dir,
+# --phase2_steps, --multi_label): any value in range is refused for that.
+ACTS_ONLY_WITH = {"max_request_rows": "--export_dir", "max_request_tokens": "--export_dir",
+                  "fill_mask_top_k": "--export_dir", "multi_label_threshold": "--multi_label",
+                  "phase2_max_seq_length": "--phase2_steps",
+                  "phase2_max_predictions_per_seq": "--phase2_steps",
+                  "phase2_learning_rate": "--phase2_steps",
+                  "phase2_num_warmup_steps": "--phase2_steps",
+                  "phase2_train_batch_size": "--phase2_steps"}
 DEFAULTS = {"train_batch_size": 32, "max_seq_length": 128, "max_predictions_per_seq": 20,
             "phase2_max_seq_length": 512, "phase2_max_predictions_per_seq": 80, "num_shards": 1}
 
@@ -135,15 +144,18 @@ def test_every_numeric_flag_of_every_script_accepts_exactly_its_range(walk):
   wrong = []
   for record in walk:
     script_flags = flags_of[record["script"]]
-    expected = _allowed(script_flags, record)
+    in_range = _allowed(script_flags, record)
+    expected = in_range and record["flag"] not in ACTS_ONLY_WITH
     if expected != record["reached_main"]:
       wrong.append("%s --%s=%s: %s" % (record["script"], record["flag"], record["value"],
                                        record["error"] or "accepted"))
       continue
     if not expected:
       error = record["error"] or ""
+      named = ("--%s acts only with %s" % (record["flag"], ACTS_ONLY_WITH[record["flag"]])
+               if in_range else "--%s=" % record["flag"])
       if not (error.startswith("%s.py: error: --" % record["script"]) and "\n" not in error
-              and "--%s=" % record["flag"] in error):
+              and named in error):
         wrong.append("%s --%s=%s: message %r" % (record["script"], record["flag"],
                                                 record["value"], error))
   assert not wrong, "\n".join(wrong[:40])
@@ -280,6 +292,19 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
         "--export_dir=%s/export" % output_dir, "--output_dir=%s" % output_dir], {},
        "run_classifier.py: error: --max_request_tokens=100 must be at least --max_seq_length=128 "
        "(one row of the longest length) for --export_dir"),
+      # Flags the run would ignore without the flag they act with.
+      (["run_classifier.py", "--task_name=generic", "--do_train", "--window_aggregation=max",
+        "--output_dir=%s" % output_dir], {},
+       "run_classifier.py: error: --window_aggregation acts only with --doc_stride: give "
+       "--doc_stride too, or leave --window_aggregation out"),
+      (["run_pretraining.py", "--do_train", "--input_file=x", "--phase2_input_file=y",
+        "--output_dir=%s" % output_dir], {},
+       "run_pretraining.py: error: --phase2_input_file acts only with --phase2_steps: give "
+       "--phase2_steps too, or leave --phase2_input_file out"),
+      (["create_pretraining_data.py", "--input_file=x", "--output_file=%s/y" % output_dir,
+        "--vocab_file=" + vocab, "--beam_pipeline_options=--runner=DirectRunner"], {},
+       "create_pretraining_data.py: error: --beam_pipeline_options acts only with --runner=beam: "
+       "give --runner=beam too, or leave --beam_pipeline_options out"),
   ]
   for args, env, expected in cases:
     run = _run_script(args, env)
