@@ -553,33 +553,45 @@ def _training_run_names(directory: str) -> list:
 
 
 # What marks a directory as a model's beside a training run's names (fnmatch patterns): the data
-# files of a TensorFlow checkpoint or SavedModel, a SavedModel, safetensors and Keras weights, a
-# conversion's mark. A file output never replaces a file of such a directory (its config, vocab,
-# label list and weights belong together).
+# files of a TensorFlow checkpoint or SavedModel, a SavedModel or TF1 Hub module, safetensors,
+# Keras weights and Hugging Face's PyTorch and TF weights, a conversion's mark. A file output never
+# replaces a file of such a directory (its config, vocab, label list and weights belong together).
 MODEL_NAMES = ("*.data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]", "saved_model.pb",
-               "*.safetensors", "*.weights.h5", ".convert_checkpoint.json")
+               "tfhub_module.pb", "*.safetensors", "*.weights.h5", "pytorch_model*.bin",
+               "tf_model.h5", ".convert_checkpoint.json")
+
+
+# How many directories above a file's own a model's directory is looked for: a model's files lie
+# up to this deep below it (a SavedModel's assets/ and assets.extra/, a KerasHub preset's
+# assets/tokenizer/).
+MODEL_FILE_DEPTH = 2
 
 
 def _check_not_a_model_file(what: str, path: str) -> None:
-  """A file output in a directory that holds a model (MODEL_NAMES) or a training run may not
-  replace a file there: its checkpoint, config, vocab and label list belong together (a Google
-  release, a conversion, a TF Serving version, a Hugging Face model). In a training run's
-  directory it may not take a name of the run's files either (TRAINING_RUN_NAMES): the run would
-  read such a file as its own."""
+  """A file output in a directory that holds a training run, or below one that holds a model
+  (MODEL_NAMES: in it or up to MODEL_FILE_DEPTH directories further down), may not replace a
+  file there: its checkpoint, config, vocab, assets and label list belong together (a Google
+  release, a conversion, a TF Serving version and its vocab asset, a KerasHub preset, a Hugging
+  Face model, a training run's checkpoints). In a training run's directory it may not take a name
+  of the run's files either (TRAINING_RUN_NAMES): the run would read such a file as its own."""
   target = _written_path(path)
   directory = os.path.dirname(os.path.abspath(target))
   if file_patterns.is_remote(path) or not os.path.isdir(directory):
     return
   name = os.path.basename(target)
-  training = _training_run_names(directory)
-  if training and (os.path.lexists(target) or any(
+  if _training_run_names(directory) and (os.path.lexists(target) or any(
       fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES)):
     raise errors.FlagError("%s=%s is a file of the training run in %s: write it elsewhere" %
                            (what, path, directory))
-  model = _names_matching(directory, MODEL_NAMES)
-  if model and os.path.lexists(target):
-    raise errors.FlagError("%s=%s is a file of the model in %s (with %s): write it elsewhere" %
-                           (what, path, directory, model[0]))
+  if not os.path.lexists(target):
+    return
+  holder = directory
+  for _ in range(MODEL_FILE_DEPTH + 1):
+    model = _names_matching(holder, MODEL_NAMES)
+    if model:
+      raise errors.FlagError("%s=%s is a file of the model in %s (with %s): write it elsewhere" %
+                             (what, path, holder, model[0]))
+    holder = os.path.dirname(holder)
 
 
 def _files_under(directory: str) -> list:

@@ -208,18 +208,26 @@ def test_a_file_output_never_replaces_a_file_of_a_model(files, tmp_path):
   models = {"release": ("bert_model.ckpt.index", "bert_model.ckpt.data-00000-of-00001",
                         "vocab.txt", "bert_config.json"),
             "hf": ("model.safetensors", "config.json", "vocab.txt"),
+            "hf_pytorch": ("pytorch_model.bin", "config.json", "vocab.txt"),
             "export/1": ("saved_model.pb", "fingerprint.pb"),
+            "export/1/assets": ("vocab.txt",),  # The vocab the served graph tokenizes with.
+            "export/1/assets.extra": ("tf_serving_warmup_requests",),  # TF Serving replays it.
+            "preset": ("config.json", "model.weights.h5"),  # A KerasHub preset.
+            "preset/assets/tokenizer": ("vocabulary.txt",),
             "converted": (".convert_checkpoint.json", "bert_config.json", "vocab.txt")}
   for directory, names in models.items():
-    (tmp_path / directory).mkdir(parents=True)
+    (tmp_path / directory).mkdir(parents=True, exist_ok=True)
     for name in names:
       (tmp_path / directory / name).write_text("kept\n")
   before = _tree(tmp_path)
+  model_of = {"export/1/assets": "export/1", "export/1/assets.extra": "export/1",
+              "preset/assets/tokenizer": "preset"}
   for directory, names in models.items():
     for name in names[-2:]:
       _refused(_run("create_vocab.py", "--input_file=" + files["corpus"],
                     "--output_file=%s" % (tmp_path / directory / name), "--vocab_size=64"),
-               "--output_file", "is a file of the model in %s" % (tmp_path / directory))
+               "--output_file", "is a file of the model in %s" % (
+                   tmp_path / model_of.get(directory, directory)))
   assert _tree(tmp_path) == before
   (tmp_path / "plain").mkdir()
   (tmp_path / "plain" / "vocab.txt").write_text("an old vocab of the user's own\n")
