@@ -282,6 +282,7 @@ class ClassifierTask(fine_tuning.Task):
   above `multi_label_threshold`. `class_weights` (the flag's value; `class_weights_from_flag`)
   weighs each single-label training example's loss by its class's weight.
   """
+  kind = "classifier"
   bert_config: modeling.BertConfig
   processor: classifier_data.DataProcessor
   tokenizer: tokenization.FullTokenizer

@@ -42,14 +42,17 @@ def request_limits() -> export.RequestLimits:
   return export.RequestLimits(FLAGS.max_request_rows, FLAGS.max_request_tokens)
 
 
-def setup_task_script() -> tuple:
+def setup_task_script(task_kind: str) -> tuple:
   """A fine-tuning script's setup: (strategy, tokenizer, BERT config). The strategy comes first
   (a multi-worker strategy must exist before other ops run); `--output_dir` and one of the
-  script's actions (`--do_train`, `--do_eval`, `--do_predict`, `--export_dir`) are required."""
+  script's actions (`--do_train`, `--do_eval`, `--do_predict`, `--export_dir`) are required, and
+  `--output_dir` may not hold a run of another task than `task_kind` (`fine_tuning.Task.kind`),
+  checked before the script writes its label list or caches there."""
   strategy = setup_strategy()
   cli.require("output_dir")
   cli.require_one_of(*(name for name in ("do_train", "do_eval", "do_predict", "export_dir")
                        if name in FLAGS))
+  training_loop.check_task_of_recorded_run(FLAGS.output_dir, task_kind, "--output_dir")
   _follow_the_run()
   return strategy, tokenizer(), bert_config()
 
@@ -202,7 +205,7 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
 def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
   `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case`,
-  `--task_name`, `--multi_label` and the batches' composition (`--bucket_by_length`,
+  `--task_name`, `--multi_label`, `--version_2_with_negative` and the batches' composition (`--bucket_by_length`,
   `--group_by_length`, pretraining's `--dynamic_masking` with its masking flags). Recorded with
   the run; a resume must match them, and evaluation, prediction and export must use the run's
   (`training_loop.check_model_settings_of_recorded_run`).
@@ -214,6 +217,8 @@ def _model_settings() -> dict:
     settings["task_name"] = FLAGS.task_name.lower()
   if cli.flag_value("multi_label") is not None:
     settings["multi_label"] = FLAGS.multi_label
+  if cli.flag_value("version_2_with_negative") is not None:  # Whether null scores answer.
+    settings["version_2_with_negative"] = FLAGS.version_2_with_negative
   if cli.flag_value("bucket_by_length") is not None:  # What a training batch holds, and its shape.
     settings["bucket_by_length"] = cli.bucket_by_length()
   if cli.flag_value("group_by_length") is not None:
@@ -232,6 +237,10 @@ def _model_settings() -> dict:
   return settings
 
 
+# The model settings of a task head's reading, free when training starts from a checkpoint.
+_HEAD_SETTINGS = ("task_name", "multi_label", "version_2_with_negative")
+
+
 def check_models_of_recorded_runs() -> None:
   """A model read from a training run's directory must be the one the run trained
   (`training_loop.check_model_settings_of_recorded_run` against the flags' settings, with
@@ -245,7 +254,7 @@ def check_models_of_recorded_runs() -> None:
   training = bool(cli.flag_value("do_train"))
   if cli.flag_value("init_checkpoint"):
     encoder_settings = {name: value for name, value in settings.items()
-                        if name not in ("task_name", "multi_label")}  # A new head may differ.
+                        if name not in _HEAD_SETTINGS}  # A new head may differ.
     training_loop.check_model_settings_of_recorded_run(
         _directory_of_init_checkpoint() or ".", encoder_settings if training else settings,
         "--init_checkpoint")

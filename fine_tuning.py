@@ -77,6 +77,9 @@ def training_dataset_fn(rows: tf.data.Dataset, num_rows: int, bucket_by_length: 
 class Task(abc.ABC):
   """What `run` needs from a fine-tuning task. Batch sizes are global."""
 
+  # What the task trains ("classifier", "tagger", ...): the run records it, and a run of another
+  # task is not resumed, read or trained into (its checkpoint holds another head).
+  kind = None
   # The `evaluate` metric that early stopping and the best checkpoint follow by default.
   default_eval_metric = "eval_accuracy"
   # Evaluation and prediction batch examples of similar length (length_buckets); tasks set it
@@ -160,15 +163,18 @@ class Task(abc.ABC):
                                 self.bucket_by_length, self.pack_sequences)
 
 
-def _with_output_names(config: training_loop.TrainConfig,
-                       task: Task) -> training_loop.TrainConfig:
-  """`config` whose model settings also hold the task's `output_names` (where it has them): the
-  run records them, and a resume, evaluation, prediction or export checks them."""
+def _with_task_settings(config: training_loop.TrainConfig,
+                        task: Task) -> training_loop.TrainConfig:
+  """`config` whose model settings also hold the task's `kind` (as `task`) and `output_names`
+  (where it has them): the run records them, and a resume, evaluation, prediction or export
+  checks them."""
+  settings = dict(config.model_settings)
+  if task.kind:
+    settings["task"] = task.kind
   names = task.output_names()
-  if names is None:
-    return config
-  return dataclasses.replace(config, model_settings=dict(config.model_settings,
-                                                         output_names=list(names)))
+  if names is not None:
+    settings["output_names"] = list(names)
+  return dataclasses.replace(config, model_settings=settings)
 
 
 def _check_recorded_runs_of_model(config: training_loop.TrainConfig) -> None:
@@ -199,13 +205,13 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   tf.io.gfile.makedirs(config.output_dir)
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
   if not do_train:
-    _check_recorded_runs_of_model(_with_output_names(config, task))
+    _check_recorded_runs_of_model(_with_task_settings(config, task))
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}
   if do_train:
     data = task.train_data()
-    config = _with_output_names(config, task)  # Known once the training data is read.
+    config = _with_task_settings(config, task)  # Known once the training data is read.
     logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
     with tfrecord_files.naming_corrupt_records(list(data.feature_files),

@@ -301,6 +301,7 @@ def num_choices_of(examples: Sequence[MultipleChoiceExample]) -> int:
 @dataclasses.dataclass
 class MultipleChoiceTask(fine_tuning.Task):
   """SWAG-style multiple choice on files in data_dir (run_multiple_choice)."""
+  kind = "multiple_choice"
   bert_config: modeling.BertConfig
   tokenizer: tokenization.FullTokenizer
   data_dir: Optional[str]

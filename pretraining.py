@@ -35,6 +35,8 @@ import training_loop
 
 # Training shuffle buffer after interleaving files (records; the original used 100).
 SHUFFLE_BUFFER_SIZE = 1000
+# The `task` a pretraining run records (fine_tuning.Task.kind of the fine-tuning tasks).
+TASK_KIND = "pretraining"
 # Records decoded per call when reading evaluation data (decoding is vectorized).
 EVAL_DECODE_BATCH = 256
 # Input files whose first record is read at once when checking their lengths (remote files).
@@ -294,6 +296,8 @@ def run_training(strategy: tf.distribute.Strategy, bert_config: modeling.BertCon
   """
   if config.pack_sequences:  # The masked positions are positions in a padded row.
     raise ValueError("pretraining does not train on packed rows (`pack_sequences`)")
+  config = dataclasses.replace(config, model_settings=dict(config.model_settings,
+                                                           task=TASK_KIND))
   check_input_records(bert_config, input_files, max_seq_length, max_predictions_per_seq,
                       skip_corrupt_records)
   if masking is not None:

@@ -77,7 +77,7 @@ def main(_):
   import text_pairs
   # pylint: enable=g-import-not-at-top
   cli.require("task_name")
-  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script(classifier.ClassifierTask.kind)
   if FLAGS.multi_label and FLAGS.task_name.lower() != "generic":
     raise errors.FlagError("--multi_label needs --task_name=generic (labels from your own files)")
   processor = classifier_data.get_processor(

@@ -42,7 +42,8 @@ def main(_):
   import cli_setup
   import multiple_choice
   # pylint: enable=g-import-not-at-top
-  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script(
+      multiple_choice.MultipleChoiceTask.kind)
   task = multiple_choice.MultipleChoiceTask(
       bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir, FLAGS.max_seq_length,
       train_file=FLAGS.train_file, dev_file=FLAGS.dev_file, test_file=FLAGS.test_file,

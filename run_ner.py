@@ -40,7 +40,7 @@ def main(_):
   import cli_setup
   import tagging
   # pylint: enable=g-import-not-at-top
-  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script(tagging.TaggingTask.kind)
   task = tagging.TaggingTask(bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
                              FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),

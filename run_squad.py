@@ -59,7 +59,7 @@ def main(_):
   import squad
   import squad_data
   # pylint: enable=g-import-not-at-top
-  strategy, tokenizer, bert_config = cli_setup.setup_task_script()
+  strategy, tokenizer, bert_config = cli_setup.setup_task_script(squad.SquadTask.kind)
   if FLAGS.do_train:
     cli.require("train_file", reason=" with --do_train")
   if FLAGS.do_predict:

@@ -454,6 +454,7 @@ class SquadTask(fine_tuning.Task):
   """SQuAD v1.1/v2.0 span prediction (run_squad): train on `train_file`, predict `predict_file`
   (and score it when it has answers). The schedule counts examples (questions), not windows, as
   the original did."""
+  kind = "squad"
   bert_config: modeling.BertConfig
   tokenizer: Any
   options: squad_data.SquadOptions

@@ -652,6 +652,7 @@ class TaggingTask(fine_tuning.Task):
   The tag list is learned from the training file and saved as `output_dir/tag_list.txt`; a run
   without --do_train reads it from there (or takes `tag_list`).
   """
+  kind = "tagger"
   default_eval_metric = "eval_f1"  # conlleval's overall F1
 
   bert_config: modeling.BertConfig

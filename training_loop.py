@@ -698,9 +698,10 @@ _IMPLIED_SETTINGS = {"lr_schedule": "original", "gradient_accumulation_steps": 1
                      "pack_sequences": False}
 # Settings recorded only by later versions that a record without them leaves unchecked, and that
 # a script without them (run_pretraining has no --task_name) does not compare.
-_UNCHECKED_WHEN_UNRECORDED = ("vocab", "output_names", "do_lower_case", "task_name", "multi_label",
-                              "bucket_by_length", "group_by_length", "dynamic_masking",
-                              "masked_lm_prob", "do_whole_word_mask")
+_UNCHECKED_WHEN_UNRECORDED = ("task", "vocab", "output_names", "do_lower_case", "task_name",
+                              "multi_label", "version_2_with_negative", "bucket_by_length",
+                              "group_by_length", "dynamic_masking", "masked_lm_prob",
+                              "do_whole_word_mask")
 # Model settings that evaluation, prediction and export may change: they do not change what the
 # trained model computes (texts are cut at another length; dropout is off; the initializer is
 # not used; batches are composed as evaluation composes them).
@@ -712,7 +713,8 @@ _SETTINGS_FREE_AT_INFERENCE = ("max_seq_length", "bert_config.hidden_dropout_pro
 # The flag a model setting comes from, where its name differs.
 _SETTING_FLAGS = {"bert_config": "bert_config_file", "vocab": "vocab_file"}
 # What names a model setting that no flag sets.
-_SETTING_FILES = {"output_names": "the label list (label_list.txt or tag_list.txt)"}
+_SETTING_FILES = {"output_names": "the label list (label_list.txt or tag_list.txt)",
+                  "task": "the task (what the run's script trains)"}
 
 
 def _recorded_settings(config: TrainConfig) -> dict:
@@ -792,6 +794,16 @@ def check_model_settings_of_recorded_run(run_dir: str, model_settings: Mapping[s
         "the model in %s=%s was trained with other settings (recorded in %s): %s. "
         "Use it with the run's settings and files" % (
             what, run_dir, SETTINGS_FILE, "; ".join(differences)))
+
+
+def check_task_of_recorded_run(run_dir: str, task: str, what: str = "`output_dir`") -> None:
+  """Raises TrainingError when `run_dir` records a training run of another task (its `task`
+  model setting: its checkpoints hold another head, its files another task's)."""
+  recorded = recorded_setting(run_dir, "task")
+  if recorded and recorded != task:
+    raise errors.TrainingError(
+        "%s=%s holds a %s run (recorded in %s), not a %s run: give this run a directory of its "
+        "own" % (what, run_dir, recorded, SETTINGS_FILE, task))
 
 
 def recorded_setting(run_dir: str, name: str) -> Any:

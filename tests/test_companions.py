@@ -302,6 +302,20 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                         "the model in %s was trained with other settings" % init_checkpoint,
                         "recorded [neg, pos], now [bad, good]")
   assert not (tmp_path / "eval" / "eval_results.txt").exists()
+  # Another task's script trains nothing into the run: its label list, cache and checkpoints
+  # stay as they are (before, run_ner wrote tag_list.txt and its train cache there first).
+  run_dir = tmp_path / "out"
+  phases = json.loads((run_dir / "training_settings.json").read_text())["phases"]
+  assert [phase["task"] for phase in phases.values()] == ["classifier"]
+  listing = {path: (path.stat().st_size, path.stat().st_mtime_ns) for path in run_dir.rglob("*")}
+  (tmp_path / "conll").mkdir()
+  (tmp_path / "conll" / "train.txt").write_text("the NN O O\ncat NN O B-PER\n\n")
+  result = run_script("run_ner.py", "--do_train", vocab_file, config_file,
+                      "--data_dir=%s" % (tmp_path / "conll"), "--max_seq_length=16", output_dir)
+  assert_one_line_error(result, "run_ner.py", "%s holds a classifier run (recorded in "
+                        "training_settings.json), not a tagger run" % output_dir)
+  assert {path: (path.stat().st_size, path.stat().st_mtime_ns)
+          for path in run_dir.rglob("*")} == listing
 
 
 def test_a_run_s_model_is_its_best_checkpoint_with_the_run_s_companions(tmp_path):

@@ -460,6 +460,8 @@ def test_cli_resume_with_changed_settings_is_a_one_line_error_but_evaluation_is_
   # Evaluation alone trains nothing: the training flags are not checked.
   run_main(tmp_path, "--do_eval", *changed)
   results = (tmp_path / "out" / "eval_results.txt").read_text()
+  with open(tmp_path / "out" / training_loop.SETTINGS_FILE) as f:  # A fine-tuning run is refused.
+    assert [phase["task"] for phase in json.load(f)["phases"].values()] == ["pretraining"]
   assert read_eval_results(str(tmp_path / "out" / "eval_results.txt"))["global_step"] == 10
   # But the model is the run's: another activation in the config is refused, its results kept.
   config = json.loads((tmp_path / "bert_config.json").read_text())

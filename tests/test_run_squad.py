@@ -55,7 +55,7 @@ def gold_answers(dataset):
           for paragraph in dataset["data"][0]["paragraphs"] for qa in paragraph["qas"]}
 
 
-def run_squad(tmp_path, *args):
+def run_squad(tmp_path, *args, returncode: int = 0):
   env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
   completed = subprocess.run(
       [sys.executable, os.path.join(REPO_ROOT, "run_squad.py"),
@@ -64,7 +64,7 @@ def run_squad(tmp_path, *args):
        "--max_seq_length=32", "--doc_stride=16", "--max_query_length=10", "--n_best_size=5",
        "--max_answer_length=4", "--predict_batch_size=5"] + list(args),
       capture_output=True, text=True, env=env, timeout=600)
-  assert completed.returncode == 0, completed.stderr[-3000:]
+  assert completed.returncode == returncode, completed.stderr[-3000:]
   return completed
 
 
@@ -85,6 +85,21 @@ def trained(tmp_path_factory):
 
 def read_json(path):
   return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_a_squad_2_run_is_not_predicted_as_squad_1(trained):
+  """Whether null scores answer (--version_2_with_negative) is recorded with the run: predicting
+  its model the other way is refused in one line, and the run's predictions stay (before, v1
+  answers replaced them beside the v2 run's null_odds.json)."""
+  out = trained / "out"
+  before = {name: (out / name).read_bytes() for name in ("predictions.json", "null_odds.json")}
+  completed = run_squad(trained, "--do_predict", "--predict_file=%s" % (trained / "v2.json"),
+                        "--output_dir=%s" % out, returncode=1)
+  assert completed.stderr.strip().splitlines()[-1] == (
+      "run_squad.py: error: the model in --output_dir=%s was trained with other settings "
+      "(recorded in training_settings.json): --version_2_with_negative: recorded True, now False. "
+      "Use it with the run's settings and files" % out)
+  assert {name: (out / name).read_bytes() for name in before} == before
 
 
 def test_tiny_model_answers_the_generated_questions_exactly(trained):
