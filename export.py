@@ -37,12 +37,13 @@ The signatures are traced without AutoGraph (the encoder and the task functions 
 TensorFlow ops, not Python control flow on tensors), which also keeps tracing fast.
 """
 
+import contextlib
 import dataclasses
 import errno
 import os
 import re
 import threading
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 from absl import logging
 import keras
@@ -663,38 +664,82 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
 
   `limits` (default: the module's, `RequestLimits()` unless a task sets them) bound the requests
   of every signature and of the Python API that packs ids (TF Hub's `bert_pack_inputs`).
-
-  Saves the variables the signatures read, the module's encoder (whose vocab or SentencePiece
-  model travels as an asset) and its `saved_attributes`, plus
-  `assets.extra/tf_serving_warmup_requests` (`warmup_requests`).
-  Everything is written to a hidden staging directory first; the version is claimed only when
-  the model is complete, by renaming it into place (`claim_version`: the next free number, or
-  `version`). Only the chief of a multi-worker run writes; the others return the path of the
-  next version, the one the chief takes unless another job exports there at the same time.
+  The version is claimed only when the model is complete (`_staged_saved_model`), by renaming it
+  into place (`claim_version`: the next free number, or `version`). Only the chief of a
+  multi-worker run writes; the others return the path of the next version, the one the chief
+  takes unless another job exports there at the same time.
   """
   if not distribution.is_chief():
     return os.path.join(export_dir, str(next_version(export_dir) if version is None else version))
   if version is not None and os.path.exists(os.path.join(export_dir, str(version))):
     raise VersionTakenError(export_dir, version)  # Before any work; claim_version checks again.
+  with _EXPORT_LOCK, _staged_saved_model(export_dir, module, limits) as staged_dir:
+    final_dir = claim_version(staged_dir, export_dir, version)
+  logging.info("Exported SavedModel %s", final_dir)
+  return final_dir
+
+
+def check_paired_versions(export_dirs: Sequence[str]) -> None:
+  """Raises InputError unless the export directories of one model's parts (TF Hub's encoder and
+  preprocessor) end in the same version: TF Serving serves each directory's newest, and parts of
+  two versions (another vocab, another model) would not fit together."""
+  newest = {directory: max(existing_versions(directory), default=0) for directory in export_dirs}
+  latest = max(newest.values(), default=0)
+  behind = sorted(directory for directory, version in newest.items() if version != latest)
+  if behind:
+    ahead = next(directory for directory, version in newest.items() if version == latest)
+    raise errors.InputError(
+        "%s has no version %d beside %s/%d (the parts of one model are exported together, "
+        "version for version): remove the unpaired versions or export to a new directory" % (
+            ", ".join(behind), latest, ahead, latest))
+
+
+def write_saved_models(modules: Mapping[str, ServingModule],
+                       limits: Optional[RequestLimits] = None) -> list[str]:
+  """Saves the parts of one model ({export_dir: module}: TF Hub's encoder and preprocessor)
+  under one version number, the next free one in all of them; returns their paths.
+
+  Every part is staged complete before any version is claimed, and the claims are renames one
+  right after another: a failure or a kill while staging leaves no version, and no part of one
+  version is served beside a part of another (`check_paired_versions`, run first)."""
+  directories = list(modules)
+  if not distribution.is_chief():
+    version = max(next_version(directory) for directory in directories)
+    return [os.path.join(directory, str(version)) for directory in directories]
+  check_paired_versions(directories)
+  with _EXPORT_LOCK, contextlib.ExitStack() as stack:
+    staged = [stack.enter_context(_staged_saved_model(directory, module, limits))
+              for directory, module in modules.items()]
+    version = max(next_version(directory) for directory in directories)
+    final_dirs = [claim_version(staged_dir, directory, version)
+                  for staged_dir, directory in zip(staged, directories)]
+  logging.info("Exported SavedModels %s", ", ".join(final_dirs))
+  return final_dirs
+
+
+@contextlib.contextmanager
+def _staged_saved_model(export_dir: str, module: ServingModule,
+                        limits: Optional[RequestLimits]) -> Iterator[str]:
+  """Yields a hidden staging directory in `export_dir` (`.export.tmp-<host>-<pid>`: deleted on
+  leaving if anything fails, and by the next export if this process dies) that holds the module's
+  complete SavedModel: the variables its signatures read, its encoder (whose vocab or
+  SentencePiece model travels as an asset), its `saved_attributes` and
+  `assets.extra/tf_serving_warmup_requests` (`warmup_requests`). The caller claims it as a
+  version (`claim_version` moves it away: there is nothing left to rename on leaving)."""
   tf.io.gfile.makedirs(export_dir)
   if limits is not None:
     module.limits = limits
   encoder = module.encoder
-  # atomic_output gives the staging directory (`.export.tmp-<host>-<pid>`, deleted by the next
-  # export if this process dies) and deletes it if anything fails; claim_version moves it away,
-  # so there is nothing left for atomic_output to rename.
-  with _EXPORT_LOCK:
-    with encoder.token_limit(module.limits.max_tokens, "inputs"):
-      concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
-    # Outside the limit: the warmup ids come from one encoder call on more rows than a request.
-    requests = warmup_requests(concrete, module)
-    with (encoder.token_limit(module.limits.max_tokens, "inputs"),
-          atomic_files.atomic_output(os.path.join(export_dir, "export"),
-                                     named=export_dir) as staged_dir):
-      tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
-                          staged_dir, signatures=concrete)
-      write_warmup_requests(staged_dir, requests)
-      check_same_model_kind(staged_dir, export_dir)
-      final_dir = claim_version(staged_dir, export_dir, version)
-  logging.info("Exported SavedModel %s with signatures %s", final_dir, ", ".join(sorted(concrete)))
-  return final_dir
+  with encoder.token_limit(module.limits.max_tokens, "inputs"):
+    concrete = {name: fn.get_concrete_function() for name, fn in module.signatures().items()}
+  # Outside the limit: the warmup ids come from one encoder call on more rows than a request.
+  requests = warmup_requests(concrete, module)
+  with (encoder.token_limit(module.limits.max_tokens, "inputs"),
+        atomic_files.atomic_output(os.path.join(export_dir, "export"),
+                                   named=export_dir) as staged_dir):
+    tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
+                        staged_dir, signatures=concrete)
+    write_warmup_requests(staged_dir, requests)
+    check_same_model_kind(staged_dir, export_dir)
+    logging.info("Staged a SavedModel with signatures %s", ", ".join(sorted(concrete)))
+    yield staged_dir

@@ -103,6 +103,8 @@ def main(_):
   import cli_setup
   import feature_extraction
   # pylint: enable=g-import-not-at-top
+  if FLAGS.export_dir and FLAGS.export_format == "tf_hub":
+    feature_extraction.check_tf_hub_export_dir(FLAGS.export_dir)
   bert_config = cli_setup.bert_config()
   layer_indexes = feature_extraction.parse_layer_indexes(FLAGS.layers,
                                                          bert_config.num_hidden_layers)

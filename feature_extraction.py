@@ -372,18 +372,23 @@ def export_tf_hub(export_dir: str, bert: modeling.BertModel,
                   tokenizer: tokenization.FullTokenizer, seq_length: int,
                   precision: str = "float32",
                   limits: export.RequestLimits = export.RequestLimits()) -> tuple[str, str]:
-  """Writes TF Hub's BERT pair: `bert` computing in `precision` to
-  `export_dir/encoder/<version>/` (`TfHubEncoderServing`) and its preprocessor to
-  `export_dir/preprocessor/<version>/` (`TfHubPreprocessorServing`), both serving requests
-  within `limits`; returns their paths."""
-  encoder = export.write_saved_model(
-      os.path.join(export_dir, choices.TF_HUB_ENCODER),
-      TfHubEncoderServing(bert_in_precision(bert, precision), tokenizer, seq_length),
-      limits=limits)
-  preprocessor = export.write_saved_model(os.path.join(export_dir, choices.TF_HUB_PREPROCESSOR),
-                                          TfHubPreprocessorServing(tokenizer, seq_length),
-                                          limits=limits)
+  """Writes TF Hub's BERT pair as one version of both (`export.write_saved_models`): `bert`
+  computing in `precision` to `export_dir/encoder/<version>/` (`TfHubEncoderServing`) and its
+  preprocessor to `export_dir/preprocessor/<version>/` (`TfHubPreprocessorServing`), both
+  serving requests within `limits`; returns their paths."""
+  encoder, preprocessor = export.write_saved_models({
+      os.path.join(export_dir, choices.TF_HUB_ENCODER):
+          TfHubEncoderServing(bert_in_precision(bert, precision), tokenizer, seq_length),
+      os.path.join(export_dir, choices.TF_HUB_PREPROCESSOR):
+          TfHubPreprocessorServing(tokenizer, seq_length)}, limits=limits)
   return encoder, preprocessor
+
+
+def check_tf_hub_export_dir(export_dir: str) -> None:
+  """Raises InputError unless TF Hub's pair in `export_dir` ends in one version of both
+  (`export.check_paired_versions`), before any work."""
+  export.check_paired_versions([os.path.join(export_dir, choices.TF_HUB_ENCODER),
+                                os.path.join(export_dir, choices.TF_HUB_PREPROCESSOR)])
 
 
 def bert_in_precision(bert: modeling.BertModel, precision: str) -> modeling.BertModel:

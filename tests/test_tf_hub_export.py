@@ -11,6 +11,8 @@ Every answer is checked against `modeling.BertModel` on `FullTokenizer`'s ids.
 """
 
 import os
+import re
+import shutil
 import subprocess
 import sys
 
@@ -34,6 +36,7 @@ import checkpoints
 import choices
 import conversion
 import conversion_model_garden
+import errors
 import feature_extraction
 import modeling
 import tokenization
@@ -267,3 +270,39 @@ def test_bert_pack_inputs_at_seq_length_3_gives_cls_a_token_and_sep(preprocessor
   hello = 7592  # "hello" in the uncased vocab.
   assert packed["input_word_ids"].numpy().tolist() == [[101, hello, 102]]
   assert packed["input_mask"].numpy().tolist() == [[1, 1, 1]]
+
+
+def test_the_pair_is_exported_as_one_version_of_both(tmp_path, monkeypatch):
+  """TF Serving serves the newest version of each directory, so the encoder and preprocessor of a
+  version are published together: both are staged complete before either version is claimed (a
+  kill once left encoder/2 of a new vocab beside preprocessor/1 of the old one), a failure while
+  staging the preprocessor leaves no version, and a pair whose newest versions differ is refused
+  before any work."""
+  vocab_file = tmp_path / "vocab.txt"
+  vocab_file.write_text("".join(token + "\n" for token in
+                                ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a", "film"]))
+  tokenizer = tokenization.FullTokenizer(str(vocab_file), do_lower_case=True)
+  bert = feature_extraction.build_bert(modeling.BertConfig(
+      vocab_size=7, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      intermediate_size=16, max_position_embeddings=8))
+  export_dir = str(tmp_path / "hub")
+  parts = [os.path.join(export_dir, name)
+           for name in (choices.TF_HUB_ENCODER, choices.TF_HUB_PREPROCESSOR)]
+  assert feature_extraction.export_tf_hub(export_dir, bert, tokenizer, 8) == tuple(
+      os.path.join(part, "1") for part in parts)
+
+  def fail(self):
+    raise RuntimeError("the preprocessor failed")
+
+  monkeypatch.setattr(feature_extraction.TfHubPreprocessorServing, "signatures", fail)
+  with pytest.raises(RuntimeError, match="the preprocessor failed"):
+    feature_extraction.export_tf_hub(export_dir, bert, tokenizer, 8)
+  assert [sorted(os.listdir(part)) for part in parts] == [["1"], ["1"]]  # No staging left.
+  monkeypatch.undo()
+  shutil.copytree(os.path.join(parts[0], "1"), os.path.join(parts[0], "2"))  # An unpaired one.
+  expected = "%s has no version 2 beside %s/2" % (parts[1], parts[0])
+  with pytest.raises(errors.InputError, match=re.escape(expected)):
+    feature_extraction.check_tf_hub_export_dir(export_dir)
+  with pytest.raises(errors.InputError, match=re.escape(expected)):
+    feature_extraction.export_tf_hub(export_dir, bert, tokenizer, 8)
+  assert [sorted(os.listdir(part)) for part in parts] == [["1", "2"], ["1"]]
