@@ -256,6 +256,10 @@ def _written_parts(temporary: str) -> list:
   return sorted(parts, key=lambda suffix: (suffix.endswith(".index"), suffix))
 
 
+class DiskFullError(OSError):
+  """A full disk (or quota) while writing an output, named in the message."""
+
+
 @contextlib.contextmanager
 def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
   """Yields the temporary path to write `path` (a file, directory or checkpoint prefix) under.
@@ -276,8 +280,9 @@ def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
     for suffix in _written_parts(temporary):
       _remove(temporary + suffix)
     number = _disk_full_errno(error)
-    if number is not None:
-      raise OSError(number, "%s while writing %s" % (os.strerror(number), named or path)) from error
+    if number is not None and not isinstance(error, DiskFullError):  # Named once, where it was.
+      raise DiskFullError(number, "%s while writing %s" % (os.strerror(number),
+                                                           named or path)) from error
     raise
   parts = _written_parts(temporary)
   try:
@@ -313,13 +318,23 @@ def _disk_full_errno(error: BaseException) -> Optional[int]:
 
 def write_text(path: str, text: str) -> None:
   """Writes a whole text file (UTF-8) atomically."""
-  with atomic_output(path) as temporary:
-    if file_patterns.is_remote(path):
-      with _gfile().GFile(temporary, "w") as writer:
-        writer.write(text)
-    else:
-      with open(temporary, "w", encoding="utf-8") as writer:
-        writer.write(text)
+  write_texts({path: text})
+
+
+def write_texts(texts: Mapping[str, str]) -> None:
+  """Writes whole text files (UTF-8, {path: text}) that belong together, such as SQuAD's
+  predictions and their null odds: each is written complete under its temporary name first, and
+  only then are all renamed into place, one right after another, so a failure or a kill while
+  writing leaves every old file as it was."""
+  with contextlib.ExitStack() as stack:  # Leaving it renames the temporaries, all at the end.
+    for path, text in texts.items():
+      temporary = stack.enter_context(atomic_output(path))
+      if file_patterns.is_remote(path):
+        with _gfile().GFile(temporary, "w") as writer:
+          writer.write(text)
+      else:
+        with open(temporary, "w", encoding="utf-8") as writer:
+          writer.write(text)
 
 
 def check_writable_directory(directory: str, flag_name: str) -> None:

@@ -254,10 +254,10 @@ def write_predictions(output_dir: str, predictions: dict[str, str], nbest: dict[
   files = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
   if null_odds is not None:
     files.append(("null_odds.json", null_odds))
-  for name, content in files:
-    path = os.path.join(output_dir, name)
-    atomic_files.write_text(path, json.dumps(content, indent=4) + "\n")
-    logging.info("Wrote %s", path)
+  texts = {os.path.join(output_dir, name): json.dumps(content, indent=4) + "\n"
+           for name, content in files}
+  atomic_files.write_texts(texts)  # One unit: a reader never pairs new predictions, old odds.
+  logging.info("Wrote %s", ", ".join(texts))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,5 +1,7 @@
 """No tool replaces what it was not asked to write: each script runs in a fresh process, as a user
 runs it, on tiny inputs, and every refused run must leave every file as it was."""
+import builtins
+import errno
 import hashlib
 import json
 import os
@@ -12,6 +14,8 @@ import sys
 import numpy as np
 import pytest
 import safetensors.numpy
+
+import squad
 
 pytestmark = pytest.mark.slow
 
@@ -719,3 +723,28 @@ def test_an_export_dir_must_hold_only_versions(files, tmp_path):
   _refused(_run("run_classifier.py", "--output_dir=%s" % version, *model), "--output_dir",
            "holds a SavedModel (saved_model.pb)")
   assert _tree(tmp_path) == before
+
+
+def test_files_written_together_replace_the_old_set_only_once_all_are_complete(tmp_path,
+                                                                               monkeypatch):
+  """SQuAD's predictions.json, nbest_predictions.json and null_odds.json belong together: a disk
+  that fills while the last is written leaves all three old ones (before, the new predictions
+  stood beside the old null odds)."""
+  names = ("predictions.json", "nbest_predictions.json", "null_odds.json")
+  squad.write_predictions(str(tmp_path), {"q": "old"}, {"q": []}, {"q": 1.0})
+  before = _tree(tmp_path)
+  real_open = builtins.open
+
+  def open_until_the_disk_is_full(path, mode="r", *args, **kwargs):
+    if "w" in mode and os.path.basename(str(path)).startswith(".null_odds.json.tmp"):
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return real_open(path, mode, *args, **kwargs)
+
+  monkeypatch.setattr(builtins, "open", open_until_the_disk_is_full)
+  with pytest.raises(OSError, match="while writing %s" % (tmp_path / "null_odds.json")):
+    squad.write_predictions(str(tmp_path), {"q": "new"}, {"q": [{"text": "new"}]}, {"q": -1.0})
+  monkeypatch.undo()
+  assert _tree(tmp_path) == before and sorted(os.listdir(tmp_path)) == sorted(names)
+  squad.write_predictions(str(tmp_path), {"q": "new"}, {"q": [{"text": "new"}]}, {"q": -1.0})
+  assert [json.loads((tmp_path / name).read_text())["q"] for name in names] == [
+      "new", [{"text": "new"}], -1.0]
