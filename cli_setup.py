@@ -132,6 +132,9 @@ def tokenizer() -> tokenization.FullTokenizer:
   `--output_dir` read without training)."""
   if not (FLAGS.vocab_file or FLAGS.spm_model_file):
     raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
+  if FLAGS.vocab_file and FLAGS.spm_model_file:
+    logging.warning("--vocab_file=%s is not read: --spm_model_file=%s tokenizes instead",
+                    FLAGS.vocab_file, FLAGS.spm_model_file)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   _check_tokenizer_of_converted_model()
   return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
@@ -230,7 +233,8 @@ def _model_settings() -> dict:
                       do_whole_word_mask=FLAGS.do_whole_word_mask)
   if FLAGS.bert_config_file:
     settings["bert_config"] = modeling.BertConfig.from_json_file(FLAGS.bert_config_file).to_dict()
-  vocab = cli.flag_value("vocab_file") or cli.flag_value("spm_model_file")
+  # The tokenizer's: a SentencePiece model tokenizes instead of --vocab_file (FullTokenizer).
+  vocab = cli.flag_value("spm_model_file") or cli.flag_value("vocab_file")
   if vocab:
     settings["vocab"] = tokenization.vocab_fingerprint(vocab)
     settings["do_lower_case"] = FLAGS.do_lower_case

@@ -318,6 +318,38 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
           for path in run_dir.rglob("*")} == listing
 
 
+def test_a_run_records_the_sentencepiece_model_it_tokenized_with(tmp_path, classifier_files):
+  """With both --spm_model_file and --vocab_file the SentencePiece model tokenizes (the flag's
+  help: instead of --vocab_file), so the run records it: predicting with the vocab alone, which
+  would tokenize into other ids, is refused. Before, the run recorded the vocab it never read."""
+  import sentencepiece  # pylint: disable=g-import-not-at-top
+  from test_tokenization import train_sentencepiece  # pylint: disable=g-import-not-at-top
+  spm_file = train_sentencepiece(str(tmp_path))
+  pieces = sentencepiece.SentencePieceProcessor(model_file=spm_file).get_piece_size()
+  config_file = tmp_path / "spm_config.json"
+  config_file.write_text(tiny_config(pieces).to_json_string())
+  vocab_file = tmp_path / "other_vocab.txt"  # As many WordPiece tokens: the sizes agree.
+  vocab_file.write_text("".join(token + "\n" for token in
+                                VOCAB + ["w%d" % i for i in range(pieces - len(VOCAB))]))
+  flags = [flag for flag in classifier_files
+           if not flag.startswith(("--vocab_file=", "--bert_config_file="))]
+  flags += ["--bert_config_file=%s" % config_file]
+  trained = run_script("run_classifier.py", "--do_train", "--train_batch_size=2",
+                       "--num_train_epochs=1", "--spm_model_file=" + spm_file,
+                       "--vocab_file=%s" % vocab_file, *flags)
+  assert trained.returncode == 0, trained.stderr[-2000:]
+  assert "--vocab_file=%s is not read: --spm_model_file=%s tokenizes instead" % (
+      vocab_file, spm_file) in trained.stderr
+  phases = json.loads((tmp_path / "out" / "training_settings.json").read_text())["phases"]
+  assert [phase["vocab"] for phase in phases.values()] == [tokenization.vocab_fingerprint(spm_file)]
+  result = run_script("run_classifier.py", "--do_predict", "--vocab_file=%s" % vocab_file, *flags)
+  assert_one_line_error(result, "run_classifier.py", "trained with other settings",
+                        "--vocab_file: recorded %s, now %s" % (
+                            tokenization.vocab_fingerprint(spm_file),
+                            tokenization.vocab_fingerprint(str(vocab_file))))
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+
+
 def test_a_run_s_model_is_its_best_checkpoint_with_the_run_s_companions(tmp_path):
   """A directory read as a checkpoint is the run's model: the best checkpoint it kept
   (`--keep_best_checkpoint`), not its last; that checkpoint's companions (config, label list,
