@@ -84,6 +84,13 @@ def _output_files() -> tuple:
       FLAGS.output_file, FLAGS.shard_index, FLAGS.num_shards)
 
 
+def check_input_paths() -> None:
+  """The validation pass after the output checks: the tokenizer's file, --vocab_file (required,
+  as the original) unless --spm_model_file tokenizes."""
+  if not FLAGS.spm_model_file:
+    cli.require("vocab_file", reason=" (or --spm_model_file)")
+
+
 def main(_):
   logging.set_verbosity(logging.INFO)
   num_workers = FLAGS.num_workers
@@ -124,5 +131,5 @@ if __name__ == "__main__":
   define_flags()
   flags.mark_flag_as_required("input_file")
   flags.mark_flag_as_required("output_file")
-  flags.mark_flag_as_required("vocab_file")
-  cli.run_script(main, outputs={"output_file": _output_files})
+  cli.run_script(main, check_input_paths=check_input_paths,
+                 outputs={"output_file": _output_files})

@@ -551,6 +551,19 @@ def test_sentencepiece_model_with_whole_word_masking(tmp_path):
              and not starts_word[original[row, follower]]):
         assert follower in masked, (row, position, follower)
         follower += 1
+  # The command line needs no --vocab_file with --spm_model_file (the model's pieces are the
+  # vocab), and writes the same records.
+  command = [sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
+             "--input_file=" + corpus, "--output_file=%s" % (tmp_path / "cli"),
+             "--spm_model_file=%s.model" % prefix, "--dupe_factor=2", "--do_whole_word_mask",
+             "--max_seq_length=64", "--max_predictions_per_seq=10"]
+  done = subprocess.run(command, capture_output=True, text=True, timeout=120)
+  assert done.returncode == 0, done.stderr[-2000:]
+  with open(summary["output_files"][0], "rb") as library, open(tmp_path / "cli", "rb") as cli:
+    assert cli.read() == library.read()
+  refused = subprocess.run(command[:4], capture_output=True, text=True, timeout=120)
+  assert refused.stderr.strip().splitlines()[-1] == (
+      "create_pretraining_data.py: error: --vocab_file is required (or --spm_model_file)")
 
 
 def test_beam_runner_without_apache_beam_says_what_to_install(tmp_path):
