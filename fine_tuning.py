@@ -13,6 +13,7 @@ restore the newest checkpoint of `--output_dir` (else `--init_checkpoint`); eval
 
 import abc
 import dataclasses
+import hashlib
 import os
 from typing import Callable, Mapping, Optional, Sequence
 
@@ -23,6 +24,7 @@ import tensorflow as tf
 import checkpoints
 import evaluation
 import export
+import feature_cache
 import length_buckets
 import tfrecord_files
 import training_loop
@@ -177,6 +179,15 @@ def _with_task_settings(config: training_loop.TrainConfig,
   return dataclasses.replace(config, model_settings=settings)
 
 
+def _features_digest(feature_files: Sequence[str]) -> str:
+  """`sha256:` of the training features' bytes (the cached records): a run records it, and a
+  resume on other training data (an edited train file) is refused as a changed setting."""
+  digest = hashlib.sha256()
+  for path in feature_files:
+    digest.update(feature_cache.file_sha256(path).encode("ascii"))
+  return "sha256:" + digest.hexdigest()[:16]
+
+
 def _check_recorded_runs_of_model(config: training_loop.TrainConfig) -> None:
   """Without training, the model used is output_dir's newest checkpoint, else `init_checkpoint`
   as it is: the run that trained it must have recorded the settings and output names this task
@@ -212,6 +223,8 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   if do_train:
     data = task.train_data()
     config = _with_task_settings(config, task)  # Known once the training data is read.
+    config = dataclasses.replace(config, model_settings=dict(
+        config.model_settings, train_features=_features_digest(data.feature_files)))
     logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
     with tfrecord_files.naming_corrupt_records(list(data.feature_files),

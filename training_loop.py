@@ -698,10 +698,10 @@ _IMPLIED_SETTINGS = {"lr_schedule": "original", "gradient_accumulation_steps": 1
                      "pack_sequences": False}
 # Settings recorded only by later versions that a record without them leaves unchecked, and that
 # a script without them (run_pretraining has no --task_name) does not compare.
-_UNCHECKED_WHEN_UNRECORDED = ("task", "vocab", "output_names", "do_lower_case", "task_name",
-                              "multi_label", "version_2_with_negative", "bucket_by_length",
-                              "group_by_length", "dynamic_masking", "masked_lm_prob",
-                              "do_whole_word_mask")
+_UNCHECKED_WHEN_UNRECORDED = ("task", "train_features", "vocab", "output_names", "do_lower_case",
+                              "task_name", "multi_label", "version_2_with_negative",
+                              "bucket_by_length", "group_by_length", "dynamic_masking",
+                              "masked_lm_prob", "do_whole_word_mask")
 # Model settings that evaluation, prediction and export may change: they do not change what the
 # trained model computes (texts are cut at another length; dropout is off; the initializer is
 # not used; batches are composed as evaluation composes them).
@@ -714,7 +714,8 @@ _SETTINGS_FREE_AT_INFERENCE = ("max_seq_length", "bert_config.hidden_dropout_pro
 _SETTING_FLAGS = {"bert_config": "bert_config_file", "vocab": "vocab_file"}
 # What names a model setting that no flag sets.
 _SETTING_FILES = {"output_names": "the label list (label_list.txt or tag_list.txt)",
-                  "task": "the task (what the run's script trains)"}
+                  "task": "the task (what the run's script trains)",
+                  "train_features": "the training data (the train file's features)"}
 
 
 def _recorded_settings(config: TrainConfig) -> dict:

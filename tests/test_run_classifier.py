@@ -234,6 +234,17 @@ def test_a_crashed_run_resumes_to_the_uninterrupted_weights_bit_for_bit(generic_
   monkeypatch.undo()
   output_dir = flag_values["output_dir"]
   assert tf.train.latest_checkpoint(output_dir) == os.path.join(output_dir, "model.ckpt-5")
+  # Resumed on an edited train file, the run would end trained on two datasets: refused.
+  train_file = os.path.join(flag_values["data_dir"], "train.tsv")
+  with open(train_file, encoding="utf-8") as f:
+    rows = f.read()
+  with open(train_file, "w", encoding="utf-8") as f:
+    f.write(rows.replace("\tpos\n", "\tneg\n", 1))
+  with pytest.raises(errors.TrainingError,
+                     match=r"the training data \(the train file's features\): recorded sha256:"):
+    run(do_train=True, verbosity=0, **flag_values)
+  with open(train_file, "w", encoding="utf-8") as f:
+    f.write(rows)
   with caplog.at_level("INFO"):
     run(do_train=True, verbosity=0, **flag_values)
   assert "holds a run trained without packing: going on without it" in caplog.text
