@@ -172,10 +172,29 @@ def resolve_checkpoint_path(checkpoint_path: str) -> str:
     indexes = tf.io.gfile.glob(os.path.join(checkpoint_path, "*.index"))
     if len(indexes) == 1:
       return indexes[0][:-len(".index")]
+    other_format = _other_model_format(checkpoint_path)
+    if other_format:
+      raise CheckpointError("directory %s holds %s, not a checkpoint of Google's format: convert "
+                            "it with convert_checkpoint.py %s=%s" %
+                            (checkpoint_path, other_format[0], other_format[1], checkpoint_path))
     raise CheckpointError("directory %s has no `checkpoint` file and %d *.index files: pass the "
                           "checkpoint prefix (e.g. %s/bert_model.ckpt)" %
                           (checkpoint_path, len(indexes), checkpoint_path))
   return _existing(checkpoint_path, "")
+
+
+# Models of other libraries a directory may hold instead of a checkpoint: (a file that marks
+# one, what it is, the flag of convert_checkpoint.py that reads it).
+_OTHER_MODEL_FORMATS = (("model.safetensors", "a Hugging Face model", "--hf_model_path"),
+                        ("pytorch_model.bin", "a Hugging Face model", "--hf_model_path"),
+                        ("model.weights.h5", "a KerasHub preset", "--keras_hub_preset"),
+                        ("saved_model.pb", "a SavedModel", "--tf_hub_model_path"))
+
+
+def _other_model_format(directory: str) -> Optional[tuple]:
+  """(what, convert_checkpoint's flag) of the other library's model `directory` holds, or None."""
+  return next(((what, flag) for name, what, flag in _OTHER_MODEL_FORMATS
+               if tf.io.gfile.exists(os.path.join(directory, name))), None)
 
 
 def checkpoint_directory(checkpoint_path: str) -> str:

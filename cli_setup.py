@@ -294,7 +294,9 @@ def check_input_paths() -> None:
     _check_vocab_fits_model(bert_config())
   for name in ("init_checkpoint", "model_garden_checkpoint"):
     if cli.flag_value(name):
-      checkpoints.resolve_checkpoint_path(cli.flag_value(name))
+      prefix = checkpoints.resolve_checkpoint_path(cli.flag_value(name))
+      if name == "init_checkpoint":  # Model Garden's are object-based; it converts them.
+        checkpoints.check_name_based(checkpoints.open_checkpoint(prefix), prefix)
   for name in ("input_file", "phase2_input_file"):
     if cli.flag_value(name):
       file_patterns.expand(cli.flag_value(name), "--" + name)

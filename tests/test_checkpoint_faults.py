@@ -246,3 +246,42 @@ def test_init_checkpoint_without_the_task_head_is_fine(reference, tmp_path, capl
   assert sorted(report.missing) == ["output_bias", "output_weights"]
   assert "2 model variables not in the checkpoint (left at their initial values): output_bias, " \
          "output_weights" in warnings_text(caplog)
+
+
+@pytest.mark.parametrize("marker, what, flag", [
+    ("model.safetensors", "a Hugging Face model", "--hf_model_path"),
+    ("pytorch_model.bin", "a Hugging Face model", "--hf_model_path"),
+    ("model.weights.h5", "a KerasHub preset", "--keras_hub_preset"),
+    ("saved_model.pb", "a SavedModel", "--tf_hub_model_path")])
+def test_init_checkpoint_of_another_library_s_model_says_how_to_convert_it(tmp_path, marker, what,
+                                                                            flag):
+  (tmp_path / "config.json").write_text("{}")
+  (tmp_path / marker).write_bytes(b"weights")
+  with pytest.raises(checkpoints.CheckpointError, match=re.escape(
+      "directory %s holds %s, not a checkpoint of Google's format: convert it with "
+      "convert_checkpoint.py %s=%s" % (tmp_path, what, flag, tmp_path))):
+    checkpoints.resolve_checkpoint_path(str(tmp_path))
+
+
+def test_an_object_based_init_checkpoint_is_refused_before_anything_is_written(tmp_path):
+  """tf.train.Checkpoint's keys are object paths (Model Garden's checkpoints): no variable would
+  load. Refused in the validation pass; before, after the label list and the training cache were
+  written into the new output_dir."""
+  import modeling  # pylint: disable=g-import-not-at-top
+  from conftest import write_model_files  # pylint: disable=g-import-not-at-top
+  config_file, vocab_file = write_model_files(str(tmp_path), modeling.BertConfig(
+      vocab_size=6, hidden_size=8, num_hidden_layers=1, num_attention_heads=2,
+      intermediate_size=16), ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "a"])
+  prefix = tf.train.Checkpoint(kernel=tf.Variable([1.0])).write(str(tmp_path / "garden" / "ckpt"))
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "train.tsv").write_text("text_a\tlabel\na\tx\na\ty\n")
+  run = subprocess.run(
+      [sys.executable, "run_classifier.py", "--task_name=generic", "--do_train",
+       "--data_dir=%s" % (tmp_path / "data"), "--vocab_file=" + vocab_file,
+       "--bert_config_file=" + config_file, "--init_checkpoint=" + prefix,
+       "--output_dir=%s" % (tmp_path / "out")], cwd=os.path.dirname(os.path.dirname(
+           os.path.abspath(__file__))), capture_output=True, text=True, timeout=300)
+  assert run.returncode == 1, run.stderr[-2000:]
+  assert run.stderr.strip().splitlines()[-1].startswith(
+      "run_classifier.py: error: checkpoint %s is object-based" % prefix)
+  assert not (tmp_path / "out").exists()
