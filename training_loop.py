@@ -778,15 +778,14 @@ def check_model_settings_of_recorded_run(run_dir: str, model_settings: Mapping[s
   token, another casing gives other tokens, another config (fewer layers, other heads or
   activation) another network, another task other inputs, and a reordered label list names
   outputs after other labels. Settings a record lacks (older versions), settings
-  `model_settings` lacks and those of _SETTINGS_FREE_AT_INFERENCE are not compared; another
-  number of output names is the checkpoint head's error. `what` names the directory's setting."""
+  `model_settings` lacks and those of _SETTINGS_FREE_AT_INFERENCE are not compared (a tag list
+  that lost or gained a tag is a difference too, named as the label list). `what` names the
+  directory's setting."""
   phases = _read_settings(os.path.join(run_dir, SETTINGS_FILE))
   if not phases:
     return
   recorded = _flatten(phases[max(phases, key=int)])
   current = _flatten(model_settings)
-  if len(recorded.get("output_names", [])) != len(current.get("output_names", [])):
-    recorded.pop("output_names", None)
   differences = [_difference(key, recorded, current, False)
                  for key in sorted(set(recorded) & set(current))
                  if key not in _SETTINGS_FREE_AT_INFERENCE and recorded[key] != current[key]]

@@ -250,6 +250,11 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                         "the label list (label_list.txt or tag_list.txt): recorded [neg, pos], "
                         "now [pos, neg]")
   assert not (tmp_path / "out" / "test_results.tsv").exists()
+  label_list.write_text("neg\npos\nmid\n")  # A label more: named as well, not as a head's shape.
+  result = run_script("run_classifier.py", "--do_predict", *classifier_files)
+  assert_one_line_error(result, "run_classifier.py",
+                        "the label list (label_list.txt or tag_list.txt): recorded [neg, pos], "
+                        "now [neg, pos, mid]")
   label_list.write_text("neg\npos\n")
   (tmp_path / "sst").mkdir()
   (tmp_path / "sst" / "test.tsv").write_text("index\tsentence\n0\tthe dog ran\n")
