@@ -12,7 +12,7 @@ import os
 import re
 import string
 import time
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from absl import logging
 import keras
@@ -246,17 +246,20 @@ def compute_predictions(examples: Sequence[squad_data.SquadExample],
 
 
 def write_predictions(output_dir: str, predictions: dict[str, str], nbest: dict[str, list[dict]],
-                      null_odds: dict[str, float] | None = None) -> None:
-  """Writes predictions.json, nbest_predictions.json and (v2.0) null_odds.json to output_dir.
-  Only the chief writes."""
-  if not distribution.is_chief():
-    return
+                      null_odds: dict[str, float] | None = None,
+                      metrics: Optional[Mapping[str, float]] = None) -> None:
+  """Writes predictions.json, nbest_predictions.json, (v2.0) null_odds.json and (with `metrics`)
+  eval_results.txt to output_dir, as one unit: a reader never pairs new predictions with old odds
+  or scores. Only the chief writes."""
   files = [("predictions.json", predictions), ("nbest_predictions.json", nbest)]
   if null_odds is not None:
     files.append(("null_odds.json", null_odds))
   texts = {os.path.join(output_dir, name): json.dumps(content, indent=4) + "\n"
            for name, content in files}
-  atomic_files.write_texts(texts)  # One unit: a reader never pairs new predictions, old odds.
+  if metrics is not None:
+    training_loop.write_eval_results(os.path.join(output_dir, "eval_results.txt"), metrics, texts)
+  elif distribution.is_chief():
+    atomic_files.write_texts(texts)
   logging.info("Wrote %s", ", ".join(texts))
 
 
@@ -553,21 +556,18 @@ class SquadTask(fine_tuning.Task):
         examples, features, results, options.n_best_size, options.max_answer_length,
         self.tokenizer.do_lower_case, options.version_2_with_negative,
         options.null_score_diff_threshold, options.verbose_logging)
-    if write_files:
-      write_predictions(self.output_dir, predictions, nbest,
-                        null_odds if options.version_2_with_negative else None)
+    metrics = None
     if not squad_data.has_gold_answers(data, options.version_2_with_negative):
       logging.info("%s has no answers: no evaluation", self.predict_file)
-      return predictions, None
-    if options.version_2_with_negative:
+    elif options.version_2_with_negative:
       # The null odds at the same threshold as the predictions: the scores of the predictions
       # as written (the official script with --na-prob-file and --na-prob-thresh=threshold).
       metrics = evaluate_v2(data, predictions, null_odds, options.null_score_diff_threshold)
     else:
       metrics = evaluate_v1(data, predictions)
     if write_files:
-      training_loop.write_eval_results(os.path.join(self.output_dir, "eval_results.txt"),
-                                       metrics)
+      write_predictions(self.output_dir, predictions, nbest,
+                        null_odds if options.version_2_with_negative else None, metrics)
     return predictions, metrics
 
   def serving_module(self, model) -> "squad_serving.SquadServingModule":

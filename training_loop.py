@@ -880,14 +880,16 @@ def _write_summaries(writer, step, metrics, learning_rate, examples_per_second) 
       tf.summary.write(name, tf.constant(value, tf.float32), metadata=_SCALAR_METADATA)
 
 
-def write_eval_results(path: str, results: Mapping[str, Any]) -> None:
-  """Writes `key = value` lines in sorted key order, as the original's eval_results.txt. Only the
-  chief writes; every process logs them."""
+def write_eval_results(path: str, results: Mapping[str, Any],
+                       scored_files: Optional[Mapping[str, str]] = None) -> None:
+  """Writes `key = value` lines in sorted key order, as the original's eval_results.txt, with the
+  files they score ({path: text}, e.g. SQuAD's predictions) as one unit
+  (`atomic_files.write_texts`). Only the chief writes; every process logs them."""
   tf.io.gfile.makedirs(os.path.dirname(path) or ".")
   logging.info("***** Eval results *****")
   for key in sorted(results):
     logging.info("  %s = %s", key, results[key])
   if not distribution.is_chief():
     return
-  atomic_files.write_text(path, "".join("%s = %s\n" % (key, results[key])
-                                        for key in sorted(results)))
+  atomic_files.write_texts(dict(scored_files or {}, **{path: "".join(
+      "%s = %s\n" % (key, results[key]) for key in sorted(results))}))

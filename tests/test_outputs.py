@@ -727,24 +727,28 @@ def test_an_export_dir_must_hold_only_versions(files, tmp_path):
 
 def test_files_written_together_replace_the_old_set_only_once_all_are_complete(tmp_path,
                                                                                monkeypatch):
-  """SQuAD's predictions.json, nbest_predictions.json and null_odds.json belong together: a disk
-  that fills while the last is written leaves all three old ones (before, the new predictions
-  stood beside the old null odds)."""
+  """SQuAD's predictions.json, nbest_predictions.json, null_odds.json and the eval_results.txt
+  that scores them belong together: a disk that fills while the last is written leaves all the
+  old ones (before, new predictions stood beside the old null odds and scores)."""
   names = ("predictions.json", "nbest_predictions.json", "null_odds.json")
-  squad.write_predictions(str(tmp_path), {"q": "old"}, {"q": []}, {"q": 1.0})
+  squad.write_predictions(str(tmp_path), {"q": "old"}, {"q": []}, {"q": 1.0}, {"f1": 10.0})
   before = _tree(tmp_path)
   real_open = builtins.open
 
   def open_until_the_disk_is_full(path, mode="r", *args, **kwargs):
-    if "w" in mode and os.path.basename(str(path)).startswith(".null_odds.json.tmp"):
+    if "w" in mode and os.path.basename(str(path)).startswith(".eval_results.txt.tmp"):
       raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
     return real_open(path, mode, *args, **kwargs)
 
   monkeypatch.setattr(builtins, "open", open_until_the_disk_is_full)
-  with pytest.raises(OSError, match="while writing %s" % (tmp_path / "null_odds.json")):
-    squad.write_predictions(str(tmp_path), {"q": "new"}, {"q": [{"text": "new"}]}, {"q": -1.0})
+  with pytest.raises(OSError, match="while writing %s" % (tmp_path / "eval_results.txt")):
+    squad.write_predictions(str(tmp_path), {"q": "new"}, {"q": [{"text": "new"}]}, {"q": -1.0},
+                            {"f1": 90.0})
   monkeypatch.undo()
-  assert _tree(tmp_path) == before and sorted(os.listdir(tmp_path)) == sorted(names)
-  squad.write_predictions(str(tmp_path), {"q": "new"}, {"q": [{"text": "new"}]}, {"q": -1.0})
+  assert _tree(tmp_path) == before
+  assert sorted(os.listdir(tmp_path)) == sorted(names + ("eval_results.txt",))
+  squad.write_predictions(str(tmp_path), {"q": "new"}, {"q": [{"text": "new"}]}, {"q": -1.0},
+                          {"f1": 90.0})
   assert [json.loads((tmp_path / name).read_text())["q"] for name in names] == [
       "new", [{"text": "new"}], -1.0]
+  assert (tmp_path / "eval_results.txt").read_text() == "f1 = 90.0\n"
