@@ -137,7 +137,18 @@ def tokenizer() -> tokenization.FullTokenizer:
                     FLAGS.vocab_file, FLAGS.spm_model_file)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
   _check_tokenizer_of_converted_model()
-  return tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case, FLAGS.spm_model_file)
+  full_tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
+                                              FLAGS.spm_model_file)
+  if not FLAGS.spm_model_file:
+    _warn_of_casing_mismatch(full_tokenizer.vocab, FLAGS.vocab_file)
+  return full_tokenizer
+
+
+def _warn_of_casing_mismatch(vocab, vocab_file: str) -> None:
+  """A WARNING when --do_lower_case contradicts the vocab's casing (`casing_mismatch`)."""
+  mismatch = tokenization.casing_mismatch(vocab, FLAGS.do_lower_case)
+  if mismatch:
+    logging.warning("%s (--vocab_file=%s)", mismatch, vocab_file)
 
 
 def _directory_of_init_checkpoint() -> str:

@@ -23,6 +23,7 @@ import cli
 import errors
 import pretraining_data
 import pretraining_instances
+import tokenization
 
 FLAGS = flags.FLAGS
 
@@ -118,6 +119,11 @@ def main(_):
                     "1/%d share of the corpus); run the command with --shard_index=%s for the "
                     "rest, or --runner=beam for all of them in one job",
                     FLAGS.num_shards, FLAGS.num_shards, others)
+  if not FLAGS.spm_model_file:
+    mismatch = tokenization.casing_mismatch(tokenization.load_vocab(FLAGS.vocab_file),
+                                            FLAGS.do_lower_case)
+    if mismatch:
+      logging.warning("%s (--vocab_file=%s)", mismatch, FLAGS.vocab_file)
   if FLAGS.runner == "beam":
     summary = _run_beam(config)
   else:

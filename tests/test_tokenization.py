@@ -384,3 +384,15 @@ def test_sentencepiece_pieces_ids_and_lower_case(spm_model):
     assert ids[row, :lengths[row]].tolist() == lower.tokenize_to_ids(text)
   with pytest.raises(ValueError, match="does not exist"):
     tokenization.FullTokenizer(None, spm_model_file=spm_model + ".missing")
+
+
+def test_a_casing_that_contradicts_the_vocab_is_named():
+  uncased = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "##s", "paris", "1"]
+  cased = uncased + ["Word%d" % i for i in range(101)]
+  assert tokenization.casing_mismatch(uncased, do_lower_case=True) is None
+  assert "has no upper-case piece" in tokenization.casing_mismatch(uncased, do_lower_case=False)
+  assert tokenization.casing_mismatch(cased, do_lower_case=False) is None
+  assert "the vocab is cased (101 pieces" in tokenization.casing_mismatch(cased, True)
+  # Without letters (digits, CJK characters) there is no casing to contradict.
+  assert tokenization.casing_mismatch(["[CLS]", "1", "中", "##国"], do_lower_case=False) is None
+  assert tokenization.casing_mismatch(cased[:20], do_lower_case=True) is None  # A few names.
