@@ -19,7 +19,7 @@ import os
 import posixpath
 import re
 import struct
-from typing import Callable, Dict, Iterator, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, Mapping, Optional, Tuple
 
 from absl import logging
 import h5py
@@ -815,6 +815,33 @@ def write_keras_weights(path: str, weights: Mapping[str, np.ndarray]) -> None:
     with h5py.File(temporary, "w") as f:
       for name, value in sorted(weights.items()):
         f.create_dataset(name, data=np.ascontiguousarray(value, dtype=np.float32))
+
+
+def check_tokenizer_settings(settings: Mapping[str, Any], names: Mapping[str, str], source: str,
+                             accents_by_default: bool = False) -> None:
+  """Raises ConversionError where another library's tokenizer settings tokenize otherwise than
+  Google's FullTokenizer, which strips accents exactly when it lower-cases and always splits CJK
+  characters into words of their own: a converted model would read other tokens than its source.
+  `names` maps "lowercase", "strip_accents" and "chinese_chars" to the settings' keys (an absent
+  key is that library's default). With `accents_by_default` (KerasHub, whose BertTokenizer keeps
+  accents unless told, also in its presets of Google's uncased BERT) other accent handling is a
+  WARNING: the converted model reads texts as Google's BERT was trained to."""
+  lowercase = settings.get(names["lowercase"])
+  strip_accents = settings.get(names["strip_accents"], False if accents_by_default else None)
+  if strip_accents is not None and lowercase is not None and bool(strip_accents) != bool(lowercase):
+    message = ("%s: %s is %s with %s %s, which Google's tokenizer cannot reproduce (it strips "
+               "accents exactly when it lower-cases): the converted model reads texts with "
+               "accents as other tokens" % (source, names["strip_accents"],
+                                            json.dumps(strip_accents), names["lowercase"],
+                                            json.dumps(lowercase)))
+    if not accents_by_default:
+      raise ConversionError(message)
+    logging.warning("%s, as Google's BERT does", message)
+  if settings.get(names["chinese_chars"]) is False:
+    raise ConversionError(
+        "%s: %s is false, which Google's tokenizer cannot reproduce (it makes every CJK "
+        "character a word): the converted model would read other tokens" % (
+            source, names["chinese_chars"]))
 
 
 def text_if_exists(path: str) -> Optional[str]:

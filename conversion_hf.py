@@ -90,14 +90,39 @@ def hf_tokenizer_config(config: modeling.BertConfig, do_lower_case: Optional[boo
           "model_max_length": config.max_position_embeddings}
 
 
+# FullTokenizer's settings under the names of transformers' tokenizer_config.json and of the
+# BertNormalizer of its tokenizer.json (`conversion.check_tokenizer_settings`).
+_TOKENIZER_CONFIG_NAMES = {"lowercase": "do_lower_case", "strip_accents": "strip_accents",
+                           "chinese_chars": "tokenize_chinese_chars"}
+_NORMALIZER_NAMES = {"lowercase": "lowercase", "strip_accents": "strip_accents",
+                     "chinese_chars": "handle_chinese_chars"}
+
+
 def hf_vocab(model_dir: str) -> Optional[str]:
-  """The text of a Hugging Face model's vocab.txt, else the WordPiece vocab of its tokenizer.json
-  (all transformers 5 saves) as such a text; None without either."""
+  """The text of a Hugging Face model's vocab: its vocab.txt and the WordPiece vocab of its
+  tokenizer.json (all transformers 5 saves; what AutoTokenizer reads), which must hold the same
+  tokens where both are there; None without either."""
   vocab = conversion.text_if_exists(os.path.join(model_dir, conversion.VOCAB_NAME))
   tokenizer_path = os.path.join(model_dir, conversion.HF_TOKENIZER_NAME)
-  if vocab is not None or not tf.io.gfile.exists(tokenizer_path):
+  if not tf.io.gfile.exists(tokenizer_path):
     return vocab
+  tokenizer_vocab = _tokenizer_json_vocab(tokenizer_path)
+  if vocab is not None and vocab.splitlines() != tokenizer_vocab.splitlines():
+    raise conversion.ConversionError(
+        "%s and %s hold different vocabs (transformers' AutoTokenizer reads the second): make "
+        "them the same, or remove the one the model was not trained with" % (
+            os.path.join(model_dir, conversion.VOCAB_NAME), tokenizer_path))
+  return vocab if vocab is not None else tokenizer_vocab
+
+
+def _tokenizer_json_vocab(tokenizer_path: str) -> str:
+  """The WordPiece vocab of a tokenizer.json as a vocab.txt's text, after checking its
+  normalizer's settings against FullTokenizer's."""
   tokenizer = conversion.read_json(tokenizer_path)
+  normalizer = tokenizer.get("normalizer") if isinstance(tokenizer, dict) else None
+  if isinstance(normalizer, dict) and normalizer.get("type") == "BertNormalizer":
+    conversion.check_tokenizer_settings(normalizer, _NORMALIZER_NAMES,
+                                        tokenizer_path + " (its normalizer)")
   wordpiece = tokenizer.get("model") if isinstance(tokenizer, dict) else None
   if not (isinstance(wordpiece, dict) and wordpiece.get("type") == "WordPiece" and
           isinstance(wordpiece.get("vocab"), dict)):
@@ -125,6 +150,8 @@ def read_hf_model(hf_model_path: str) -> conversion.ConvertedModel:
   model_dir = os.path.dirname(config_path)
   tokenizer_path = os.path.join(model_dir, conversion.HF_TOKENIZER_CONFIG_NAME)
   tokenizer = conversion.read_json(tokenizer_path) if tf.io.gfile.exists(tokenizer_path) else {}
+  if isinstance(tokenizer, dict):
+    conversion.check_tokenizer_settings(tokenizer, _TOKENIZER_CONFIG_NAMES, tokenizer_path)
   model = conversion.ConvertedModel(config, tensors, architecture, source, labels, problem_type,
                                     labels_source="the id2label of " + config_path,
                                     vocab=hf_vocab(model_dir),

@@ -116,6 +116,10 @@ def read_keras_hub_preset(preset: str) -> conversion.ConvertedModel:
   tokenizer_path = os.path.join(preset, conversion.KERAS_HUB_TOKENIZER_NAME)
   tokenizer = (_check_keras_hub_class(conversion.read_json(tokenizer_path), "BertTokenizer",
                                       tokenizer_path) if tf.io.gfile.exists(tokenizer_path) else {})
+  conversion.check_tokenizer_settings(tokenizer, {"lowercase": "lowercase",
+                                                  "strip_accents": "strip_accents",
+                                                  "chinese_chars": "split_on_cjk"},
+                                      tokenizer_path, accents_by_default=True)
   model = conversion.ConvertedModel(
       config,
       tensors,

@@ -323,3 +323,40 @@ def test_output_dir_that_cannot_be_written_is_named(tmp_path):
   with pytest.raises(conversion.ConversionError,
                      match=r"^cannot write the converted model to %s/out \(\w+Error: " % blocked):
     model_conversion.convert_hf_to_google(model, str(blocked / "out"))
+
+
+def test_a_hugging_face_tokenizer_google_s_cannot_reproduce_is_refused(tmp_path):
+  """transformers' own tokenizer files (save_pretrained): keeping accents while lower-casing, or
+  not splitting CJK characters, tokenizes otherwise than FullTokenizer, and a tokenizer.json
+  whose vocab is not vocab.txt's would give other ids than AutoTokenizer; each is refused rather
+  than converted into a model that reads other tokens. The defaults convert."""
+  import transformers  # pylint: disable=g-import-not-at-top
+  tokens = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + ["tok%d" % i for i in range(
+      HF_CONFIG["vocab_size"] - 5)]
+  (tmp_path / "vocab.txt").write_text("".join(token + "\n" for token in tokens))
+  hf = _random_hf_tensors("bert.", with_heads=False)
+  cases = {"default": {}, "accents": {"strip_accents": False},
+           "cjk": {"tokenize_chinese_chars": False}}
+  for name, settings in cases.items():
+    directory = _write_hf_model(tmp_path / name, hf)
+    os.remove(os.path.join(directory, "vocab.txt"))  # transformers 5 saves tokenizer.json only.
+    transformers.BertTokenizerFast(str(tmp_path / "vocab.txt"), do_lower_case=True,
+                                   **settings).save_pretrained(directory)
+  model_conversion.convert_hf_to_google(str(tmp_path / "default"), str(tmp_path / "ok"))
+  with pytest.raises(conversion.ConversionError, match="strip_accents is false with do_lower_case "
+                     "true, which Google's tokenizer cannot reproduce"):
+    model_conversion.convert_hf_to_google(str(tmp_path / "accents"), str(tmp_path / "out1"))
+  with pytest.raises(conversion.ConversionError, match="tokenize_chinese_chars is false"):
+    model_conversion.convert_hf_to_google(str(tmp_path / "cjk"), str(tmp_path / "out2"))
+  # A vocab.txt beside it that is not its vocab (two ids swapped): AutoTokenizer reads the json.
+  swapped = tokens[:5] + [tokens[6], tokens[5]] + tokens[7:]
+  (tmp_path / "default" / "vocab.txt").write_text("".join(t + "\n" for t in swapped))
+  with pytest.raises(conversion.ConversionError, match="hold different vocabs"):
+    model_conversion.convert_hf_to_google(str(tmp_path / "default"), str(tmp_path / "out3"))
+  assert not any((tmp_path / name).exists() for name in ("out1", "out2", "out3"))
+  # KerasHub's BertTokenizer names the same settings its own way.
+  with pytest.raises(conversion.ConversionError, match="strip_accents is true with lowercase false"):
+    conversion.check_tokenizer_settings(
+        {"lowercase": False, "strip_accents": True},
+        {"lowercase": "lowercase", "strip_accents": "strip_accents",
+         "chinese_chars": "split_on_cjk"}, "tokenizer.json")
