@@ -44,6 +44,9 @@ _TEMPORARY_MARK = ".tmp-"
 _TEMPORARY_TAIL = re.compile(r"^(?P<host>.+)-(?P<pid>\d+)(?P<suffix>\D.*)?$")
 _DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 _ASIDE_SUFFIX = ".old"  # An old directory moved aside while a new one takes its name.
+# `.<name>.publish-<host>-<pid>`: beside each output of a unit being renamed into place, the
+# unit's list of renames (`publish_together`).
+_PUBLISH_MARK = ".publish-"
 LOCK_FILE_NAME = ".lock"  # An output directory's writer (`OutputDirLock`).
 
 # What an output names (`check_run_paths`): a file or a directory written whole (replacing what
@@ -216,6 +219,7 @@ def remove_stale_temporaries(path: str) -> list:
   Temporaries of live processes (another job writing the same output) and of other hosts are kept.
   An old directory its dead writer had moved aside, with nothing yet at `path`, is moved back.
   """
+  recover_interrupted_publish(path)  # First: its temporaries are a unit's, not stale.
   directory, name = os.path.split(path.rstrip("/"))
   start = ".%s%s" % (name, _TEMPORARY_MARK)
   try:
@@ -261,12 +265,15 @@ class DiskFullError(OSError):
 
 
 @contextlib.contextmanager
-def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
+def atomic_output(path: str, named: Optional[str] = None,
+                  deferred: Optional[list] = None) -> Iterator[str]:
   """Yields the temporary path to write `path` (a file, directory or checkpoint prefix) under.
 
   The directory must exist. Stale temporaries of `path` are deleted first. When the block ends
-  normally the temporary (and any `<temporary>.<suffix>` files) is renamed to `path` (+ suffix);
-  when it raises, everything written is deleted and the exception propagates. A full disk in the
+  normally the temporary (and any `<temporary>.<suffix>` files) is renamed to `path` (+ suffix),
+  or with `deferred` its (temporary, path) renames are added to that list, for
+  `publish_together` to make with the other outputs of a unit; when it raises, everything
+  written is deleted and the exception propagates. A full disk in the
   block (an OSError, or TensorFlow's error for it) is raised as an OSError naming the output
   (`named`, else `path`), which the operating system's message does not. A local `path` that is a
   symlink is written where it points, as the shell's `>` writes through one (the link stays).
@@ -294,9 +301,98 @@ def atomic_output(path: str, named: Optional[str] = None) -> Iterator[str]:
     for suffix in parts:
       _remove(temporary + suffix)
     raise
-  for suffix in parts:
-    _rename(temporary + suffix, path.rstrip("/") + suffix)
+  renames = [(temporary + suffix, path.rstrip("/") + suffix) for suffix in parts]
+  if deferred is not None:
+    deferred.extend(renames)
+  else:
+    for source, target in renames:
+      _rename(source, target)
 
+
+@contextlib.contextmanager
+def atomic_outputs(paths: Sequence[str]) -> Iterator[list]:
+  """Yields the temporary paths to write the outputs of one unit under (e.g. the TFRecord
+  files of one create_pretraining_data run); when the block ends normally they are renamed into
+  place together (`publish_together`), else all are deleted. A full disk is named at the output
+  being written (`atomic_output`)."""
+  deferred = []
+  try:
+    with contextlib.ExitStack() as stack:
+      temporaries = [stack.enter_context(atomic_output(path, deferred=deferred))
+                     for path in paths]
+      yield temporaries
+  except BaseException:
+    for temporary, _ in deferred:
+      _remove(temporary)
+    raise
+  publish_together(deferred)
+
+
+def publish_together(renames: Sequence[Tuple[str, str]]) -> None:
+  """Renames complete temporaries to their outputs (`renames`: (temporary, output) pairs) as one
+  unit: local outputs that are more than one first get, each beside it, a journal of all the
+  renames (written whole by a rename of its own), and lose it when all are made. A writer killed
+  in between leaves the journals, from which the next writer or reader of any of the outputs
+  (`recover_interrupted_publish`) finishes the renames, or undoes a unit whose journals were not
+  all written (no rename had begun): never old outputs beside new ones."""
+  journals = []
+  if len(renames) > 1 and not any(file_patterns.is_remote(output) for _, output in renames):
+    record = json.dumps([list(pair) for pair in renames])
+    journals = [_journal_path(output) for _, output in renames]
+    for journal in journals:
+      with open(journal + ".part", "w", encoding="utf-8") as writer:
+        writer.write(record)
+      os.replace(journal + ".part", journal)
+  for temporary, output in renames:
+    _rename(temporary, output)
+  for journal in journals:
+    os.remove(journal)
+
+
+def _journal_path(output: str, writer: Optional[str] = None) -> str:
+  """`.<name>.publish-<host>-<pid>` beside `output`, of this process or of `writer`
+  (`<host>-<pid>`)."""
+  directory, name = os.path.split(output.rstrip("/"))
+  return os.path.join(directory, ".%s%s%s" % (
+      name, _PUBLISH_MARK, writer or "%s-%d" % (socket.gethostname(), os.getpid())))
+
+
+def recover_interrupted_publish(path: str) -> None:
+  """Finishes (or undoes) a unit of outputs holding `path` whose writer, a dead process of this
+  host, was killed while `publish_together` renamed them: with every journal of the unit there,
+  the renames may have begun, and the rest are made; with some missing (killed while writing
+  them), none had, and the temporaries are deleted. Either way its journals go."""
+  directory, name = os.path.split(path.rstrip("/"))
+  start = ".%s%s" % (name, _PUBLISH_MARK)
+  try:
+    entries = sorted(entry for entry in _list_dir(directory) if entry.startswith(start))
+  except (OSError, IOError):
+    return
+  for entry in entries:
+    writer = entry[len(start):]
+    match = _TEMPORARY_TAIL.match(writer)
+    if not match or match["host"] != socket.gethostname() or (
+        int(match["pid"]) == os.getpid() or _process_is_alive(int(match["pid"]))):
+      continue
+    journal = os.path.join(directory, entry)
+    if match["suffix"]:  # A journal being written when its writer died (`.part`).
+      os.remove(journal)
+      continue
+    with open(journal, encoding="utf-8") as reader:
+      renames = json.load(reader)
+    journals = [_journal_path(output, writer) for _, output in renames]
+    finish = all(os.path.lexists(other) for other in journals)
+    for temporary, output in renames:
+      if os.path.lexists(temporary) and finish:
+        _rename(temporary, output)
+      elif os.path.lexists(temporary):
+        _remove(temporary)
+    for other in journals:
+      if os.path.lexists(other):
+        os.remove(other)
+    logging.warning("%s the outputs %s, whose writer was killed while renaming them",
+                    "Finished renaming" if finish else "Removed the unrenamed",
+                    ", ".join(output for _, output in renames))
 
 def _written_path(path: str) -> str:
   """Where an output named `path` is written: a local symlink's target (as the shell's `>`
@@ -323,12 +419,10 @@ def write_text(path: str, text: str) -> None:
 
 def write_texts(texts: Mapping[str, str]) -> None:
   """Writes whole text files (UTF-8, {path: text}) that belong together, such as SQuAD's
-  predictions and their null odds: each is written complete under its temporary name first, and
-  only then are all renamed into place, one right after another, so a failure or a kill while
-  writing leaves every old file as it was."""
-  with contextlib.ExitStack() as stack:  # Leaving it renames the temporaries, all at the end.
-    for path, text in texts.items():
-      temporary = stack.enter_context(atomic_output(path))
+  predictions and their null odds, as one unit (`atomic_outputs`): a failure or a kill leaves
+  every old file or every new one."""
+  with atomic_outputs(list(texts)) as temporaries:
+    for (path, text), temporary in zip(texts.items(), temporaries):
       if file_patterns.is_remote(path):
         with _gfile().GFile(temporary, "w") as writer:
           writer.write(text)

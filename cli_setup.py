@@ -310,7 +310,8 @@ def check_input_paths() -> None:
         checkpoints.check_name_based(checkpoints.open_checkpoint(prefix), prefix)
   for name in ("input_file", "phase2_input_file"):
     if cli.flag_value(name):
-      file_patterns.expand(cli.flag_value(name), "--" + name)
+      for path in file_patterns.expand(cli.flag_value(name), "--" + name):
+        atomic_files.recover_interrupted_publish(path)  # Never half a unit of records.
   data_dir = cli.flag_value("data_dir")
   if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)

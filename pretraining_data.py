@@ -21,7 +21,6 @@ through the same `ChunkProcessor` as an Apache Beam pipeline.
 """
 
 import collections
-import contextlib
 import ctypes
 import dataclasses
 import io
@@ -519,8 +518,8 @@ def run(config: RunConfig) -> dict:
   counts = collections.Counter()
   progress = progress_log.Progress("Reading input", total_bytes, "MB",
                                    PROGRESS_INTERVAL_SECONDS, scale=1e6)
-  with contextlib.ExitStack() as stack:  # Each output is renamed to its name only when complete.
-    write_paths = [stack.enter_context(atomic_files.atomic_output(path)) for path in output_files]
+  # The outputs are renamed to their names only when all are complete, as one unit.
+  with atomic_files.atomic_outputs(output_files) as write_paths:
     writer = RoundRobinWriter(write_paths, output_files)
     try:
       _write_shard(config, processor, input_files, writer, counts, progress)

@@ -16,7 +16,7 @@ import collections
 import dataclasses
 import os
 import re
-from typing import Iterable, Optional, Sequence
+from typing import Iterable, Mapping, Optional, Sequence
 
 from absl import logging
 import keras
@@ -456,8 +456,10 @@ def evaluation_to_dict(evaluation: ConllEvaluation) -> dict[str, float]:
 
 
 def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
-                            predicted_tags: Sequence[Sequence[str]]) -> None:
-  """Writes `word gold_tag predicted_tag` lines, a blank line after each sentence.
+                            predicted_tags: Sequence[Sequence[str]],
+                            scored_files: Optional[Mapping[str, str]] = None) -> None:
+  """Writes `word gold_tag predicted_tag` lines, a blank line after each sentence, with the files
+  that score them ({path: text}: the conlleval report) as one unit (`atomic_files.write_texts`).
 
   This is the input format of conlleval itself. Sentences without gold tags get "O" as gold.
   """
@@ -467,7 +469,7 @@ def write_conll_predictions(path: str, sentences: Sequence[TaggedSentence],
     lines.extend("%s %s %s\n" % row for row in zip(sentence.words, gold, tags))
     lines.append("\n")
   if distribution.is_chief():
-    atomic_files.write_text(path, "".join(lines))
+    atomic_files.write_texts(dict(scored_files or {}, **{path: "".join(lines)}))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -795,12 +797,11 @@ class TaggingTask(fine_tuning.Task):
       loss = float(outputs["loss_sum"].sum() / max(outputs["loss_count"].sum(), 1.0))
     else:
       predicted, loss = [[] for _ in sentences], float("nan")
-    write_conll_predictions(os.path.join(self.output_dir, split + "_predictions.txt"),
-                            sentences, predicted)
     evaluation = conll_evaluate([s.tags for s in sentences], predicted)
     report = format_conlleval_report(evaluation)
-    if distribution.is_chief():
-      atomic_files.write_text(os.path.join(self.output_dir, split + "_conlleval.txt"), report)
+    write_conll_predictions(os.path.join(self.output_dir, split + "_predictions.txt"),
+                            sentences, predicted,
+                            {os.path.join(self.output_dir, split + "_conlleval.txt"): report})
     logging.info("%s (conlleval):\n%s", self._file_name(split), report)
     return evaluation, loss
 

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import safetensors.numpy
 
+import atomic_files
 import squad
 
 pytestmark = pytest.mark.slow
@@ -752,3 +753,52 @@ def test_files_written_together_replace_the_old_set_only_once_all_are_complete(t
   assert [json.loads((tmp_path / name).read_text())["q"] for name in names] == [
       "new", [{"text": "new"}], -1.0]
   assert (tmp_path / "eval_results.txt").read_text() == "f1 = 90.0\n"
+
+
+_KILLED_WRITER = r"""
+import os, sys
+import atomic_files
+paths, when = sys.argv[1:3], sys.argv[3]
+rename, replace = atomic_files._rename, os.replace
+def killed_after_the_first_rename(source, target):
+  rename(source, target)
+  os._exit(9)
+journals = []
+def killed_while_writing_the_journals(source, target):
+  journals.append(target)
+  if len(journals) == 2:  # The first journal is in place, the second not.
+    os._exit(9)
+  replace(source, target)
+if when == "renaming":
+  atomic_files._rename = killed_after_the_first_rename
+else:
+  os.replace = killed_while_writing_the_journals
+atomic_files.write_texts({path: "new " + os.path.basename(path) for path in paths})
+"""
+
+
+@pytest.mark.parametrize("when, expected", [("renaming", "new"), ("journaling", "old")])
+def test_a_unit_killed_between_its_renames_is_finished_or_undone(tmp_path, when, expected):
+  """Outputs of one unit (create_pretraining_data's TFRecord files, SQuAD's predictions and
+  scores) in two directories; their writer dies after the first rename (a new and an old file
+  side by side), or while writing the journals (before any rename). The next writer or reader of
+  either output finishes or undoes the unit: all new, or all old, and nothing hidden is left."""
+  (tmp_path / "x").mkdir()
+  (tmp_path / "y").mkdir()
+  paths = [str(tmp_path / "x" / "a.tfrecord"), str(tmp_path / "y" / "b.tfrecord")]
+  for path in paths:
+    with open(path, "w") as f:
+      f.write("old " + os.path.basename(path))
+  killed = subprocess.run([sys.executable, "-c", _KILLED_WRITER, *paths, when], cwd=REPO,
+                          env=dict(os.environ, PYTHONPATH=REPO), capture_output=True, text=True)
+  assert killed.returncode == 9, killed.stderr[-2000:]
+  hidden = sorted(name for directory in ("x", "y") for name in os.listdir(tmp_path / directory)
+                  if name.startswith("."))
+  assert hidden, "the kill left no journal or temporary: nothing was tested"
+  for path in paths:  # As a reader of the files does (run_pretraining's input check).
+    atomic_files.recover_interrupted_publish(path)
+  for path in paths:
+    with open(path) as f:
+      assert f.read() == "%s %s" % (expected, os.path.basename(path))
+  assert not [name for directory in ("x", "y") for name in os.listdir(tmp_path / directory)
+              if name.startswith(".")]
