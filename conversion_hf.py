@@ -98,6 +98,20 @@ _NORMALIZER_NAMES = {"lowercase": "lowercase", "strip_accents": "strip_accents",
                      "chinese_chars": "handle_chinese_chars"}
 
 
+# transformers' BERT tokenizers make a word of more characters one [UNK] (not configurable in
+# its files); FullTokenizer splits words up to tokenization.MAX_INPUT_CHARS_PER_WORD.
+HF_MAX_INPUT_CHARS_PER_WORD = 100
+
+
+def warn_of_long_words(direction: str) -> None:
+  """The one tokenizer difference a conversion cannot carry, said where a tokenizer crosses."""
+  logging.warning(
+      "%s: transformers' BERT tokenizer makes a word of more than %d characters one [UNK], "
+      "where Google's FullTokenizer splits words of up to %d into pieces; texts with such words "
+      "(hashes, URLs) tokenize differently", direction, HF_MAX_INPUT_CHARS_PER_WORD,
+      tokenization.MAX_INPUT_CHARS_PER_WORD)
+
+
 def hf_vocab(model_dir: str) -> Optional[str]:
   """The text of a Hugging Face model's vocab: its vocab.txt and the WordPiece vocab of its
   tokenizer.json (all transformers 5 saves; what AutoTokenizer reads), which must hold the same
@@ -158,6 +172,8 @@ def read_hf_model(hf_model_path: str) -> conversion.ConvertedModel:
                                     do_lower_case=(tokenizer.get("do_lower_case")
                                                    if isinstance(tokenizer, dict) else None))
   conversion.check_model(model, source_names)
+  if model.vocab:
+    warn_of_long_words("Hugging Face -> Google")
   return model
 
 
@@ -193,6 +209,7 @@ def write_hf_model(model: conversion.ConvertedModel, output_dir: str) -> str:
       atomic_files.write_text(os.path.join(output_dir, conversion.VOCAB_NAME), model.vocab)
       conversion.write_json(os.path.join(output_dir, conversion.HF_TOKENIZER_CONFIG_NAME),
                             hf_tokenizer_config(model.config, model.do_lower_case))
+      warn_of_long_words("Google -> Hugging Face")
     conversion.write_json(os.path.join(output_dir, conversion.HF_CONFIG_NAME), hf_config)
   if not model.vocab:
     logging.warning("No vocab.txt beside %s and no `vocab_file`: %s has no tokenizer",

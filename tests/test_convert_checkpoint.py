@@ -325,7 +325,7 @@ def test_output_dir_that_cannot_be_written_is_named(tmp_path):
     model_conversion.convert_hf_to_google(model, str(blocked / "out"))
 
 
-def test_a_hugging_face_tokenizer_google_s_cannot_reproduce_is_refused(tmp_path):
+def test_a_hugging_face_tokenizer_google_s_cannot_reproduce_is_refused(tmp_path, caplog):
   """transformers' own tokenizer files (save_pretrained): keeping accents while lower-casing, or
   not splitting CJK characters, tokenizes otherwise than FullTokenizer, and a tokenizer.json
   whose vocab is not vocab.txt's would give other ids than AutoTokenizer; each is refused rather
@@ -342,7 +342,10 @@ def test_a_hugging_face_tokenizer_google_s_cannot_reproduce_is_refused(tmp_path)
     os.remove(os.path.join(directory, "vocab.txt"))  # transformers 5 saves tokenizer.json only.
     transformers.BertTokenizerFast(str(tmp_path / "vocab.txt"), do_lower_case=True,
                                    **settings).save_pretrained(directory)
-  model_conversion.convert_hf_to_google(str(tmp_path / "default"), str(tmp_path / "ok"))
+  with caplog.at_level("WARNING"):
+    model_conversion.convert_hf_to_google(str(tmp_path / "default"), str(tmp_path / "ok"))
+  # What the files cannot carry is said: transformers' [UNK] for a word over 100 characters.
+  assert "makes a word of more than 100 characters one [UNK]" in caplog.text
   with pytest.raises(conversion.ConversionError, match="strip_accents is false with do_lower_case "
                      "true, which Google's tokenizer cannot reproduce"):
     model_conversion.convert_hf_to_google(str(tmp_path / "accents"), str(tmp_path / "out1"))
