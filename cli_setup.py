@@ -140,15 +140,9 @@ def tokenizer() -> tokenization.FullTokenizer:
   full_tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                               FLAGS.spm_model_file)
   if not FLAGS.spm_model_file:
-    _warn_of_casing_mismatch(full_tokenizer.vocab, FLAGS.vocab_file)
+    tokenization.warn_of_casing_mismatch(full_tokenizer.vocab, FLAGS.do_lower_case,
+                                         FLAGS.vocab_file)
   return full_tokenizer
-
-
-def _warn_of_casing_mismatch(vocab, vocab_file: str) -> None:
-  """A WARNING when --do_lower_case contradicts the vocab's casing (`casing_mismatch`)."""
-  mismatch = tokenization.casing_mismatch(vocab, FLAGS.do_lower_case)
-  if mismatch:
-    logging.warning("%s (--vocab_file=%s)", mismatch, vocab_file)
 
 
 def _directory_of_init_checkpoint() -> str:
@@ -219,8 +213,9 @@ def train_config(schedule_in_steps: bool = False) -> training_loop.TrainConfig:
 def _model_settings() -> dict:
   """What shapes the trained model besides the training config: `--bert_config_file`'s values,
   `--max_seq_length`, the vocab's content (`vocab`: its SHA-256), `--do_lower_case`,
-  `--task_name`, `--multi_label`, `--version_2_with_negative` and the batches' composition (`--bucket_by_length`,
-  `--group_by_length`, pretraining's `--dynamic_masking` with its masking flags). Recorded with
+  `--task_name`, `--multi_label`, `--version_2_with_negative` and the batches' composition
+  (`--bucket_by_length`, `--group_by_length`, pretraining's `--dynamic_masking` with its
+  masking flags). Recorded with
   the run; a resume must match them, and evaluation, prediction and export must use the run's
   (`training_loop.check_model_settings_of_recorded_run`).
   """

@@ -120,10 +120,8 @@ def main(_):
                     "rest, or --runner=beam for all of them in one job",
                     FLAGS.num_shards, FLAGS.num_shards, others)
   if not FLAGS.spm_model_file:
-    mismatch = tokenization.casing_mismatch(tokenization.load_vocab(FLAGS.vocab_file),
-                                            FLAGS.do_lower_case)
-    if mismatch:
-      logging.warning("%s (--vocab_file=%s)", mismatch, FLAGS.vocab_file)
+    tokenization.warn_of_casing_mismatch(tokenization.load_vocab(FLAGS.vocab_file),
+                                         FLAGS.do_lower_case, FLAGS.vocab_file)
   if FLAGS.runner == "beam":
     summary = _run_beam(config)
   else:

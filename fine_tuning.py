@@ -165,17 +165,19 @@ class Task(abc.ABC):
                                 self.bucket_by_length, self.pack_sequences)
 
 
-def _with_task_settings(config: training_loop.TrainConfig,
-                        task: Task) -> training_loop.TrainConfig:
-  """`config` whose model settings also hold the task's `kind` (as `task`) and `output_names`
-  (where it has them): the run records them, and a resume, evaluation, prediction or export
-  checks them."""
+def _with_task_settings(config: training_loop.TrainConfig, task: Task,
+                        train_data: Optional[TrainData] = None) -> training_loop.TrainConfig:
+  """`config` whose model settings also hold the task's `kind` (as `task`), its `output_names`
+  (where it has them) and, when training, the digest of its training features: the run records
+  them, and a resume, evaluation, prediction or export checks them."""
   settings = dict(config.model_settings)
   if task.kind:
     settings["task"] = task.kind
   names = task.output_names()
   if names is not None:
     settings["output_names"] = list(names)
+  if train_data is not None:
+    settings["train_features"] = _features_digest(train_data.feature_files)
   return dataclasses.replace(config, model_settings=settings)
 
 
@@ -222,9 +224,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   summary, known_results = [], {}
   if do_train:
     data = task.train_data()
-    config = _with_task_settings(config, task)  # Known once the training data is read.
-    config = dataclasses.replace(config, model_settings=dict(
-        config.model_settings, train_features=_features_digest(data.feature_files)))
+    config = _with_task_settings(config, task, data)  # Known once the training data is read.
     logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
     with tfrecord_files.naming_corrupt_records(list(data.feature_files),

@@ -34,6 +34,8 @@ import re
 import unicodedata
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
+from absl import logging
+
 import errors
 import file_patterns
 
@@ -122,6 +124,13 @@ def casing_mismatch(vocab: Iterable[str], do_lower_case: bool) -> Optional[str]:
     return ("`do_lower_case`=True, but the vocab is cased (%d pieces with upper-case letters): "
             "they are never used; pass `do_lower_case`=False for a cased model" % upper)
   return None
+
+
+def warn_of_casing_mismatch(vocab: Iterable[str], do_lower_case: bool, vocab_file: str) -> None:
+  """Logs a WARNING naming `vocab_file` where `casing_mismatch` finds one."""
+  mismatch = casing_mismatch(vocab, do_lower_case)
+  if mismatch:
+    logging.warning("%s (`vocab_file`=%s)", mismatch, vocab_file)
 
 
 def convert_to_unicode(text: TextLike) -> str:
