@@ -25,6 +25,7 @@ import contextlib
 import errno
 import fcntl
 import fnmatch
+import hashlib
 import json
 import os
 import re
@@ -60,6 +61,10 @@ NAMES_WRITTEN_IN_OUTPUT_DIRS = ("*.tf_record", "*_results.txt", "*_results.tsv",
                                 "null_odds.json", "label_list.txt", "tag_list.txt", "checkpoint",
                                 "model.ckpt-*", "training_settings.json",
                                 "events.out.tfevents.*")
+
+
+# Bytes read at a time when hashing a file.
+_HASH_BLOCK_BYTES = 1 << 20
 
 
 def _tensorflow():
@@ -703,6 +708,17 @@ def _check_not_a_model_file(what: str, path: str) -> None:
     holder = os.path.dirname(holder)
 
 
+def file_sha256(path: str) -> str:
+  """The SHA-256 of a file's bytes, read in blocks (local or remote paths); OSError (or
+  TensorFlow's OpError, remotely) when it cannot be read."""
+  digest = hashlib.sha256()
+  opener = _gfile().GFile if file_patterns.is_remote(path) else open
+  with opener(path, "rb") as reader:
+    for block in iter(lambda: reader.read(_HASH_BLOCK_BYTES), b""):
+      digest.update(block)
+  return digest.hexdigest()
+
+
 def _files_under(directory: str) -> list:
   """The paths of every file below `directory`, relative to it, sorted."""
   walk = _gfile().walk if file_patterns.is_remote(directory) else os.walk
@@ -712,9 +728,12 @@ def _files_under(directory: str) -> list:
 
 def write_files_mark(directory: str, mark_name: str, fields: Mapping[str, Any]) -> None:
   """Writes `mark_name` into `directory` (an output about to be published whole): a JSON object
-  of `fields` and `files`, every file below the directory. `check_replaceable_directory` reads it
-  to tell an earlier output of this writer from a directory holding anything else."""
-  marked = dict(fields, files=_files_under(directory))
+  of `fields`, `files` (every file below the directory) and `sha256` (each file's digest).
+  `check_replaceable_directory` reads it to tell an earlier output of this writer, as written,
+  from a directory holding anything else or files edited since."""
+  files = _files_under(directory)
+  marked = dict(fields, files=files,
+                sha256={name: file_sha256(os.path.join(directory, name)) for name in files})
   write_text(os.path.join(directory, mark_name),
              json.dumps(marked, indent=2, sort_keys=True) + "\n")
 
@@ -738,11 +757,17 @@ def read_files_mark(directory: str, mark_name: str) -> dict:
   return fields if isinstance(fields, dict) else {}
 
 
-def _files_of_earlier_output(directory: str, mark_name: str) -> set:
-  """The files an earlier output wrote into `directory`, as its mark lists them (with the mark);
-  empty when the directory holds no readable mark."""
-  written = read_files_mark(directory, mark_name).get("files")
-  return set(written) | {mark_name} if isinstance(written, list) else set()
+def _files_not_as_written(directory: str, mark_name: str) -> list:
+  """The files below `directory` that the earlier output marked by `mark_name` did not write, or
+  that changed since (their digest differs from the mark's), sorted; every file when the mark is
+  unreadable."""
+  mark = read_files_mark(directory, mark_name)
+  written = mark.get("files") if isinstance(mark.get("files"), list) else []
+  digests = mark.get("sha256") if isinstance(mark.get("sha256"), dict) else {}
+  present = _files_under(directory)
+  return [name for name in present if name != mark_name and (
+      name not in written or
+      (name in digests and digests[name] != file_sha256(os.path.join(directory, name))))]
 
 
 def check_replaceable_directory(path: str, what: str, writer: str,
@@ -752,9 +777,9 @@ def check_replaceable_directory(path: str, what: str, writer: str,
                                 overwrite: bool = False) -> None:
   """Raises FlagError unless the directory output `path` may be replaced whole: it is missing,
   empty, or an earlier output of `writer`: holding only the files its mark (`mark_name`, written
-  by `write_files_mark`) lists, or, for a writer whose files' names say what they are, only files
+  by `write_files_mark`) lists, as they were written, or, for a writer whose files' names say what they are, only files
   named as `written_names` (fnmatch patterns); or `overwrite` is set (`overwrite_flag` names the
-  flag that sets it). A file someone added (notes, predictions) is never deleted unasked, and a
+  flag that sets it). A file someone added (notes, predictions) or edited is never lost unasked, and a
   directory holding a training run (TRAINING_RUN_NAMES) never replaced. A symlink is judged by
   what it points to (`_written_path`), which is what would be replaced."""
   path = _written_path(path)
@@ -770,16 +795,17 @@ def check_replaceable_directory(path: str, what: str, writer: str,
   replace = ("pass %s to replace it, or choose another directory" % overwrite_flag
              if overwrite_flag else "choose another directory, or remove it first")
   if mark_name is None:
-    added = [name for name in _files_under(path)
-             if not any(fnmatch.fnmatchcase(name, pattern) for pattern in written_names)]
+    unwritten, how = [name for name in _files_under(path) if not any(
+        fnmatch.fnmatchcase(name, pattern) for pattern in written_names)], "did not write"
   elif mark_name not in names:
     raise errors.FlagError("%s=%s is not empty and is not an earlier output of %s (it holds %s): "
                            "%s" % (what, path, writer, ", ".join(sorted(names)[:3]), replace))
   else:
-    added = sorted(set(_files_under(path)) - _files_of_earlier_output(path, mark_name))
-  if added:
-    raise errors.FlagError("%s=%s holds files %s did not write (%s): %s" %
-                           (what, path, writer, ", ".join(added[:3]), replace))
+    unwritten, how = (_files_not_as_written(path, mark_name),
+                      "did not write or that changed since")
+  if unwritten:
+    raise errors.FlagError("%s=%s holds files %s %s (%s): %s" %
+                           (what, path, writer, how, ", ".join(unwritten[:3]), replace))
 
 
 class OutputDirLock:

@@ -27,9 +27,6 @@ import atomic_files
 import errors
 import tfrecord_files
 
-# Bytes read at a time while hashing a data file.
-_HASH_BLOCK_BYTES = 1 << 20
-
 
 class UnreadableInputError(errors.InputError):
   """An input file a cache's settings depend on cannot be read (missing, a directory, ...)."""
@@ -38,14 +35,10 @@ class UnreadableInputError(errors.InputError):
 def file_sha256(path: str) -> str:
   """The SHA-256 of a file's bytes (read in blocks; local or gs:// paths); a file that cannot be
   read is an UnreadableInputError naming it."""
-  digest = hashlib.sha256()
   try:
-    with tf.io.gfile.GFile(path, "rb") as reader:
-      for block in iter(lambda: reader.read(_HASH_BLOCK_BYTES), b""):
-        digest.update(block)
-  except tf.errors.OpError as error:
+    return atomic_files.file_sha256(path)
+  except (OSError, tf.errors.OpError) as error:
     raise UnreadableInputError(errors.named(path, error)) from None
-  return digest.hexdigest()
 
 
 def tokenizer_settings(tokenizer: Any) -> dict:

@@ -357,6 +357,23 @@ def test_convert_never_deletes_a_file_added_to_an_earlier_conversion(files, tmp_
   assert _tree(converted) == before
 
 
+def test_convert_never_replaces_a_file_edited_since_an_earlier_conversion(files, tmp_path):
+  """A conversion's files that the user edited since (a label name fixed by hand) are the user's
+  too: a second conversion there is refused like one over an added file (before, only names were
+  compared and the edit was silently undone)."""
+  converted = tmp_path / "converted"
+  for source in ("first", "first"):  # Unchanged, an earlier conversion is replaced unasked.
+    result = _run("convert_checkpoint.py", "--hf_model_path=" + files[source],
+                  "--output_dir=%s" % converted)
+    assert result.returncode == 0, result.stderr[-2000:]
+  (converted / "label_list.txt").write_text("negative\npositive\n")
+  before = _tree(converted)
+  _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
+                "--output_dir=%s" % converted), "--output_dir", "changed since",
+           "label_list.txt", "--overwrite_output_dir")
+  assert _tree(converted) == before
+
+
 def test_convert_to_hugging_face_applies_the_umask(files, tmp_path):
   output = tmp_path / "hf"
   result = _run("convert_checkpoint.py", "--init_checkpoint=" + files["checkpoint"],
