@@ -232,6 +232,12 @@ def _state_file(directory: str) -> str:
   return os.path.join(directory, "checkpoint")
 
 
+def _same_path(first: str, second: str) -> bool:
+  """Whether two spellings name one checkpoint prefix (see `_same_directory`)."""
+  return (os.path.basename(first) == os.path.basename(second) and
+          _same_directory(os.path.dirname(first) or ".", os.path.dirname(second) or "."))
+
+
 def _same_directory(first: str, second: str) -> bool:
   """Whether two spellings name one directory (local paths resolved, remote ones normalized)."""
   if file_patterns.is_remote(first) or file_patterns.is_remote(second):
@@ -500,6 +506,25 @@ def list_checkpoints(output_dir: str) -> list:
     return (_name_step(prefix), prefixes[prefix])
 
   return sorted(prefixes, key=newest_first, reverse=True)
+
+
+def checkpoint_of_run_passed_over(init_checkpoint: str, output_dir: str) -> Optional[str]:
+  """The checkpoint `output_dir`'s run answers with (the best it kept, else its newest) when
+  `init_checkpoint` names another checkpoint of that same run (an older step, say), else None.
+  A run evaluates, predicts and exports with its own model, so the one named would be passed
+  over without a word."""
+  if not output_dir or not tf.io.gfile.isdir(output_dir):
+    return None
+  if not _same_directory(checkpoint_directory(init_checkpoint), output_dir):
+    return None
+  newest = best_checkpoint(output_dir) or next(iter(list_checkpoints(output_dir)), None)
+  try:
+    named = resolve_checkpoint_path(init_checkpoint)
+  except CheckpointError:
+    return None  # Missing or ambiguous: the checks of the checkpoint itself say so.
+  if newest is None or _same_path(named, newest):
+    return None
+  return newest
 
 
 def _name_step(prefix: str) -> int:

@@ -110,7 +110,9 @@ def setup_strategy():
 
 def bert_config() -> modeling.BertConfig:
   """`--bert_config_file`, checked against the config beside the model it is used with
-  (`modeling.check_config_of_model_directory`) and `--max_seq_length` where the script has it."""
+  (`modeling.check_config_of_model_directory`) and `--max_seq_length` where the script has it,
+  after checking that `--init_checkpoint` is not a checkpoint its run would pass over."""
+  _check_init_checkpoint_is_used()
   cli.require("bert_config_file")
   config = modeling.BertConfig.from_json_file(FLAGS.bert_config_file)
   for flag, directory in _model_directories().items():
@@ -143,6 +145,21 @@ def tokenizer() -> tokenization.FullTokenizer:
     tokenization.warn_of_casing_mismatch(full_tokenizer.vocab, FLAGS.do_lower_case,
                                          FLAGS.vocab_file)
   return full_tokenizer
+
+
+def _check_init_checkpoint_is_used() -> None:
+  """Raises FlagError when `--init_checkpoint` is a checkpoint of `--output_dir`'s own run other
+  than the one that run answers with (an older step): the script would resume, evaluate,
+  predict or export with that one instead (`checkpoints.checkpoint_of_run_passed_over`)."""
+  init_checkpoint, output_dir = cli.flag_value("init_checkpoint"), cli.flag_value("output_dir")
+  if not init_checkpoint:
+    return
+  used = checkpoints.checkpoint_of_run_passed_over(init_checkpoint, output_dir)
+  if used:
+    raise errors.FlagError(
+        "--init_checkpoint=%s is a checkpoint of --output_dir=%s, whose run resumes, evaluates, "
+        "predicts and exports with %s instead: to use %s, pass another --output_dir" %
+        (init_checkpoint, output_dir, used, os.path.basename(init_checkpoint.rstrip("/"))))
 
 
 def _directory_of_init_checkpoint() -> str:

@@ -209,6 +209,27 @@ def test_predict_with_a_damaged_newest_checkpoint_is_an_error(tmp_path, classifi
   assert not (tmp_path / "out" / "test_results.tsv").exists()
 
 
+def test_an_older_checkpoint_of_the_run_named_as_init_checkpoint_is_an_error(tmp_path,
+                                                                              classifier_files):
+  # A run of checkpoints 3 and 6, predicting "from model.ckpt-3" into the run's own output_dir:
+  # before, the run's newest (model.ckpt-6) predicted, exit 0.
+  model = built_classifier()
+  output_dir = str(tmp_path / "out")
+  os.makedirs(output_dir)
+  (tmp_path / "out" / classifier_data.LABEL_LIST_FILE).write_text("neg\npos\n")
+  older, newest = (checkpoints.save_training_checkpoint(
+      checkpoints.checkpoint_variables(model), output_dir, step, 5) for step in (3, 6))
+  result = run_script("run_classifier.py", "--do_predict", "--init_checkpoint=" + older,
+                      *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "--init_checkpoint=" + older,
+                        "--output_dir=" + output_dir, newest, "pass another --output_dir")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+  result = run_script("run_classifier.py", "--do_predict", "--init_checkpoint=" + newest,
+                      *classifier_files)  # The one the run answers with is used, as named.
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert count_lines(str(tmp_path / "out" / "test_results.tsv")) == 2
+
+
 def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                                                                        classifier_files):
   """What the run recorded is what its model computes with. A vocab of the same size and special
