@@ -105,21 +105,26 @@ def validate_case_matches_checkpoint(do_lower_case: bool, init_checkpoint: Optio
       (actual_flag, init_checkpoint, model_name, case_name, opposite_flag))
 
 
-# A vocab with more word pieces holding an upper-case letter than this is a cased one (an uncased
-# vocab holds none but its bracketed special tokens).
+# A vocab with more word pieces holding an upper-case letter than this is a cased one.
 _CASED_VOCAB_TOKENS = 100
+# A vocab where fewer than one in this many pieces with letters holds an upper-case one is an
+# uncased vocab (Google's holds two: `ℝ` and `##ℝ`).
+_UNCASED_VOCAB_RATIO = 100
 
 
 def casing_mismatch(vocab: Iterable[str], do_lower_case: bool) -> Optional[str]:
   """What is wrong when `do_lower_case` contradicts the vocab's casing, or None: without lower
-  casing, a vocab with no upper-case piece at all (but letters) splits every capitalised word
-  into letters or [UNK]; with it, a cased vocab's capitalised pieces are never used."""
+  casing, an uncased vocab (almost no upper-case piece among many with letters) splits every
+  capitalised word into letters or [UNK]; with it, a cased vocab's capitalised pieces are never
+  used. Bracketed special tokens do not count."""
   pieces = [token for token in vocab if not (token.startswith("[") and token.endswith("]"))]
   upper = sum(1 for token in pieces if any(character.isupper() for character in token))
-  if not do_lower_case and upper == 0 and any(
-      character.islower() for token in pieces for character in token):
-    return ("`do_lower_case`=False, but the vocab has no upper-case piece (an uncased vocab): "
-            "every capitalised word is split into letters or [UNK]; pass `do_lower_case`=True")
+  lettered = sum(1 for token in pieces if any(character.islower() for character in token)
+                 or any(character.isupper() for character in token))
+  if not do_lower_case and upper * _UNCASED_VOCAB_RATIO < lettered:
+    return ("`do_lower_case`=False, but the vocab is uncased (%d of its %d pieces with letters "
+            "hold an upper-case one): every capitalised word is split into letters or [UNK]; "
+            "pass `do_lower_case`=True" % (upper, lettered))
   if do_lower_case and upper > _CASED_VOCAB_TOKENS:
     return ("`do_lower_case`=True, but the vocab is cased (%d pieces with upper-case letters): "
             "they are never used; pass `do_lower_case`=False for a cased model" % upper)

@@ -479,9 +479,9 @@ def test_cli_prints_summary_logs_examples_and_rejects_bad_flags(tmp_path):
   cased = subprocess.run(command + ["--output_file=" + str(tmp_path / "w"), "--do_lower_case=false"],
                          capture_output=True, text=True, timeout=120)
   assert cased.returncode == 0, cased.stderr[-2000:]
-  assert ("--do_lower_case=False, but the vocab has no upper-case piece (an uncased vocab): every "
-          "capitalised word is split into letters or [UNK]; pass --do_lower_case=True (--vocab_file="
-          "%s)" % vocab) in cased.stderr
+  assert "--do_lower_case=False, but the vocab is uncased (0 of its " in cased.stderr
+  assert ("hold an upper-case one): every capitalised word is split into letters or [UNK]; pass "
+          "--do_lower_case=True (--vocab_file=%s)" % vocab) in cased.stderr
 
 
 def test_real_vocab_segments_are_whole_sentences_and_document_suffixes(uncased_vocab_file,

@@ -386,11 +386,15 @@ def test_sentencepiece_pieces_ids_and_lower_case(spm_model):
     tokenization.FullTokenizer(None, spm_model_file=spm_model + ".missing")
 
 
-def test_a_casing_that_contradicts_the_vocab_is_named():
+def test_a_casing_that_contradicts_the_vocab_is_named(uncased_vocab_file):
   uncased = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "##s", "paris", "1"]
   cased = uncased + ["Word%d" % i for i in range(101)]
   assert tokenization.casing_mismatch(uncased, do_lower_case=True) is None
-  assert "has no upper-case piece" in tokenization.casing_mismatch(uncased, do_lower_case=False)
+  assert "is uncased (0 of its 3 pieces" in tokenization.casing_mismatch(uncased, False)
+  # Google's uncased vocab holds `ℝ` and `##ℝ` (before, those two made it "cased": no warning).
+  google_uncased = list(tokenization.load_vocab(uncased_vocab_file))
+  assert "is uncased (2 of its " in tokenization.casing_mismatch(google_uncased, False)
+  assert tokenization.casing_mismatch(google_uncased, do_lower_case=True) is None
   assert tokenization.casing_mismatch(cased, do_lower_case=False) is None
   assert "the vocab is cased (101 pieces" in tokenization.casing_mismatch(cased, True)
   # Without letters (digits, CJK characters) there is no casing to contradict.
