@@ -342,35 +342,24 @@ def test_convert_replaces_another_model_only_when_asked(files, tmp_path):
     assert stat.S_IMODE(os.stat(other / name).st_mode) == 0o644, name
 
 
-def test_convert_never_deletes_a_file_added_to_an_earlier_conversion(files, tmp_path):
-  """An earlier conversion is replaced without asking only while it holds just what it wrote: a
-  file added since (notes, test_results.tsv of a --do_predict there) needs the flag."""
+@pytest.mark.parametrize("changed_file, refusal", [
+    ("notes.txt", "did not write or that changed since (notes.txt)"),  # Added.
+    ("label_list.txt", "did not write or that changed since (label_list.txt)")])  # Edited.
+def test_convert_never_replaces_what_the_user_added_to_or_edited_in_a_conversion(
+    files, tmp_path, changed_file, refusal):
+  """An earlier conversion is replaced without asking only while it holds just what it wrote, as
+  it wrote it: a file added since (notes, test_results.tsv of a --do_predict there) or edited
+  since (a label name fixed by hand; before, only names were compared and the edit was silently
+  undone) needs the flag."""
   converted = tmp_path / "converted"
-  result = _run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
-                "--output_dir=%s" % converted)
-  assert result.returncode == 0, result.stderr[-2000:]
-  (converted / "notes.txt").write_text("my notes\n")
-  before = _tree(converted)
-  _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
-                "--output_dir=%s" % converted), "--output_dir", "notes.txt",
-           "--overwrite_output_dir")
-  assert _tree(converted) == before
-
-
-def test_convert_never_replaces_a_file_edited_since_an_earlier_conversion(files, tmp_path):
-  """A conversion's files that the user edited since (a label name fixed by hand) are the user's
-  too: a second conversion there is refused like one over an added file (before, only names were
-  compared and the edit was silently undone)."""
-  converted = tmp_path / "converted"
-  for source in ("first", "first"):  # Unchanged, an earlier conversion is replaced unasked.
-    result = _run("convert_checkpoint.py", "--hf_model_path=" + files[source],
+  for _ in range(2):  # Unchanged, an earlier conversion is replaced unasked.
+    result = _run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
                   "--output_dir=%s" % converted)
     assert result.returncode == 0, result.stderr[-2000:]
-  (converted / "label_list.txt").write_text("negative\npositive\n")
+  (converted / changed_file).write_text("negative\npositive\n")
   before = _tree(converted)
   _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
-                "--output_dir=%s" % converted), "--output_dir", "changed since",
-           "label_list.txt", "--overwrite_output_dir")
+                "--output_dir=%s" % converted), "--output_dir", refusal, "--overwrite_output_dir")
   assert _tree(converted) == before
 
 
