@@ -666,6 +666,11 @@ def restore_model(strategy: tf.distribute.Strategy, model_fn: Callable[[], keras
   newest = next(iter(list_checkpoints(output_dir)), None)
   if newest is not None:
     _load_every_variable(model, newest)
+    if init_checkpoint and not _same_directory(checkpoint_directory(init_checkpoint),
+                                               output_dir):
+      logging.warning("`init_checkpoint`=%s is not read: `output_dir`=%s holds a trained model, "
+                      "%s, which is used (as the original did); to use `init_checkpoint`, pass "
+                      "an `output_dir` without checkpoints", init_checkpoint, output_dir, newest)
     return model, checkpoint_step(newest), newest
   if not init_checkpoint:
     raise errors.TrainingError(

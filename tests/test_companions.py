@@ -227,7 +227,16 @@ def test_an_older_checkpoint_of_the_run_named_as_init_checkpoint_is_an_error(tmp
   result = run_script("run_classifier.py", "--do_predict", "--init_checkpoint=" + newest,
                       *classifier_files)  # The one the run answers with is used, as named.
   assert result.returncode == 0, result.stderr[-2000:]
+  assert "is not read" not in result.stderr
   assert count_lines(str(tmp_path / "out" / "test_results.tsv")) == 2
+  # A checkpoint from elsewhere (the training command's, say): the run's own model predicts, as
+  # the original's did, and the log says that the named one is not read.
+  elsewhere = checkpoints.save_checkpoint(model, str(tmp_path / "elsewhere" / "model.ckpt"))
+  result = run_script("run_classifier.py", "--do_predict", "--init_checkpoint=" + elsewhere,
+                      *classifier_files)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert ("--init_checkpoint=%s is not read: --output_dir=%s holds a trained model, %s, which is "
+          "used" % (elsewhere, output_dir, newest)) in result.stderr
 
 
 def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
