@@ -155,6 +155,8 @@ def main(_):
   tokenizer = _export_tokenizer(bert_config)
   if FLAGS.do_train or FLAGS.do_eval:
     cli.require("output_dir")
+    training_loop.check_task_of_recorded_run(FLAGS.output_dir, pretraining.TASK_KIND,
+                                             "--output_dir")
     input_files = pretraining.expand_input_files(FLAGS.input_file)
   result = None
   if FLAGS.do_train:

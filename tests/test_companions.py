@@ -349,6 +349,11 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                       "--data_dir=%s" % (tmp_path / "conll"), "--max_seq_length=16", output_dir)
   assert_one_line_error(result, "run_ner.py", "%s holds a classifier run (recorded in "
                         "training_settings.json), not a tagger run" % output_dir)
+  result = run_script("run_pretraining.py", "--do_eval", config_file, output_dir,
+                      "--input_file=%s" % (tmp_path / "conll" / "train.txt"),
+                      "--max_seq_length=16", "--max_predictions_per_seq=2")
+  assert_one_line_error(result, "run_pretraining.py", "%s holds a classifier run (recorded in "
+                        "training_settings.json), not a pretraining run" % output_dir)
   assert {path: (path.stat().st_size, path.stat().st_mtime_ns)
           for path in run_dir.rglob("*")} == listing
 
