@@ -283,6 +283,7 @@ class ClassifierTask(fine_tuning.Task):
   weighs each single-label training example's loss by its class's weight.
   """
   kind = "classifier"
+  output_names_file = classifier_data.LABEL_LIST_FILE
   bert_config: modeling.BertConfig
   processor: classifier_data.DataProcessor
   tokenizer: tokenization.FullTokenizer

@@ -18,6 +18,7 @@ import classifier_data
 import conversion
 import errors
 import modeling
+import task_files
 import tokenization
 import training_loop
 
@@ -64,6 +65,9 @@ def _read_google_labels(model: conversion.ConvertedModel, checkpoint_dir: str,
     if multi_label:
       raise errors.FlagError("`multi_label` needs `task_name`=generic (labels from your files)")
     model.labels = tuple(processor.get_labels())  # Empty for regression.
+    if model.labels and architecture.label_file:  # A label file beside names the outputs.
+      task_files.check_label_list_names(os.path.join(checkpoint_dir, architecture.label_file),
+                                        model.labels)
     model.problem_type = (conversion.REGRESSION if processor.is_regression else
                           conversion.SINGLE_LABEL)
     model.labels_source = "`task_name`=" + task_name

@@ -26,6 +26,7 @@ import evaluation
 import export
 import feature_cache
 import length_buckets
+import task_files
 import tfrecord_files
 import training_loop
 
@@ -82,6 +83,9 @@ class Task(abc.ABC):
   # What the task trains ("classifier", "tagger", ...): the run records it, and a run of another
   # task is not resumed, read or trained into (its checkpoint holds another head).
   kind = None
+  # The file beside a model that names its outputs in order (label_list.txt, tag_list.txt), for
+  # a task with `output_names`.
+  output_names_file = None
   # The `evaluate` metric that early stopping and the best checkpoint follow by default.
   default_eval_metric = "eval_accuracy"
   # Evaluation and prediction batch examples of similar length (length_buckets); tasks set it
@@ -202,6 +206,24 @@ def _check_recorded_runs_of_model(config: training_loop.TrainConfig) -> None:
         "`init_checkpoint`")
 
 
+def _check_output_names_of_model(task: Task, config: training_loop.TrainConfig) -> None:
+  """Without training, the label file beside the model used (`task.output_names_file` in
+  output_dir when it holds checkpoints, else in `init_checkpoint`'s directory) must name the
+  task's outputs in the task's order: a model converted from Hugging Face, or copied with its
+  label list, records no run, and a task of fixed labels (MRPC's 0, 1) or labels learned from
+  another file would read each output as another label."""
+  names = task.output_names()
+  if not task.output_names_file or not names:
+    return
+  if checkpoints.list_checkpoints(config.output_dir):
+    directory = config.output_dir
+  elif config.init_checkpoint:
+    directory = checkpoints.checkpoint_directory(config.init_checkpoint)
+  else:
+    return
+  task_files.check_label_list_names(os.path.join(directory, task.output_names_file), names)
+
+
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,
         do_train: bool, do_eval: bool = False, do_predict: bool = False,
         eval_batch_size: int = 8, predict_batch_size: int = 8,
@@ -219,6 +241,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
   if not do_train:
     _check_recorded_runs_of_model(_with_task_settings(config, task))
+    _check_output_names_of_model(task, config)
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}

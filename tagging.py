@@ -655,6 +655,7 @@ class TaggingTask(fine_tuning.Task):
   without --do_train reads it from there (or takes `tag_list`).
   """
   kind = "tagger"
+  output_names_file = TAG_LIST_FILE
   default_eval_metric = "eval_f1"  # conlleval's overall F1
 
   bert_config: modeling.BertConfig

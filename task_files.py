@@ -289,6 +289,20 @@ def read_label_list(path: str) -> tuple:
   return tuple(names)
 
 
+def check_label_list_names(path: str, names: Sequence[str]) -> None:
+  """Raises BadInputError when the label list at `path` (beside a model: it names the model's
+  outputs in order) is not `names` in that order, the outputs a task reads the model with: each
+  output would be read as another label. A missing file names nothing and passes."""
+  if not os.path.exists(path):
+    return
+  listed = list(read_label_list(path))
+  if listed != list(names):
+    raise BadInputError(
+        "%s names the model's outputs [%s], but the task's are [%s]: each output would be read "
+        "as another label; use a task whose labels are the model's, in that order" %
+        (path, ", ".join(listed), ", ".join(names)))
+
+
 def _describe_list(labels: Sequence[str], limit: int = 5) -> str:
   shown = ", ".join(labels[:limit])
   return shown + (", ... (%d in all)" % len(labels) if len(labels) > limit else "")

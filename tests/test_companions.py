@@ -239,6 +239,38 @@ def test_an_older_checkpoint_of_the_run_named_as_init_checkpoint_is_an_error(tmp
           "used" % (elsewhere, output_dir, newest)) in result.stderr
 
 
+def test_a_model_whose_label_file_names_other_outputs_than_the_task_is_refused(tmp_path,
+                                                                             classifier_files):
+  # A model converted from Hugging Face with id2label {0: "1", 1: "0"}: its label_list.txt lists
+  # 1, 0, and no run record is beside it. Before, --task_name=SST-2 (labels 0, 1) predicted with
+  # every label swapped, exit 0.
+  converted = tmp_path / "converted"
+  checkpoint = checkpoints.save_checkpoint(built_classifier(), str(converted / "bert_model.ckpt"))
+  (converted / classifier_data.LABEL_LIST_FILE).write_text("1\n0\n")
+  (tmp_path / "sst").mkdir()
+  (tmp_path / "sst" / "test.tsv").write_text("index\tsentence\n0\tthe dog ran\n")
+  flags = ["--do_predict", "--task_name=SST-2", "--data_dir=%s" % (tmp_path / "sst"),
+           "--init_checkpoint=" + checkpoint] + [
+               flag for flag in classifier_files if not flag.startswith(("--task_name",
+                                                                         "--data_dir"))]
+  result = run_script("run_classifier.py", *flags)
+  assert_one_line_error(result, "run_classifier.py",
+                        "%s names the model's outputs [1, 0], but the task's are [0, 1]" %
+                        (converted / classifier_data.LABEL_LIST_FILE))
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
+  config_and_vocab = [flag for flag in classifier_files
+                      if flag.startswith(("--bert_config_file", "--vocab_file"))]
+  result = run_script("convert_checkpoint.py", "--init_checkpoint=" + checkpoint,
+                      "--task_name=SST-2", "--output_dir=%s" % (tmp_path / "hf"),
+                      *config_and_vocab)  # Its id2label would swap them too.
+  assert_one_line_error(result, "convert_checkpoint.py", "names the model's outputs [1, 0]")
+  assert not (tmp_path / "hf").exists()
+  (converted / classifier_data.LABEL_LIST_FILE).write_text("0\n1\n")  # The task's order.
+  result = run_script("run_classifier.py", *flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert count_lines(str(tmp_path / "out" / "test_results.tsv")) == 1
+
+
 def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                                                                        classifier_files):
   """What the run recorded is what its model computes with. A vocab of the same size and special
