@@ -54,7 +54,9 @@ def id_features(seq_length: int) -> list[RecordFeature]:
 
 
 def _example_bytes(features: Sequence[RecordFeature], row: Mapping[str, Any]) -> bytes:
-  """The serialized `tf.train.Example` of one row (feature name -> its value or its values)."""
+  """The serialized `tf.train.Example` of one row (feature name -> its value or its values), its
+  features in name order: the same rows are the same bytes in every process (protobuf's default
+  map order is not), which the digest of a run's training features relies on."""
   entries = {}
   for feature in features:
     values = [row[feature.name]] if feature.length is None else list(row[feature.name])
@@ -63,7 +65,8 @@ def _example_bytes(features: Sequence[RecordFeature], row: Mapping[str, Any]) ->
     else:
       entries[feature.name] = tf.train.Feature(
           int64_list=tf.train.Int64List(value=[int(value) for value in values]))
-  return tf.train.Example(features=tf.train.Features(feature=entries)).SerializeToString()
+  return tf.train.Example(features=tf.train.Features(feature=entries)).SerializeToString(
+      deterministic=True)
 
 
 def write_records(path: str, features: Sequence[RecordFeature],

@@ -3,6 +3,8 @@ import json
 import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import pytest
 import tensorflow as tf
@@ -178,3 +180,25 @@ def test_input_file_that_cannot_be_hashed_is_named(tmp_path):
   for path in (tmp_path / "missing.json", tmp_path):
     with pytest.raises(feature_cache.UnreadableInputError, match="^%s: " % re.escape(str(path))):
       feature_cache.file_sha256(str(path))
+
+
+def test_records_of_the_same_rows_are_the_same_bytes_in_every_process(tmp_path):
+  """A run records its training features' digest, and a resume that rebuilt the cache (deleted,
+  or rewritten by a refused run on an edited file) compares it: before, each process wrote a
+  record's features in its own order (protobuf map order), so the same rows gave other bytes
+  and a resume on unchanged data was refused as "the training data changed"."""
+  script = (
+      "import sys, tfrecord_files\n"
+      "features = tfrecord_files.id_features(4) + [tfrecord_files.RecordFeature('label_ids'),"
+      " tfrecord_files.RecordFeature('is_real_example')]\n"
+      "rows = [dict(input_ids=[2, 5, 3, 0], input_mask=[1, 1, 1, 0], segment_ids=[0] * 4,"
+      " label_ids=i, is_real_example=1) for i in range(3)]\n"
+      "tfrecord_files.write_records(sys.argv[1], features, rows)\n")
+  written = []
+  for seed in ("1", "2", "3"):
+    path = tmp_path / ("train-%s.tf_record" % seed)
+    subprocess.run([sys.executable, "-c", script, str(path)], check=True, timeout=120,
+                   cwd=pathlib.Path(feature_cache.__file__).parent,
+                   env=dict(os.environ, PYTHONHASHSEED=seed, TF_CPP_MIN_LOG_LEVEL="3"))
+    written.append(path.read_bytes())
+  assert written[0] == written[1] == written[2]
