@@ -666,6 +666,17 @@ def _training_run_names(directory: str) -> list:
   return _names_matching(directory, TRAINING_RUN_NAMES)
 
 
+def _training_run_under(directory: str) -> Optional[str]:
+  """A file that marks a training run in `directory` or in any directory below it (its path
+  relative to `directory`), or None."""
+  walk = _gfile().walk if file_patterns.is_remote(directory) else os.walk
+  for parent, _, _ in walk(directory):
+    marks = _training_run_names(parent)
+    if marks:
+      return os.path.relpath(os.path.join(parent, marks[0]), directory)
+  return None
+
+
 # What marks a directory as a model's beside a training run's names (fnmatch patterns): the data
 # files of a TensorFlow checkpoint or SavedModel, a SavedModel or TF1 Hub module, safetensors,
 # Keras weights and Hugging Face's PyTorch and TF weights, a conversion's mark. A file output never
@@ -777,20 +788,27 @@ def check_replaceable_directory(path: str, what: str, writer: str,
                                 overwrite: bool = False) -> None:
   """Raises FlagError unless the directory output `path` may be replaced whole: it is missing,
   empty, or an earlier output of `writer`: holding only the files its mark (`mark_name`, written
-  by `write_files_mark`) lists, as they were written, or, for a writer whose files' names say what they are, only files
-  named as `written_names` (fnmatch patterns); or `overwrite` is set (`overwrite_flag` names the
-  flag that sets it). A file someone added (notes, predictions) or edited is never lost unasked, and a
-  directory holding a training run (TRAINING_RUN_NAMES) never replaced. A symlink is judged by
+  by `write_files_mark`) lists, as they were written, or, for a writer whose files' names say
+  what they are, only files named as `written_names` (fnmatch patterns); or `overwrite` is set
+  (`overwrite_flag` names the flag that sets it), which is logged with what it replaces. A file
+  someone added (notes, predictions) or edited is never lost unasked, and a directory holding a
+  training run (TRAINING_RUN_NAMES), at any depth, never replaced. A symlink is judged by
   what it points to (`_written_path`), which is what would be replaced."""
   path = _written_path(path)
   if not _is_directory(path):
     return
   names = {name.rstrip("/") for name in _list_dir(path)}
-  training = _training_run_names(path)
+  training = _training_run_under(path)
   if training:
     raise errors.FlagError("%s=%s holds a training run (%s): write to another directory" %
-                           (what, path, training[0]))
-  if not names or overwrite:
+                           (what, path, training))
+  if not names:
+    return
+  if overwrite:
+    files = _files_under(path)
+    logging.warning("Replacing %s=%s and the %d files in it (%s%s): %s was given", what, path,
+                    len(files), ", ".join(files[:3]), ", ..." if len(files) > 3 else "",
+                    overwrite_flag or "overwrite")
     return
   replace = ("pass %s to replace it, or choose another directory" % overwrite_flag
              if overwrite_flag else "choose another directory, or remove it first")

@@ -320,6 +320,13 @@ def test_convert_never_writes_into_a_training_output_dir(files, tmp_path):
                 "--output_dir=%s" % training, "--overwrite_output_dir"),
            "--output_dir", "training run")
   assert _tree(training) == before
+  # A directory of runs (before, only its own names were looked at: the flag deleted the runs).
+  (tmp_path / "NOTES.txt").write_text("my notes\n")
+  before = _tree(tmp_path)
+  _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
+                "--output_dir=%s" % tmp_path, "--overwrite_output_dir"),
+           "--output_dir", "holds a training run (classifier_run/checkpoint)")
+  assert _tree(tmp_path) == before
 
 
 def test_convert_replaces_another_model_only_when_asked(files, tmp_path):
@@ -333,6 +340,8 @@ def test_convert_replaces_another_model_only_when_asked(files, tmp_path):
   result = _run("convert_checkpoint.py", "--hf_model_path=" + files["second"],
                 "--output_dir=%s" % other, "--overwrite_output_dir", umask=0o022)
   assert result.returncode == 0, result.stderr[-2000:]
+  assert ("Replacing --output_dir=%s and the 1 files in it (weights.bin): --overwrite_output_dir "
+          "was given" % other) in result.stderr
   names = sorted(os.listdir(other))
   assert names == [".convert_checkpoint.json", "bert_config.json", "bert_model.ckpt.data-00000-of-"
                    "00001", "bert_model.ckpt.index", "label_list.txt", "vocab.txt"]
