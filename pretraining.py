@@ -143,7 +143,11 @@ def _check_lengths(input_file: str, features: dict, max_seq_length: int,
   glob, whose records fit) when given."""
   for name, (length, flag, dtype) in _feature_lengths(max_seq_length,
                                                       max_predictions_per_seq).items():
-    kind, count = features.get(name, (None, 0))
+    if name not in features:
+      raise RecordLengthError("a record in %s has no feature %s (it holds %s): it is not a "
+                              "pretraining record" % (input_file, name,
+                                                      ", ".join(sorted(features)) or "none"))
+    kind, count = features[name]
     wanted = "float_list" if dtype == tf.float32 else "int64_list"
     if count and kind != wanted:
       raise RecordLengthError("a record in %s stores feature %s as a %s, not a %s: it is not a "

@@ -110,6 +110,17 @@ def test_mismatched_records_name_the_flag(tmp_path):
   with pytest.raises(ValueError, match=r"masked_lm_positions but `max_predictions_per_seq`=5"):
     pretraining.check_first_record(path, SEQ_LENGTH, 5)
   pretraining.check_first_record(path, SEQ_LENGTH, MAX_PREDICTIONS)
+  # A classifier's cached records (run_classifier's train.tf_record) are another kind of record:
+  # said so, not as a flag to change.
+  classifier_records = str(tmp_path / "train.tf_record")
+  with tf.io.TFRecordWriter(classifier_records) as writer:
+    writer.write(tf.train.Example(features=tf.train.Features(feature={
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=[1] * SEQ_LENGTH))
+        for name in ("input_ids", "input_mask", "segment_ids")})).SerializeToString())
+  with pytest.raises(ValueError, match=r"train\.tf_record has no feature masked_lm_positions "
+                     r"\(it holds input_ids, input_mask, segment_ids\): it is not a pretraining "
+                     r"record"):
+    pretraining.check_first_record(classifier_records, SEQ_LENGTH, MAX_PREDICTIONS)
   # A file whose later records disagree fails when a batch holding them is decoded. The stream
   # is shuffled across repeats (its order depends on the global seed an earlier test may have
   # set), so the first batch may hold the good record twice: read several.
