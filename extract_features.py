@@ -40,7 +40,8 @@ def define_flags() -> None:
   collides with flags another script defines in the same process.
   """
   flags.DEFINE_string("input_file", None, "Text file, one example per line (`text_a ||| text_b` "
-                      "for a pair).")
+                      "for a pair). With --export_dir, --input_file and --output_file may both be "
+                      "left out: the script then only exports.")
   flags.DEFINE_string("output_file", None, "Output JSON Lines file (a directory for "
                       "--output_format=npz).")
   flags.DEFINE_string("layers", "-1,-2,-3,-4", "Comma-separated encoder layer indexes to output "
@@ -87,8 +88,10 @@ def check_input_paths() -> None:
   """The validation pass after the output checks: the flags the script needs, an npz output's
   directory (`check_npz_output`) and --use_tpu before TensorFlow loads, then the model's files
   (`cli.check_model_files`)."""
-  cli.require("input_file", "init_checkpoint", "output_file")
-  if FLAGS.output_format == "npz":
+  cli.require("init_checkpoint")
+  if not (FLAGS.export_dir and not FLAGS.input_file and not FLAGS.output_file):
+    cli.require("input_file", "output_file")  # Only an export may go without features.
+  if FLAGS.output_file and FLAGS.output_format == "npz":
     check_npz_output(FLAGS.output_file)
   if FLAGS.use_tpu:
     raise errors.FlagError("extract_features.py runs on the local CPU or GPU; --use_tpu is not "
@@ -106,24 +109,32 @@ def main(_):
   if FLAGS.export_dir and FLAGS.export_format == "tf_hub":
     feature_extraction.check_tf_hub_export_dir(FLAGS.export_dir)
   bert_config = cli_setup.bert_config()
-  layer_indexes = feature_extraction.parse_layer_indexes(FLAGS.layers,
-                                                         bert_config.num_hidden_layers)
+  extracts = bool(FLAGS.input_file)  # Else --export_dir alone (check_input_paths).
+  reads_layers = extracts or FLAGS.export_format == "serving"  # TF Hub's has every layer.
+  layer_indexes = (feature_extraction.parse_layer_indexes(FLAGS.layers,
+                                                          bert_config.num_hidden_layers)
+                   if reads_layers else None)
   tokenizer = cli_setup.tokenizer()
-  total = feature_extraction.count_lines(FLAGS.input_file)
-  if not total:
-    raise errors.FlagError("--input_file=%s is empty: no examples to extract" % FLAGS.input_file)
-  atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
+  if extracts:
+    total = feature_extraction.count_lines(FLAGS.input_file)
+    if not total:
+      raise errors.FlagError("--input_file=%s is empty: no examples to extract" %
+                             FLAGS.input_file)
+    atomic_files.check_writable_directory(os.path.dirname(FLAGS.output_file), "output_file")
   bert = feature_extraction.build_bert(bert_config)
   report = checkpoints.init_from_checkpoint(bert, FLAGS.init_checkpoint)
   if report.missing:
     raise errors.FlagError("--init_checkpoint=%s lacks %d BERT variables, e.g. %s" %
                            (FLAGS.init_checkpoint, len(report.missing), report.missing[:3]))
   checkpoints.check_no_unused_encoder_variables(bert, report)
-  extractor = feature_extraction.FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
-  batches = feature_extraction.read_batches(
-      feature_extraction.read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
-      FLAGS.batch_size, cli.bucket_by_length())
-  feature_extraction.extract(extractor, batches, FLAGS.output_file, FLAGS.output_format, total)
+  extractor = (feature_extraction.FeatureExtractor(bert, layer_indexes, FLAGS.pooling)
+               if reads_layers else None)
+  if extracts:
+    batches = feature_extraction.read_batches(
+        feature_extraction.read_lines(FLAGS.input_file), tokenizer, FLAGS.max_seq_length,
+        FLAGS.batch_size, cli.bucket_by_length())
+    feature_extraction.extract(extractor, batches, FLAGS.output_file, FLAGS.output_format,
+                               total)
   if FLAGS.export_dir and FLAGS.export_format == "tf_hub":
     feature_extraction.export_tf_hub(FLAGS.export_dir, bert, tokenizer, FLAGS.max_seq_length,
                                      FLAGS.export_precision, cli_setup.request_limits())
@@ -131,7 +142,6 @@ def main(_):
     feature_extraction.export_encoder(FLAGS.export_dir, extractor, tokenizer,
                                       FLAGS.max_seq_length, FLAGS.export_precision,
                                       cli_setup.request_limits())
-
 
 if __name__ == "__main__":
   define_flags()

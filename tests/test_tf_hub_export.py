@@ -92,13 +92,12 @@ def hub_pair(tmp_path_factory):
   with open(os.path.join(root, "bert_config.json"), "w", encoding="utf-8") as writer:
     writer.write(config.to_json_string())
   checkpoints.save_checkpoint(bert, os.path.join(root, "bert_model.ckpt"))
-  with open(os.path.join(root, "input.txt"), "w", encoding="utf-8") as writer:
-    writer.write("\n".join(TEXTS[:2]) + "\n")
+  # Only the export: no --input_file, --output_file, nor --layers (whose default, the last four
+  # layers, a 2-layer model lacks; TF Hub's encoder has every layer).
   script = subprocess.run(
-      [sys.executable, "extract_features.py", "--input_file", os.path.join(root, "input.txt"),
-       "--output_file", os.path.join(root, "features.jsonl"), "--vocab_file", vocab_file,
+      [sys.executable, "extract_features.py", "--vocab_file", vocab_file,
        "--bert_config_file", os.path.join(root, "bert_config.json"),
-       "--init_checkpoint", os.path.join(root, "bert_model.ckpt"), "--layers=-1",
+       "--init_checkpoint", os.path.join(root, "bert_model.ckpt"),
        "--max_seq_length=%d" % SEQ_LENGTH, "--export_dir", os.path.join(root, "hub"),
        "--export_format=tf_hub"], cwd=REPO_ROOT, capture_output=True, text=True)
   assert script.returncode == 0, script.stderr[-3000:]

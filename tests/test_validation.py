@@ -292,6 +292,10 @@ def test_scripts_stop_with_one_line_before_writing_anything(tmp_path):
         "--export_dir=%s/export" % output_dir, "--output_dir=%s" % output_dir], {},
        "run_classifier.py: error: --max_request_tokens=100 must be at least --max_seq_length=128 "
        "(one row of the longest length) for --export_dir"),
+      # An export alone needs no texts, but texts need somewhere to go.
+      (["extract_features.py", "--init_checkpoint=x", "--input_file=" + vocab,
+        "--export_dir=%s/export" % output_dir], {},
+       "extract_features.py: error: --output_file is required"),
       # Flags the run would ignore without the flag they act with.
       (["run_classifier.py", "--task_name=generic", "--do_train", "--window_aggregation=max",
         "--output_dir=%s" % output_dir], {},
