@@ -523,10 +523,10 @@ INPUT_FLAGS = ("input_file", "phase2_input_file", "vocab_file", "spm_model_file"
                "data_dir", "stdlib_dir", "train_file", "dev_file", "test_file", "predict_file")
 # Input flags whose value is a file name in --data_dir where the script has that flag.
 DATA_DIR_FILE_FLAGS = ("train_file", "dev_file", "test_file")
-# Input flags naming data files (not models): none may lie in an output directory under a name
-# the run writes there (`atomic_files.NAMES_WRITTEN_IN_OUTPUT_DIRS`).
-DATA_FILE_FLAGS = ("input_file", "phase2_input_file", "train_file", "dev_file", "test_file",
-                   "predict_file")
+# Input flags naming data files (not models), or a directory of them: none may lie in an output
+# directory under a name the run writes there (`atomic_files.NAMES_WRITTEN_IN_OUTPUT_DIRS`).
+DATA_FILE_FLAGS = ("input_file", "phase2_input_file", "data_dir", "train_file", "dev_file",
+                   "test_file", "predict_file")
 # The flags that name what a run writes, and their kind (`atomic_files.OUTPUT_FILE`, ...); a
 # script whose flag means another kind says so to `run_script`.
 OUTPUT_FLAGS = {"output_file": atomic_files.OUTPUT_FILE,
@@ -543,6 +543,8 @@ def _input_paths(name: str, value: str) -> list:
   checkpoint prefix's files."""
   if name in ("init_checkpoint", "model_garden_checkpoint"):
     return [value] + glob.glob(glob.escape(value) + ".*")
+  if name == "data_dir":
+    return [value] + _symlinks_in(value)
   if name in DATA_DIR_FILE_FLAGS and flag_value("data_dir"):
     value = os.path.join(flag_value("data_dir"), value)
   paths = []
@@ -550,6 +552,16 @@ def _input_paths(name: str, value: str) -> list:
     if part:
       paths.extend(([] if "://" in part else glob.glob(part)) or [part])
   return paths
+
+
+def _symlinks_in(directory: str) -> list:
+  """The symlinks among a local directory's entries. A task reads its data files from
+  --data_dir by its own layout's names, and such a file may be a link to a file elsewhere, e.g.
+  to the test_results.tsv of the run's output_dir: an input there to check. The directory's other
+  files are its own, not any output's."""
+  if file_patterns.is_remote(directory) or not os.path.isdir(directory):
+    return []
+  return sorted(entry.path for entry in os.scandir(directory) if entry.is_symlink())
 
 
 def _output_paths(value: str, declared: OutputFlag) -> tuple:

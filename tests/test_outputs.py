@@ -510,7 +510,16 @@ def test_no_tool_replaces_a_directory_an_input_or_a_file_of_the_other_kind(files
   records_dir.mkdir()
   (records_dir / "part-0.tfrecord").write_bytes(b"")
   (records_dir / "events.out.tfevents.1700000000.host").write_bytes(b"")
+  classifier_run, classifier_data = tmp_path / "classifier_run", tmp_path / "classifier_data"
+  classifier_run.mkdir()
+  classifier_data.mkdir()
+  (classifier_run / "test_results.tsv").write_text("index\tsentence\n0\tthe user's test row\n")
+  (classifier_data / "test.tsv").symlink_to(classifier_run / "test_results.tsv")
   runs = {
+      "run_classifier.py test file a symlink to its predictions in output_dir": (
+          "run_classifier.py", ["--task_name=generic", "--data_dir=%s" % classifier_data,
+                                "--text_a_column=sentence", "--output_dir=%s" % classifier_run,
+                                *model, "--do_predict"]),
       "run_ner.py test file named as its predictions, in output_dir": (
           "run_ner.py", ["--data_dir=%s" % ner_dir, "--test_file=test_predictions.txt",
                          "--output_dir=%s" % ner_dir, *model, "--do_predict"]),
