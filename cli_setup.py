@@ -129,16 +129,14 @@ def bert_config() -> modeling.BertConfig:
 
 def tokenizer() -> tokenization.FullTokenizer:
   """The tokenizer of `--vocab_file` or `--spm_model_file`, after checking `--do_lower_case`
-  against `--init_checkpoint`'s name as the original did, and against the casing
-  convert_checkpoint recorded where it wrote the checkpoint (`--init_checkpoint`'s directory, or
-  `--output_dir` read without training)."""
+  against `--init_checkpoint`'s name as the original did (the validation pass checked it against
+  a converted model's recorded casing: `check_input_paths`)."""
   if not (FLAGS.vocab_file or FLAGS.spm_model_file):
     raise errors.FlagError("--vocab_file (or --spm_model_file) is required")
   if FLAGS.vocab_file and FLAGS.spm_model_file:
     logging.warning("--vocab_file=%s is not read: --spm_model_file=%s tokenizes instead",
                     FLAGS.vocab_file, FLAGS.spm_model_file)
   tokenization.validate_case_matches_checkpoint(FLAGS.do_lower_case, FLAGS.init_checkpoint)
-  _check_tokenizer_of_converted_model()
   full_tokenizer = tokenization.FullTokenizer(FLAGS.vocab_file, FLAGS.do_lower_case,
                                               FLAGS.spm_model_file)
   if not FLAGS.spm_model_file:
@@ -170,35 +168,46 @@ def _directory_of_init_checkpoint() -> str:
 
 
 def _model_directories() -> dict:
-  """{flag: directory} of the model the script reads: `--init_checkpoint`'s directory, and
-  without training `--output_dir` (the model evaluated, predicted or exported is its own)."""
+  """{flag: directory} of the model the script reads: `--init_checkpoint`'s directory, and for
+  a training script run without training `--output_dir` (the model evaluated, predicted or
+  exported is its own; the converter's `--output_dir` is only written)."""
   directories = {"init_checkpoint": _directory_of_init_checkpoint()}
-  if not cli.flag_value("do_train"):
+  if cli.flag_value("do_train") is False:
     directories["output_dir"] = cli.flag_value("output_dir")
   return {flag: directory for flag, directory in directories.items() if directory}
 
 
-def _check_tokenizer_of_converted_model() -> None:
+def _check_settings_of_converted_model() -> None:
   """Raises FlagError when `--do_lower_case` or `--vocab_file` differs from what convert_checkpoint
   recorded beside the model it wrote (the source's tokenizer: its casing and the vocab it wrote):
   another casing or another vocab of the same size would give other ids than the model was
-  trained on."""
+  trained on; and, read without training, when `--multi_label` differs from the classifier it
+  recorded (a softmax over a multi-label model's logits answers other probabilities)."""
   for flag, directory in _model_directories().items():
     mark = atomic_files.read_files_mark(directory, choices.CONVERTED_MARK_NAME)
     mark_file = os.path.join(directory, choices.CONVERTED_MARK_NAME)
     recorded = mark.get("do_lower_case")
-    if recorded is not None and recorded != FLAGS.do_lower_case:
+    if recorded is not None and cli.flag_value("do_lower_case") not in (None, recorded):
       raise errors.FlagError(
           "--do_lower_case=%s, but convert_checkpoint recorded the model in --%s=%s as %s "
           "(%s): pass --do_lower_case=%s" % (
-              str(FLAGS.do_lower_case).lower(), flag, directory,
+              str(cli.flag_value("do_lower_case")).lower(), flag, directory,
               "lowercased" if recorded else "cased", mark_file, str(recorded).lower()))
-    if mark.get("vocab") and FLAGS.vocab_file and (
-        tokenization.tokens_fingerprint(FLAGS.vocab_file) != mark["vocab"]):
+    if mark.get("vocab") and cli.flag_value("vocab_file") and (
+        tokenization.tokens_fingerprint(cli.flag_value("vocab_file")) != mark["vocab"]):
       raise errors.FlagError(
           "--vocab_file=%s is not the vocab convert_checkpoint wrote with the model in --%s=%s "
           "(%s records %s): pass that model's vocab.txt" % (
-              FLAGS.vocab_file, flag, directory, mark_file, mark["vocab"]))
+              cli.flag_value("vocab_file"), flag, directory, mark_file, mark["vocab"]))
+    multi_label = mark.get("multi_label")
+    if (multi_label is not None and cli.flag_value("multi_label") not in (None, multi_label)
+        and not cli.flag_value("do_train")):
+      raise errors.FlagError(
+          "--multi_label=%s, but convert_checkpoint recorded the model in --%s=%s as a %s "
+          "classifier (%s): pass --multi_label=%s" % (
+              str(cli.flag_value("multi_label")).lower(), flag, directory,
+              "multi-label (a sigmoid per label)" if multi_label else "single-label (softmax)",
+              mark_file, str(multi_label).lower()))
 
 
 # The shared flags that are TrainConfig settings of the same name.
@@ -310,8 +319,9 @@ def check_input_paths() -> None:
   """The files the flags of TensorFlow's scripts name: the config (read, and checked against
   --max_seq_length where the script has it), the init checkpoint (or the Model Garden checkpoint
   to convert), the input file patterns, the data directory, the export directory
-  (`export.check_export_dir`), the TF_CONFIG variable, and that a training run's model is read
-  with its settings (`check_models_of_recorded_runs`)."""
+  (`export.check_export_dir`), the TF_CONFIG variable, and that a training run's model, or a
+  converted one, is read with its settings (`check_models_of_recorded_runs`,
+  `_check_settings_of_converted_model`)."""
   distribution.check_tf_config()
   if cli.flag_value("bert_config_file"):
     _check_vocab_fits_model(bert_config())
@@ -330,6 +340,7 @@ def check_input_paths() -> None:
   if cli.flag_value("export_dir"):
     export.check_export_dir(cli.flag_value("export_dir"), cli.flag_value("output_dir"))
   check_models_of_recorded_runs()
+  _check_settings_of_converted_model()
 
 
 def _check_vocab_fits_model(config: modeling.BertConfig) -> None:

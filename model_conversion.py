@@ -51,6 +51,9 @@ def convert(read: Callable[[], conversion.ConvertedModel],
     atomic_files.write_files_mark(staging, choices.CONVERTED_MARK_NAME, {
         "source": model.source, "architecture": model.architecture.name,
         "do_lower_case": model.do_lower_case,
+        # How a classifier's outputs are read: run_classifier's --multi_label must agree.
+        "multi_label": ({conversion.SINGLE_LABEL: False, conversion.MULTI_LABEL: True}
+                        .get(model.problem_type)),
         "vocab": (tokenization.tokens_fingerprint(vocab_file) if tf.io.gfile.exists(vocab_file)
                   else None)})
   target = os.path.join(output_dir, os.path.relpath(target, staging))

@@ -271,6 +271,31 @@ def test_a_model_whose_label_file_names_other_outputs_than_the_task_is_refused(t
   assert count_lines(str(tmp_path / "out" / "test_results.tsv")) == 1
 
 
+def test_a_converted_multi_label_model_is_read_as_one(tmp_path, classifier_files):
+  # A multi-label classifier through Hugging Face and back (problem_type
+  # multi_label_classification): before, --do_predict without --multi_label read its logits
+  # with a softmax, exit 0.
+  source = tmp_path / "source"
+  checkpoints.save_checkpoint(built_classifier(), str(source / "bert_model.ckpt"))
+  config_file, vocab_file = write_model_files(str(source), tiny_config(), VOCAB)
+  (source / classifier_data.LABEL_LIST_FILE).write_text("neg\npos\n")
+  model_conversion.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"),
+                                        config_file, vocab_file=vocab_file, multi_label=True)
+  converted = tmp_path / "converted"
+  model_conversion.convert_hf_to_google(str(tmp_path / "hf"), str(converted))
+  flags = ["--do_predict", "--init_checkpoint=%s" % (converted / "bert_model.ckpt"),
+           "--output_dir=%s" % converted] + [
+               flag for flag in classifier_files if not flag.startswith("--output_dir")]
+  result = run_script("run_classifier.py", *flags)
+  assert_one_line_error(result, "run_classifier.py", "--multi_label=false, but convert_checkpoint "
+                        "recorded the model in --init_checkpoint=%s as a multi-label" % converted,
+                        "pass --multi_label=true")
+  assert not (converted / "test_results.tsv").exists()
+  result = run_script("run_classifier.py", "--multi_label", *flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert count_lines(str(converted / "test_results.tsv")) == 2
+
+
 def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
                                                                        classifier_files):
   """What the run recorded is what its model computes with. A vocab of the same size and special
