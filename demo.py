@@ -342,28 +342,44 @@ def prepare_data(output_dir: str, size: DemoSize, stdlib_dir: str) -> tuple[str,
   return corpus_path, topics_dir
 
 
-# The mark a demo leaves in its output_dir: a later demo may write there again, nothing else may
-# have been there (the demo writes a vocab.txt, a bert_config.json and more by fixed names).
+# The mark a demo leaves in its output_dir: a later demo of the same settings may write there
+# again, nothing else may have been there (the demo writes a vocab.txt, a bert_config.json and
+# more by fixed names).
 DEMO_MARK_NAME = ".bert_demo.json"
 
 
-def check_output_dir(output_dir: str) -> None:
-  """A FlagError unless `output_dir` is new, empty, or an earlier demo's (its mark)."""
+def demo_settings(size: DemoSize, stdlib_dir: str) -> dict:
+  """What a demo's files depend on: its size and the standard library it reads."""
+  return {"size": dataclasses.asdict(size), "stdlib_dir": os.path.realpath(stdlib_dir)}
+
+
+def check_output_dir(output_dir: str, settings: dict) -> None:
+  """A FlagError unless `output_dir` is new, empty, or an earlier demo's (its mark) of the same
+  `settings` (`demo_settings`): a demo of another size or corpus would rewrite the vocab,
+  config and records beside the earlier demo's checkpoints."""
   if not os.path.isdir(output_dir):
     return
   names = sorted(os.listdir(output_dir))
-  if names and not atomic_files.read_files_mark(output_dir, DEMO_MARK_NAME):
+  mark = atomic_files.read_files_mark(output_dir, DEMO_MARK_NAME)
+  if names and not mark:
     raise errors.FlagError("--output_dir=%s holds files that are not an earlier demo's (%s): "
                            "the demo writes vocab.txt, bert_config.json and more there; choose a "
                            "new directory" % (output_dir, names[0]))
+  recorded = mark.get("settings")
+  if recorded is not None and recorded != settings:
+    what = ("--stdlib_dir=%s" % recorded.get("stdlib_dir")
+            if recorded.get("size") == settings["size"] else "another --size")
+    raise errors.FlagError("--output_dir=%s holds an earlier demo of %s (%s): rerun it as it was, "
+                           "or choose a new directory" % (output_dir, what, DEMO_MARK_NAME))
 
 
 def run_pipeline(output_dir: str, size: DemoSize, stdlib_dir: str) -> dict[str, str]:
   """Runs every step; returns the artifacts by name."""
-  check_output_dir(output_dir)
+  settings = demo_settings(size, stdlib_dir)
+  check_output_dir(output_dir, settings)
   os.makedirs(output_dir, exist_ok=True)
   atomic_files.write_text(os.path.join(output_dir, DEMO_MARK_NAME),
-                          json.dumps({"writer": "demo.py"}) + "\n")
+                          json.dumps({"writer": "demo.py", "settings": settings}) + "\n")
   corpus_path, topics_dir = prepare_data(output_dir, size, stdlib_dir)
   vocab_file = os.path.join(output_dir, "vocab.txt")
   run_step("1/5 Learn a WordPiece vocab", "create_vocab.py", [

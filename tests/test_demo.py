@@ -1,5 +1,6 @@
 """The main job, end to end at its tiny size, exactly as a user runs it (`python demo.py`)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -8,6 +9,7 @@ import pytest
 
 from conftest import REPO_ROOT
 import demo
+import errors
 
 pytestmark = pytest.mark.slow
 
@@ -86,6 +88,18 @@ def test_tiny_demo_runs_every_step(tmp_path):
   assert len(answers) == len(demo.QUERIES)
   assert os.listdir(output_dir / "export") == ["1"]
 
+  # A demo of another size there would rewrite the vocab, config and records beside this demo's
+  # checkpoints (before, it did, then failed at pretraining with a traceback).
+  before = {path: path.read_bytes() for path in output_dir.rglob("*") if path.is_file()}
+  completed = subprocess.run(
+      [sys.executable, "demo.py", "--size=full", "--output_dir=%s" % output_dir],
+      cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
+  assert completed.returncode == 1 and "Traceback" not in completed.stderr
+  assert completed.stderr.strip().splitlines()[-1] == (
+      "demo.py: error: --output_dir=%s holds an earlier demo of another --size (.bert_demo.json): "
+      "rerun it as it was, or choose a new directory" % output_dir)
+  assert {path: path.read_bytes() for path in output_dir.rglob("*") if path.is_file()} == before
+
 
 def test_the_demo_writes_only_into_a_new_or_an_earlier_demo_directory(tmp_path):
   """Before, `--output_dir` naming a directory of the user's replaced the vocab.txt in it."""
@@ -104,7 +118,11 @@ def test_the_demo_writes_only_into_a_new_or_an_earlier_demo_directory(tmp_path):
   assert (output_dir / "vocab.txt").read_text() == "the user's vocab\n"
   # An earlier demo's directory (its mark) and an empty one are the demo's to write in.
   (output_dir / "vocab.txt").unlink()
-  demo.check_output_dir(str(output_dir))
-  (output_dir / demo.DEMO_MARK_NAME).write_text('{"writer": "demo.py"}\n')
+  settings = demo.demo_settings(demo.SIZES["tiny"], str(tmp_path))
+  demo.check_output_dir(str(output_dir), settings)
+  (output_dir / demo.DEMO_MARK_NAME).write_text(
+      json.dumps({"writer": "demo.py", "settings": settings}))
   (output_dir / "vocab.txt").write_text("an earlier demo's vocab\n")
-  demo.check_output_dir(str(output_dir))
+  demo.check_output_dir(str(output_dir), settings)
+  with pytest.raises(errors.FlagError, match="an earlier demo of --stdlib_dir=%s" % tmp_path):
+    demo.check_output_dir(str(output_dir), demo.demo_settings(demo.SIZES["tiny"], "/usr/lib"))
