@@ -526,10 +526,14 @@ def run(config: RunConfig) -> dict:
     finally:
       writer.close()
     if not counts["instances"]:
+      shard = ("; this is shard %d of %d, which reads one chunk of `chunk_size_kb` in %d, from "
+               "chunk %d: a small corpus has fewer chunks than shards, use fewer `num_shards`" %
+               (config.shard_index, config.num_shards, config.num_shards, config.shard_index)
+               if config.num_shards > 1 else "")
       raise errors.InputError(
-          "no instances were created from `input_file` %s (%d documents, %d empty files): "
+          "no instances were created from `input_file` %s (%d documents, %d empty files%s): "
           "nothing written" % (describe_files(input_files), counts["documents"],
-                               counts["empty_files"]))
+                               counts["empty_files"], shard))
   return make_summary(config, input_files, output_files, total_bytes, counts, progress.elapsed())
 
 

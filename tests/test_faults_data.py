@@ -298,6 +298,14 @@ def test_empty_corpus_is_an_error_naming_it(tmp_path, uncased_vocab_file):
   with pytest.raises(ValueError, match="no instances were created from `input_file` %s" % corpus):
     pretraining_data.run(_pretraining_config(str(corpus), str(output), uncased_vocab_file))
   assert os.listdir(tmp_path) == ["corpus.txt"]  # The old code wrote a 0-byte file, exit 0.
+  # A small corpus is one chunk, which shard 0 reads: shard 1 of 2 gets no document, and says why.
+  corpus.write_text("A first sentence here.\nAnd a second one.\n\nAnother document.\nIts end.\n")
+  config = dataclasses.replace(_pretraining_config(str(corpus), str(output), uncased_vocab_file),
+                               num_shards=2, shard_index=1)
+  with pytest.raises(ValueError, match=r"\(0 documents, 0 empty files; this is shard 1 of 2, "
+                     r"which reads one chunk of `chunk_size_kb` in 2, from chunk 1: a small "
+                     r"corpus has fewer chunks than shards"):
+    pretraining_data.run(config)
 
 
 # ---------------------------------------------------------------------------------------------
