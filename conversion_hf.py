@@ -212,7 +212,8 @@ def write_hf_model(model: conversion.ConvertedModel, output_dir: str) -> str:
       warn_of_long_words("Google -> Hugging Face")
     conversion.write_json(os.path.join(output_dir, conversion.HF_CONFIG_NAME), hf_config)
   if not model.vocab:
-    logging.warning("No vocab.txt beside %s and no `vocab_file`: %s has no tokenizer",
-                    model.source, output_dir)
+    logging.warning("No vocab.txt beside %s and no `vocab_file`: the Hugging Face model is "
+                    "written without a tokenizer (a model that tokenized with a SentencePiece "
+                    "model has none that transformers' BertTokenizer reads)", model.source)
   conversion.log_left_out(model, kept, architecture.name)
   return weights_path
