@@ -91,14 +91,19 @@ def test_tiny_demo_runs_every_step(tmp_path):
   # A demo of another size there would rewrite the vocab, config and records beside this demo's
   # checkpoints (before, it did, then failed at pretraining with a traceback).
   before = {path: path.read_bytes() for path in output_dir.rglob("*") if path.is_file()}
+  assert_refused("--size=full", output_dir,
+                 "--output_dir=%s holds an earlier demo of another --size (.bert_demo.json): "
+                 "rerun it as it was, or choose a new directory" % output_dir)
+  assert {path: path.read_bytes() for path in output_dir.rglob("*") if path.is_file()} == before
+
+
+def assert_refused(size_flag: str, output_dir, message: str) -> None:
+  """demo.py into output_dir stops before any work with the one line `demo.py: error: message`."""
   completed = subprocess.run(
-      [sys.executable, "demo.py", "--size=full", "--output_dir=%s" % output_dir],
+      [sys.executable, "demo.py", size_flag, "--output_dir=%s" % output_dir],
       cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
   assert completed.returncode == 1 and "Traceback" not in completed.stderr
-  assert completed.stderr.strip().splitlines()[-1] == (
-      "demo.py: error: --output_dir=%s holds an earlier demo of another --size (.bert_demo.json): "
-      "rerun it as it was, or choose a new directory" % output_dir)
-  assert {path: path.read_bytes() for path in output_dir.rglob("*") if path.is_file()} == before
+  assert completed.stderr.strip().splitlines()[-1] == "demo.py: error: " + message
 
 
 def test_the_demo_writes_only_into_a_new_or_an_earlier_demo_directory(tmp_path):
@@ -106,14 +111,10 @@ def test_the_demo_writes_only_into_a_new_or_an_earlier_demo_directory(tmp_path):
   output_dir = tmp_path / "mine"
   output_dir.mkdir()
   (output_dir / "vocab.txt").write_text("the user's vocab\n")
-  completed = subprocess.run(
-      [sys.executable, "demo.py", "--size=tiny", "--output_dir=%s" % output_dir],
-      cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
-  assert completed.returncode == 1 and "Traceback" not in completed.stderr
-  assert completed.stderr.strip().splitlines()[-1] == (
-      "demo.py: error: --output_dir=%s holds files that are not an earlier demo's (vocab.txt): "
-      "the demo writes vocab.txt, bert_config.json and more there; choose a new directory"
-      % output_dir)
+  assert_refused("--size=tiny", output_dir,
+                 "--output_dir=%s holds files that are not an earlier demo's (vocab.txt): the "
+                 "demo writes vocab.txt, bert_config.json and more there; choose a new directory"
+                 % output_dir)
   assert os.listdir(output_dir) == ["vocab.txt"]
   assert (output_dir / "vocab.txt").read_text() == "the user's vocab\n"
   # An earlier demo's directory (its mark) and an empty one are the demo's to write in.
