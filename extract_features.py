@@ -143,6 +143,7 @@ def main(_):
                                       FLAGS.max_seq_length, FLAGS.export_precision,
                                       cli_setup.request_limits())
 
+
 if __name__ == "__main__":
   define_flags()
   cli.run_script(main, check_input_paths=check_input_paths,

@@ -194,34 +194,35 @@ def _features_digest(feature_files: Sequence[str]) -> str:
   return "sha256:" + digest.hexdigest()[:16]
 
 
-def _check_recorded_runs_of_model(config: training_loop.TrainConfig) -> None:
-  """Without training, the model used is output_dir's newest checkpoint, else `init_checkpoint`
-  as it is: the run that trained it must have recorded the settings and output names this task
-  reads it with (a renamed or reordered label list would name every output after another
-  label)."""
-  training_loop.check_model_settings_of_recorded_run(config.output_dir, config.model_settings)
-  if config.init_checkpoint and not checkpoints.list_checkpoints(config.output_dir):
-    training_loop.check_model_settings_of_recorded_run(
-        checkpoints.checkpoint_directory(config.init_checkpoint), config.model_settings,
-        "`init_checkpoint`")
-
-
-def _check_output_names_of_model(task: Task, config: training_loop.TrainConfig) -> None:
-  """Without training, the label file beside the model used (`task.output_names_file` in
-  output_dir when it holds checkpoints, else in `init_checkpoint`'s directory) must name the
-  task's outputs in the task's order: a model converted from Hugging Face, or copied with its
-  label list, records no run, and a task of fixed labels (MRPC's 0, 1) or labels learned from
-  another file would read each output as another label."""
-  names = task.output_names()
-  if not task.output_names_file or not names:
-    return
+def _model_directory(config: training_loop.TrainConfig) -> Optional[str]:
+  """The directory of the model used without training: output_dir when it holds checkpoints
+  (its newest answers), else `init_checkpoint`'s (`checkpoints.checkpoint_directory`), else
+  None."""
   if checkpoints.list_checkpoints(config.output_dir):
-    directory = config.output_dir
-  elif config.init_checkpoint:
-    directory = checkpoints.checkpoint_directory(config.init_checkpoint)
-  else:
+    return config.output_dir
+  if config.init_checkpoint:
+    return checkpoints.checkpoint_directory(config.init_checkpoint)
+  return None
+
+
+def _check_model_used(task: Task, config: training_loop.TrainConfig) -> None:
+  """Without training, the model used (`_model_directory`) must be read as it was trained: the
+  run that trained it (and a run recorded in output_dir) must have recorded the settings and
+  output names this task reads it with (a renamed or reordered label list would name every
+  output after another label); and the label file beside it (`task.output_names_file`) must
+  name the task's outputs in the task's order, since a model converted from Hugging Face, or
+  copied with its label list, records no run, and a task of fixed labels (MRPC's 0, 1) or of
+  labels learned from another file would read each output as another label."""
+  training_loop.check_model_settings_of_recorded_run(config.output_dir, config.model_settings)
+  directory = _model_directory(config)
+  if directory is None:
     return
-  task_files.check_label_list_names(os.path.join(directory, task.output_names_file), names)
+  if directory != config.output_dir:
+    training_loop.check_model_settings_of_recorded_run(directory, config.model_settings,
+                                                       "`init_checkpoint`")
+  names = task.output_names()
+  if task.output_names_file and names:
+    task_files.check_label_list_names(os.path.join(directory, task.output_names_file), names)
 
 
 def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.TrainConfig, *,
@@ -240,8 +241,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   tf.io.gfile.makedirs(config.output_dir)
   task.check_inputs(do_train, do_eval or config.evaluates_during_training, do_predict)
   if not do_train:
-    _check_recorded_runs_of_model(_with_task_settings(config, task))
-    _check_output_names_of_model(task, config)
+    _check_model_used(task, _with_task_settings(config, task))
   if not config.early_stopping_metric:
     config = dataclasses.replace(config, early_stopping_metric=task.default_eval_metric)
   summary, known_results = [], {}

@@ -119,8 +119,8 @@ def casing_mismatch(vocab: Iterable[str], do_lower_case: bool) -> Optional[str]:
   used. Bracketed special tokens do not count."""
   pieces = [token for token in vocab if not (token.startswith("[") and token.endswith("]"))]
   upper = sum(1 for token in pieces if any(character.isupper() for character in token))
-  lettered = sum(1 for token in pieces if any(character.islower() for character in token)
-                 or any(character.isupper() for character in token))
+  lettered = sum(1 for token in pieces
+                 if any(character.islower() or character.isupper() for character in token))
   if not do_lower_case and upper * _UNCASED_VOCAB_RATIO < lettered:
     return ("`do_lower_case`=False, but the vocab is uncased (%d of its %d pieces with letters "
             "hold an upper-case one): every capitalised word is split into letters or [UNK]; "
