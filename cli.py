@@ -412,6 +412,7 @@ _WITH_EXPORT = FlagNeed("export_dir", "--export_dir")
 _WITH_PHASE2 = FlagNeed("phase2_steps", "--phase2_steps")
 _WITH_DYNAMIC_MASKING = FlagNeed("dynamic_masking", "--dynamic_masking")
 _WITH_MULTI_LABEL = FlagNeed("multi_label", "--multi_label")
+_WITH_TRAIN = FlagNeed("do_train", "--do_train")
 
 # The flags (this project's, not the original's: an old command line keeps working) that a script
 # would ignore without another. Given on the command line without it they are an error, as the
@@ -427,6 +428,7 @@ FLAG_NEEDS = {
     "phase2_max_predictions_per_seq": _WITH_PHASE2, "phase2_learning_rate": _WITH_PHASE2,
     "phase2_num_warmup_steps": _WITH_PHASE2, "phase2_train_batch_size": _WITH_PHASE2,
     "beam_pipeline_options": FlagNeed("runner", "--runner=beam", lambda v: v == "beam"),
+    "eval_every_steps": _WITH_TRAIN, "early_stopping_patience": _WITH_TRAIN,
 }
 
 

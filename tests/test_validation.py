@@ -81,7 +81,8 @@ ACTS_ONLY_WITH = {"max_request_rows": "--export_dir", "max_request_tokens": "--e
                   "phase2_max_predictions_per_seq": "--phase2_steps",
                   "phase2_learning_rate": "--phase2_steps",
                   "phase2_num_warmup_steps": "--phase2_steps",
-                  "phase2_train_batch_size": "--phase2_steps"}
+                  "phase2_train_batch_size": "--phase2_steps",
+                  "eval_every_steps": "--do_train", "early_stopping_patience": "--do_train"}
 DEFAULTS = {"train_batch_size": 32, "max_seq_length": 128, "max_predictions_per_seq": 20,
             "phase2_max_seq_length": 512, "phase2_max_predictions_per_seq": 80, "num_shards": 1}
 
