@@ -523,6 +523,8 @@ class SquadTask(fine_tuning.Task):
       data = squad_data.load_squad_json(self.predict_file)
       examples, stats = squad_data.examples_from_data(data, False, options.version_2_with_negative,
                                                       self.predict_file)
+      if not examples:  # Prediction would write empty answers, as if it had predicted a file.
+        raise squad_data.SquadFormatError("%s: no questions to predict" % self.predict_file)
       features = list(squad_data.convert_examples_to_features(
           examples, self.tokenizer, options.max_seq_length, options.doc_stride,
           options.max_query_length, is_training=False))

@@ -102,6 +102,23 @@ def test_a_squad_2_run_is_not_predicted_as_squad_1(trained):
   assert {name: (out / name).read_bytes() for name in before} == before
 
 
+def test_a_predict_file_without_questions_is_refused(trained):
+  """A predict file whose articles hold no question (a wrong file, or one emptied by a filter) is
+  one line before TensorFlow predicts (before, predictions.json became {}, exit 0), and the run's
+  predictions stay."""
+  out = trained / "out"
+  before = (out / "predictions.json").read_bytes()
+  empty = trained / "no_questions.json"
+  empty.write_text(json.dumps({"version": "2.0", "data": [
+      {"title": "t", "paragraphs": [{"context": "Alice lives in Paris.", "qas": []}]}]}),
+                   encoding="utf-8")
+  completed = run_squad(trained, "--do_predict", "--version_2_with_negative",
+                        "--predict_file=%s" % empty, "--output_dir=%s" % out, returncode=1)
+  assert completed.stderr.strip().splitlines()[-1] == (
+      "run_squad.py: error: %s: no questions to predict" % empty)
+  assert (out / "predictions.json").read_bytes() == before
+
+
 def test_tiny_model_answers_the_generated_questions_exactly(trained):
   out = trained / "out"
   assert read_json(out / "predictions.json") == gold_answers(generated_squad(True))
