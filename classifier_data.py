@@ -69,13 +69,16 @@ class DataProcessor:
     """Returns the class names in the order of the model's outputs (empty for regression)."""
     return list(self.labels)
 
-  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
+  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str,
+                                list_directory: Optional[str] = None) -> list[str]:
     """Returns the class names, making them known first where a task has to learn them.
 
-    A fixed task knows them already (nothing is read or written); the generic task learns them from
-    the training file or reads them from output_dir (see `GenericProcessor`).
+    A fixed task knows them already (nothing is read or written); the generic task reads them
+    from the label list in `list_directory` (default output_dir; without training, the model's
+    directory: `fine_tuning.output_names_directory`) or learns them from the training file (see
+    `GenericProcessor`).
     """
-    del data_dir, output_dir  # The labels of a fixed task are part of its definition.
+    del data_dir, output_dir, list_directory  # A fixed task's labels are part of its definition.
     return self.get_labels()
 
   def save_label_list(self) -> None:
@@ -295,11 +298,12 @@ class GenericProcessor(DataProcessor):
   `--text_a_column`, `--text_b_column`, `--label_column`, `--has_header` flags). Test files need no
   label column. The class names are not fixed: they are the distinct labels of the training file,
   sorted. `load_or_create_label_list` must be called before anything needs them (`get_labels`
-  raises until then): it reads output_dir/label_list.txt, or learns them, and `save_label_list`
-  writes them there when training starts, so that later predictions and exports (which may run
-  without the training file) use the same order. A label list that does not fit (a label of the data not in it, a checkpoint of
-  output_dir with another number of outputs) is an error naming it: output_dir belongs to other
-  labels, and a new one is needed.
+  raises until then): it reads output_dir/label_list.txt (without training, the one beside the
+  model used when output_dir has none), or learns them, and `save_label_list` writes them to
+  output_dir when training starts, so that later predictions and exports (which may run without
+  the training file) use the same order. A label list that does not fit (a label of the data not
+  in it, a checkpoint of output_dir with another number of outputs) is an error naming it:
+  output_dir belongs to other labels, and a new one is needed.
   With `label_delimiter` the task is multi-label: a label cell lists labels separated by it, and
   the label list is every label used.
   """
@@ -319,19 +323,23 @@ class GenericProcessor(DataProcessor):
     self.labels = ()
     self.label_list_path: Optional[str] = None  # Where the labels were read from or saved to.
     self.label_list_saved = False  # Whether label_list_path holds self.labels.
+    self.label_list_of_model = False  # Whether it is another directory's, beside the model used.
 
   def get_labels(self) -> list[str]:
     if not self.labels:
       raise ValueError("the generic task's labels are unknown: call load_or_create_label_list")
     return list(self.labels)
 
-  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str) -> list[str]:
-    """Reads output_dir's label list, or learns it from the training file (`save_label_list`
-    writes it there when training starts)."""
+  def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str,
+                                list_directory: Optional[str] = None) -> list[str]:
+    """Reads the label list of `list_directory` (default output_dir), or learns the labels from
+    the training file (`save_label_list` writes them to output_dir when training starts)."""
     path = os.path.join(output_dir, LABEL_LIST_FILE)
-    if os.path.exists(path):
-      self.labels = read_label_list(path)
-      self.label_list_path, self.label_list_saved = path, True
+    listed = os.path.join(list_directory or output_dir, LABEL_LIST_FILE)
+    if os.path.exists(listed):
+      self.labels = read_label_list(listed)
+      self.label_list_path, self.label_list_saved = listed, True
+      self.label_list_of_model = os.path.dirname(listed) != os.path.dirname(path)
       return self.get_labels()
     self.labels = ()
     labels = sorted(set(name
@@ -361,6 +369,9 @@ class GenericProcessor(DataProcessor):
     error = super()._unknown_label(name)
     if not self.label_list_saved:
       return error
+    if self.label_list_of_model:
+      return task_files.BadInputError("%s, the labels of the model used: its head has no output "
+                                      "for this label" % error)
     return task_files.BadInputError("%s, which every run in its output_dir keeps: if the data's "
                                     "labels changed, use a new `output_dir`" % error)
 

@@ -194,19 +194,31 @@ def _features_digest(feature_files: Sequence[str]) -> str:
   return "sha256:" + digest.hexdigest()[:16]
 
 
-def _model_directory(config: training_loop.TrainConfig) -> Optional[str]:
+def model_directory(output_dir: str, init_checkpoint: Optional[str]) -> Optional[str]:
   """The directory of the model used without training: output_dir when it holds checkpoints
   (its newest answers), else `init_checkpoint`'s (`checkpoints.checkpoint_directory`), else
   None."""
-  if checkpoints.list_checkpoints(config.output_dir):
-    return config.output_dir
-  if config.init_checkpoint:
-    return checkpoints.checkpoint_directory(config.init_checkpoint)
+  if checkpoints.list_checkpoints(output_dir):
+    return output_dir
+  if init_checkpoint:
+    return checkpoints.checkpoint_directory(init_checkpoint)
   return None
 
 
+def output_names_directory(output_dir: str, init_checkpoint: Optional[str], do_train: bool,
+                           names_file: str) -> str:
+  """Where a run reads the list that names its model's outputs (`names_file`: label_list.txt,
+  tag_list.txt): output_dir, unless the run does not train and output_dir holds no such list
+  while the model it uses (`model_directory`: another run's, a conversion) has one beside it."""
+  directory = None if do_train else model_directory(output_dir, init_checkpoint)
+  if (directory and not os.path.exists(os.path.join(output_dir, names_file))
+      and os.path.exists(os.path.join(directory, names_file))):
+    return directory
+  return output_dir
+
+
 def _check_model_used(task: Task, config: training_loop.TrainConfig) -> None:
-  """Without training, the model used (`_model_directory`) must be read as it was trained: the
+  """Without training, the model used (`model_directory`) must be read as it was trained: the
   run that trained it (and a run recorded in output_dir) must have recorded the settings and
   output names this task reads it with (a renamed or reordered label list would name every
   output after another label); and the label file beside it (`task.output_names_file`) must
@@ -214,7 +226,7 @@ def _check_model_used(task: Task, config: training_loop.TrainConfig) -> None:
   copied with its label list, records no run, and a task of fixed labels (MRPC's 0, 1) or of
   labels learned from another file would read each output as another label."""
   training_loop.check_model_settings_of_recorded_run(config.output_dir, config.model_settings)
-  directory = _model_directory(config)
+  directory = model_directory(config.output_dir, config.init_checkpoint)
   if directory is None:
     return
   if directory != config.output_dir:

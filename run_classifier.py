@@ -74,6 +74,7 @@ def main(_):
   import classifier
   import classifier_data
   import cli_setup
+  import fine_tuning
   import text_pairs
   # pylint: enable=g-import-not-at-top
   cli.require("task_name")
@@ -86,7 +87,9 @@ def main(_):
       label_column=FLAGS.label_column, has_header=FLAGS.has_header,
       label_delimiter=FLAGS.label_delimiter if FLAGS.multi_label else None)
   text_pairs.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
-  processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir)
+  processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir, list_directory=(
+      fine_tuning.output_names_directory(FLAGS.output_dir, FLAGS.init_checkpoint, FLAGS.do_train,
+                                         classifier_data.LABEL_LIST_FILE)))
   task = classifier.ClassifierTask(
       bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
       FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),

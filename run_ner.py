@@ -38,12 +38,17 @@ def main(_):
   # TensorFlow loads here, once the validation pass found nothing wrong (cli.run_script).
   # pylint: disable=g-import-not-at-top
   import cli_setup
+  import fine_tuning
   import tagging
   # pylint: enable=g-import-not-at-top
   strategy, tokenizer, bert_config = cli_setup.setup_task_script(tagging.TaggingTask.kind)
   task = tagging.TaggingTask(bert_config, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
                              FLAGS.max_seq_length, FLAGS.train_file, FLAGS.dev_file,
-                             FLAGS.test_file, bucket_by_length=cli.bucket_by_length(),
+                             FLAGS.test_file, tag_list_directory=(
+                                 fine_tuning.output_names_directory(
+                                     FLAGS.output_dir, FLAGS.init_checkpoint, FLAGS.do_train,
+                                     tagging.TAG_LIST_FILE)),
+                             bucket_by_length=cli.bucket_by_length(),
                              group_by_length=FLAGS.group_by_length,
                              pack_sequences=FLAGS.pack_sequences,
                              doc_stride=FLAGS.doc_stride)

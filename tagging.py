@@ -652,7 +652,9 @@ class TaggingTask(fine_tuning.Task):
   """Token tagging (NER) on CoNLL files (run_ner): train, dev and test files in `data_dir`.
 
   The tag list is learned from the training file and saved as `output_dir/tag_list.txt`; a run
-  without --do_train reads it from there (or takes `tag_list`).
+  without --do_train reads it from `tag_list_directory` (default output_dir; the model's
+  directory where output_dir has none: `fine_tuning.output_names_directory`), or takes
+  `tag_list`.
   """
   kind = "tagger"
   output_names_file = TAG_LIST_FILE
@@ -667,6 +669,7 @@ class TaggingTask(fine_tuning.Task):
   dev_file: str = "dev.txt"
   test_file: str = "test.txt"
   tag_list: Optional[Sequence[str]] = None
+  tag_list_directory: Optional[str] = None
   bucket_by_length: bool = True  # length_buckets for train, eval and predict
   pack_sequences: bool = False  # packed rows in eval and predict (packing.py)
   group_by_length: bool = False  # training batches of one length bucket (length_buckets.batch)
@@ -682,9 +685,9 @@ class TaggingTask(fine_tuning.Task):
     return self.tags()
 
   def tags(self) -> list[str]:
-    """The tag list: given, learned from the training file, or read from output_dir."""
+    """The tag list: given, learned from the training file, or read from `tag_list_directory`."""
     if self.tag_list is None:
-      self.tag_list = read_tag_list(self.output_dir)
+      self.tag_list = read_tag_list(self.tag_list_directory or self.output_dir)
     return list(self.tag_list)
 
   def _file_name(self, split: str) -> str:
