@@ -12,6 +12,7 @@ FLAGS.
 """
 
 import os
+from typing import Any
 
 from absl import flags
 from absl import logging
@@ -208,6 +209,26 @@ def _check_settings_of_converted_model() -> None:
               str(cli.flag_value("multi_label")).lower(), flag, directory,
               "multi-label (a sigmoid per label)" if multi_label else "single-label (softmax)",
               mark_file, str(multi_label).lower()))
+    _check_config_of_converted_model(mark.get("bert_config"), "--%s=%s" % (flag, directory),
+                                     mark_file)
+
+
+def _check_config_of_converted_model(recorded: Any, model: str, mark_file: str) -> None:
+  """Raises FlagError when `--bert_config_file` computes otherwise than the config that
+  convert_checkpoint recorded for the model (`recorded`: its COMPUTATION_FIELDS): the converted
+  bert_config.json edited in place (another activation keeps every shape) would make the model
+  compute something else."""
+  config_file = cli.flag_value("bert_config_file")
+  if not isinstance(recorded, dict) or not config_file:
+    return
+  differences = modeling.computation_differences(
+      modeling.BertConfig.from_json_file(config_file), recorded)
+  if differences:
+    raise errors.FlagError(
+        "--bert_config_file=%s has %s: convert_checkpoint recorded the model in %s as made with "
+        "the latter (%s); pass a config with its values" % (
+            config_file, "; ".join(differences), model, mark_file))
+
 
 
 # The shared flags that are TrainConfig settings of the same name.

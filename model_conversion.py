@@ -25,6 +25,7 @@ import conversion_google
 import conversion_hf
 import conversion_keras_hub
 import conversion_model_garden
+import modeling
 import tokenization
 
 
@@ -51,6 +52,9 @@ def convert(read: Callable[[], conversion.ConvertedModel],
     atomic_files.write_files_mark(staging, choices.CONVERTED_MARK_NAME, {
         "source": model.source, "architecture": model.architecture.name,
         "do_lower_case": model.do_lower_case,
+        # What the model computes with, should its config file be edited in place.
+        "bert_config": {field: getattr(model.config, field)
+                        for field in modeling.COMPUTATION_FIELDS},
         # How a classifier's outputs are read: run_classifier's --multi_label must agree.
         "multi_label": ({conversion.SINGLE_LABEL: False, conversion.MULTI_LABEL: True}
                         .get(model.problem_type)),

@@ -339,9 +339,7 @@ def check_config_of_model_directory(config: BertConfig, config_file: str, direct
     model_config = BertConfig.from_json_file(beside)
   except ConfigError:
     return
-  differences = ["%s %s, not %s" % (field, getattr(config, field), getattr(model_config, field))
-                 for field in COMPUTATION_FIELDS
-                 if _field_value(config, field) != _field_value(model_config, field)]
+  differences = computation_differences(config, model_config.to_dict())
   if differences:
     raise ConfigError("`bert_config_file`=%s has %s: the model in %s=%s was made with %s; "
                       "pass that config" % (config_file, "; ".join(differences), what, directory,
@@ -354,9 +352,15 @@ def _same_file(first: str, second: str) -> bool:
   return os.path.exists(second) and os.path.samefile(first, second)
 
 
-def _field_value(config: BertConfig, field: str) -> Any:
-  value = getattr(config, field)
-  return value.lower() if isinstance(value, str) else value
+def computation_differences(config: BertConfig, model_fields: Mapping[str, Any]) -> list[str]:
+  """"<field> <config's value>, not <model's>" for each of COMPUTATION_FIELDS in `model_fields`
+  (the config a model was made with, as a dict) whose value differs from `config`'s (names of
+  activations compared without case)."""
+  def comparable(value):
+    return value.lower() if isinstance(value, str) else value
+  return ["%s %s, not %s" % (field, getattr(config, field), model_fields[field])
+          for field in COMPUTATION_FIELDS if field in model_fields
+          and comparable(getattr(config, field)) != comparable(model_fields[field])]
 
 
 # ----------------------------------------------------------------------------------------------

@@ -271,6 +271,62 @@ def test_a_model_whose_label_file_names_other_outputs_than_the_task_is_refused(t
   assert count_lines(str(tmp_path / "out" / "test_results.tsv")) == 1
 
 
+def _predict_into_a_new_output_dir(script: str, model_dir, names_file: str, flags: list,
+                                   predictions_file: str) -> tuple:
+  """Predicts from `model_dir`'s checkpoint into a fresh output_dir that has no list of names,
+  then the same into one holding a copy of the model's list (the way that always worked):
+  returns the two predictions files' bytes."""
+  predictions = []
+  for copied in (False, True):
+    output_dir = model_dir.parent / ("copied" if copied else "fresh")
+    output_dir.mkdir()
+    if copied:
+      (output_dir / names_file).write_bytes((model_dir / names_file).read_bytes())
+    result = run_script(script, "--do_predict", "--output_dir=%s" % output_dir,
+                        "--init_checkpoint=%s" % (model_dir / "bert_model.ckpt"), *flags)
+    assert result.returncode == 0, result.stderr[-2000:]
+    predictions.append((output_dir / predictions_file).read_bytes())
+  return tuple(predictions)
+
+
+def test_predicting_from_another_run_reads_the_label_list_beside_its_checkpoint(tmp_path,
+                                                                               classifier_files):
+  # A generic classifier whose label_list.txt says pos, neg (the training file's sorted labels
+  # would be neg, pos), predicted into a new output_dir: before, its labels were learned from the
+  # training file (refused as another order) or, without one, the run stopped for lack of it.
+  model_dir = tmp_path / "model"
+  checkpoints.save_checkpoint(built_classifier(), str(model_dir / "bert_model.ckpt"))
+  (model_dir / classifier_data.LABEL_LIST_FILE).write_text("pos\nneg\n")
+  flags = [flag for flag in classifier_files if not flag.startswith("--output_dir")]
+  fresh, copied = _predict_into_a_new_output_dir(
+      "run_classifier.py", model_dir, classifier_data.LABEL_LIST_FILE, flags, "test_results.tsv")
+  assert fresh == copied and len(fresh.splitlines()) == 2
+  os.remove(tmp_path / "data" / "train.tsv")  # Only the file to predict.
+  result = run_script("run_classifier.py", "--do_predict", "--output_dir=%s" % (tmp_path / "new"),
+                      "--init_checkpoint=%s" % (model_dir / "bert_model.ckpt"), *flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert (tmp_path / "new" / "test_results.tsv").read_bytes() == fresh
+
+
+def test_tagging_from_another_run_reads_the_tag_list_beside_its_checkpoint(tmp_path):
+  # Before, run_ner without --do_train stopped: "<output_dir>/tag_list.txt not found".
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  model_dir = tmp_path / "model"
+  tagger = tagging.BertTagger(tiny_config(), 3)
+  tagger.build()
+  checkpoints.save_checkpoint(tagger, str(model_dir / "bert_model.ckpt"))
+  (model_dir / tagging.TAG_LIST_FILE).write_text("O\nB-PER\nI-PER\n")
+  (tmp_path / "data").mkdir()
+  (tmp_path / "data" / "test.txt").write_text("the NN O\ncat NN B-PER\n\nsad JJ O\n")
+  fresh, copied = _predict_into_a_new_output_dir(
+      "run_ner.py", model_dir, tagging.TAG_LIST_FILE,
+      ["--data_dir=%s" % (tmp_path / "data"), "--bert_config_file=" + config_file,
+       "--vocab_file=" + vocab_file, "--max_seq_length=16"], "test_predictions.txt")
+  assert fresh == copied
+  assert [line.split()[0] for line in fresh.decode().split("\n") if line.strip()] == [
+      "the", "cat", "sad"]
+
+
 def test_a_converted_multi_label_model_is_read_as_one(tmp_path, classifier_files):
   # A multi-label classifier through Hugging Face and back (problem_type
   # multi_label_classification): before, --do_predict without --multi_label read its logits
@@ -294,6 +350,42 @@ def test_a_converted_multi_label_model_is_read_as_one(tmp_path, classifier_files
   result = run_script("run_classifier.py", "--multi_label", *flags)
   assert result.returncode == 0, result.stderr[-2000:]
   assert count_lines(str(converted / "test_results.tsv")) == 2
+
+
+def test_a_converted_model_s_config_edited_in_place_is_refused(tmp_path, classifier_files):
+  # A conversion's bert_config.json edited from gelu to relu (every shape kept): before, the
+  # model predicted with relu, exit 0, though it was made with gelu.
+  source = tmp_path / "source"
+  checkpoints.save_checkpoint(built_classifier(), str(source / "bert_model.ckpt"))
+  config_file, vocab_file = write_model_files(str(source), tiny_config(), VOCAB)
+  (source / classifier_data.LABEL_LIST_FILE).write_text("neg\npos\n")
+  model_conversion.convert_google_to_hf(str(source / "bert_model.ckpt"), str(tmp_path / "hf"),
+                                        config_file, vocab_file=vocab_file)
+  converted = tmp_path / "converted"
+  model_conversion.convert_hf_to_google(str(tmp_path / "hf"), str(converted))
+  converted_config = converted / "bert_config.json"
+  written = converted_config.read_text()
+  fields = json.loads(written)
+  assert fields["hidden_act"] == "gelu"
+  converted_config.write_text(json.dumps(dict(fields, hidden_act="relu")))
+  model_flags = ["--init_checkpoint=%s" % (converted / "bert_model.ckpt"),
+                 "--bert_config_file=%s" % converted_config]
+  flags = ["--do_predict", "--output_dir=%s" % (tmp_path / "out")] + model_flags + [
+      flag for flag in classifier_files if not flag.startswith(("--output_dir",
+                                                                "--bert_config_file"))]
+  result = run_script("run_classifier.py", *flags)
+  assert_one_line_error(result, "run_classifier.py", "--bert_config_file=%s has hidden_act relu, "
+                        "not gelu: convert_checkpoint recorded the model in --init_checkpoint=%s"
+                        % (converted_config, converted))
+  assert not (tmp_path / "out").exists()
+  result = run_script("convert_checkpoint.py", "--output_dir=%s" % (tmp_path / "hf2"),
+                      "--vocab_file=" + vocab_file, *model_flags)
+  assert_one_line_error(result, "convert_checkpoint.py", "has hidden_act relu, not gelu")
+  assert not (tmp_path / "hf2").exists()
+  converted_config.write_text(written)
+  result = run_script("run_classifier.py", *flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert count_lines(str(tmp_path / "out" / "test_results.tsv")) == 2
 
 
 def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
@@ -390,9 +482,9 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
   flags = [flag for flag in classifier_files if not flag.startswith(("--data_dir", "--output_dir"))]
   result = run_script("run_classifier.py", "--do_eval", init_checkpoint, *flags,
                       "--data_dir=%s" % relabeled, "--output_dir=%s" % (tmp_path / "eval"))
-  assert_one_line_error(result, "run_classifier.py",
-                        "the model in %s was trained with other settings" % init_checkpoint,
-                        "recorded [neg, pos], now [bad, good]")
+  assert_one_line_error(result, "run_classifier.py",  # The model's labels are its label list's.
+                        "dev.tsv:2: unknown label 'bad'; expected one of 2 labels (neg, pos) from "
+                        "%s, the labels of the model used" % label_list)
   assert not (tmp_path / "eval" / "eval_results.txt").exists()
   # Another task's script trains nothing into the run: its label list, cache and checkpoints
   # stay as they are (before, run_ner wrote tag_list.txt and its train cache there first).
