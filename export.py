@@ -14,16 +14,16 @@ whose text path does more (SQuAD's span choice, tagging's words, multiple choice
 subclass `ServingModule`. TF Hub's BERT pair (extract_features) has one of the two each, and a
 Python API beside it (`ServingModule.saved_attributes`: `__call__`, `tokenize`, ...).
 
-A malformed request fails with InvalidArgument and a message naming the input, never with a
-wrong answer or a crash: text inputs of different batch sizes or more than
-`MAX_REQUEST_TEXT_BYTES` (4 MiB) of text in all (`text_input_checks`); id inputs of another rank,
-of different shapes, a mask other than 0/1, ids out of range (`id_input_checks`). A request too
-large for the server fails the same way (`RequestLimits`, set at export time): more rows than
+A malformed request fails with InvalidArgument and a message naming the input, never with a wrong
+answer or a crash: text inputs of different batch sizes or more than `MAX_REQUEST_TEXT_BYTES` (4
+MiB) of text in all (`text_input_checks`); inputs of another rank (`rank_checks`); id inputs of
+different shapes, a mask other than 0/1, ids out of range (`id_input_checks`). A request too large
+for the server fails the same way (`RequestLimits`, set at export time): more rows than
 `max_rows`, or more token positions than `max_tokens`, counted as rows x the padded sequence
-length the model would compute on (x endings for multiple choice; x windows' count instead of
-rows for SQuAD's contexts). Bytes alone do not bound memory: a million one-character rows are
-1 MB of text but a million rows of activations. The checks are assert ops in the graph, which
-TF's C++ loader runs like any other op, and they run before the model.
+length the model would compute on (x endings for multiple choice; x windows' count instead of rows
+for SQuAD's contexts). Bytes alone do not bound memory: a million one-character rows are 1 MB of
+text but a million rows of activations. The checks are assert ops in the graph, which TF's C++
+loader runs like any other op, and they run before the model.
 
 `write_saved_model` writes `export_dir/<version>/` with the next integer version (what TF Serving
 watches for), through a staging directory renamed at the end so a server never loads a
@@ -145,21 +145,28 @@ def _range_check(name: str, values: tf.Tensor, low: int, high: Optional[int],
                      largest)
 
 
-def rank_checks(features: Mapping[str, tf.Tensor], rank: int) -> list[tf.Operation]:
-  """Asserts that every input has `rank` dimensions, with a message naming the input."""
-  return [fail_unless(tf.equal(tf.rank(value), rank),
-                      name + " has shape {}: it must have %d dimensions ([batch%s])" % (
-                          rank, ", endings" * (rank - 2) + ", length"), tf.shape(value))
+def rank_checks(features: Mapping[str, tf.Tensor],
+                axes: Mapping[str, Sequence[str]]) -> list[tf.Operation]:
+  """Asserts that every input has the dimensions `axes[name]` names (e.g. batch, length), with a
+  message naming the input."""
+  return [fail_unless(tf.equal(tf.rank(value), len(axes[name])),
+                      "%s has shape {}: it must have %d dimension%s ([%s])" % (
+                          name, len(axes[name]), "" if len(axes[name]) == 1 else "s",
+                          ", ".join(axes[name])), tf.shape(value))
           for name, value in features.items()]
 
 
-def with_rank(features: Mapping[str, tf.Tensor], rank: int) -> dict[str, tf.Tensor]:
-  """The inputs once `rank_checks` passed, with that rank known to the graph (a static shape,
-  not an op that could run before the checks and fail without naming the input)."""
-  features = checked(rank_checks(features, rank), features)
-  for value in features.values():
-    value.set_shape([None] * rank)
-  return features
+def with_rank(features: Mapping[str, tf.Tensor],
+              axes: Mapping[str, Sequence[str]]) -> dict[str, tf.Tensor]:
+  """The inputs once `rank_checks` passed, with their rank known to the graph.
+
+  The rank comes from reshaping each checked input to its own dimensions, one by one. A static
+  shape set on the input itself (`set_shape`, `tf.ensure_shape`) would not do: grappler's shape
+  inference carries it back to the input, constant folding then decides the rank check is true
+  before any request, and a later op fails instead, with a message naming no input."""
+  features = checked(rank_checks(features, axes), features)
+  return {name: tf.reshape(value, [tf.shape(value)[axis] for axis in range(len(axes[name]))])
+          for name, value in features.items()}
 
 
 def size_checks(input_ids: tf.Tensor, name: str, limits: RequestLimits) -> list[tf.Operation]:
@@ -336,13 +343,16 @@ class ServingModule:
                      outputs_fn: Callable[[Mapping[str, tf.Tensor]], Mapping[str, tf.Tensor]]
                      ) -> tf.types.experimental.GenericFunction:
     """A tf.function on string inputs `text_inputs` (name -> rank) that computes `outputs_fn` of
-    the inputs once they passed `text_input_checks`."""
+    the inputs once they passed `rank_checks` and `text_input_checks`. As in `ids_signature`, the
+    inputs' rank is left open in the signature so that a request of another rank reaches the
+    check naming the input."""
     names = list(text_inputs)
+    axes = {name: ["batch"] + ["endings"] * (text_inputs[name] - 1) for name in names}
 
-    @tf.function(input_signature=[tf.TensorSpec([None] * text_inputs[name], tf.string, name=name)
-                                  for name in names], autograph=False)
+    @tf.function(input_signature=[tf.TensorSpec(None, tf.string, name=name) for name in names],
+                 autograph=False)
     def serve_text(*texts):
-      named = dict(zip(names, texts))
+      named = with_rank(dict(zip(names, texts)), axes)
       named = checked(text_input_checks(named, self.limits), named)
       with self.encoder.token_limit(self.limits.max_tokens, " + ".join(sorted(names))):
         return float32_outputs(outputs_fn(named))
@@ -357,7 +367,8 @@ class ServingModule:
     @tf.function(input_signature=[tf.TensorSpec(None, tf.int32, name=name)
                                   for name in self.id_inputs], autograph=False)
     def serve_token_ids(*ids):
-      named = with_rank(dict(zip(self.id_inputs, ids)), self.ids_rank)
+      axes = ["batch"] + ["endings"] * (self.ids_rank - 2) + ["length"]
+      named = with_rank(dict(zip(self.id_inputs, ids)), {name: axes for name in self.id_inputs})
       named = checked(id_input_checks(named, self.config, self.id_inputs, self.limits), named)
       return float32_outputs(self.ids_outputs(
           {name: named[input_name] for name, input_name in zip(ID_INPUTS, self.id_inputs)}))
@@ -429,6 +440,9 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
   """
   encoder, limits = module.encoder, module.limits
   id_names = dict(zip(module.id_inputs, ID_INPUTS))
+  # The signatures leave their inputs' rank open (`rank_checks` names a wrong one): strings are
+  # [batch] unless `text_inputs` says otherwise (multiple choice's endings: [batch, endings]).
+  text_ranks = dict(module.text_inputs or {})
   texts_by_words = [module.warmup_text(num_words)
                     for num_words in range(1, encoder.max_seq_length + 1)]
   rows = _encoded_rows(encoder, texts_by_words)
@@ -438,8 +452,8 @@ def warmup_requests(signatures: Mapping[str, tf.types.experimental.ConcreteFunct
   for name in sorted(signatures):
     specs = {spec.name: spec for spec in tf.nest.flatten(
         signatures[name].structured_input_signature)}
-    ranks = {input_name: module.ids_rank if input_name in id_names else len(spec.shape)
-             for input_name, spec in specs.items()}
+    ranks = {input_name: module.ids_rank if input_name in id_names
+             else text_ranks.get(input_name, 1) for input_name in specs}
     num_texts = max(1, sum(spec.dtype == tf.string for spec in specs.values()))
     # A row of rank 2 (ids) or 1 (strings) stands for one example; a higher rank repeats it twice.
     copies = 2 if any(ranks[input_name] > (2 if input_name in id_names else 1)

@@ -99,6 +99,24 @@ RANK_REQUESTS = {
                             "input_ids has shape [1 2 4]: it must have 2 dimensions"),
     "segment_ids of rank 1": (bad_rank("segment_ids", [4]),
                               "segment_ids has shape [4]: it must have 2 dimensions"),
+    "text_a of rank 2": (texts(text_a=[["good"], ["bad"]]),
+                         "text_a has shape [2 1]: it must have 1 dimension ([batch])"),
+    "text_a of rank 0": ({"signature": "serving_default",
+                          "inputs": {"text_a": {"dtype": "string", "value": "good"}}},
+                         "text_a has shape []: it must have 1 dimension ([batch])"),
+}
+# Multiple choice's endings are [batch, endings], its token_ids [batch, endings, length].
+CHOICE_RANK_REQUESTS = {
+    "endings of rank 1": (texts(context=["a cat", "a dog"], endings=["sat", "ran"]),
+                          "endings has shape [2]: it must have 2 dimensions ([batch, endings])"),
+    "context of rank 2": (texts(context=[["a cat"]], endings=[["sat", "ran"]]),
+                          "context has shape [1 1]: it must have 1 dimension ([batch])"),
+    "input_ids of rank 2": ({"signature": "token_ids", "inputs": ids_inputs(
+        {"input_ids": np.ones([2, 4], np.int32), "input_mask": np.ones([1, 2, 4], np.int32),
+         "segment_ids": np.zeros([1, 2, 4], np.int32)})},
+                            "input_ids has shape [2 4]: it must have 3 dimensions "
+                            "([batch, endings, length])"),
+    "endings at their rank": (texts(context=["a cat"], endings=[["sat", ""]]), None),
 }
 
 
@@ -128,7 +146,7 @@ def served(tmp_path_factory):
                                    limits=CHOICE_LIMITS)
   jobs = {"classifier": (classifier_path, {**CLASSIFIER_REQUESTS, **RANK_REQUESTS}),
           "squad": (squad_path, SQUAD_REQUESTS), "long classifier": (long_path, {}),
-          "multiple choice": (choice_path, {})}
+          "multiple choice": (choice_path, CHOICE_RANK_REQUESTS)}
   warmups = {name: warmup_requests(path) for name, (path, _) in jobs.items()}
   results = run_cpp_client(str(root), [
       {"saved_model": path, "requests": [request for request, _ in requests.values()] +
@@ -142,7 +160,8 @@ def served(tmp_path_factory):
 
 @pytest.mark.parametrize("export_name, requests", [("classifier", CLASSIFIER_REQUESTS),
                                                    ("classifier", RANK_REQUESTS),
-                                                   ("squad", SQUAD_REQUESTS)])
+                                                   ("squad", SQUAD_REQUESTS),
+                                                   ("multiple choice", CHOICE_RANK_REQUESTS)])
 def test_requests_over_a_limit_fail_naming_the_input_and_at_it_are_answered(served, export_name,
                                                                             requests):
   for case, (_, message) in requests.items():
