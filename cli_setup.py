@@ -161,18 +161,14 @@ def _check_init_checkpoint_is_used() -> None:
         (init_checkpoint, output_dir, used, os.path.basename(init_checkpoint.rstrip("/"))))
 
 
-def _directory_of_init_checkpoint() -> str:
-  """The directory whose companions go with `--init_checkpoint` ("" without one):
-  `checkpoints.checkpoint_directory`, the run's for a best checkpoint it kept."""
-  init_checkpoint = cli.flag_value("init_checkpoint")
-  return checkpoints.checkpoint_directory(init_checkpoint) if init_checkpoint else ""
-
-
 def _model_directories() -> dict:
-  """{flag: directory} of the model the script reads: `--init_checkpoint`'s directory, and for
-  a training script run without training `--output_dir` (the model evaluated, predicted or
-  exported is its own; the converter's `--output_dir` is only written)."""
-  directories = {"init_checkpoint": _directory_of_init_checkpoint()}
+  """{flag: directory} of the model the script reads: `--init_checkpoint`'s directory (or the
+  converter's `--model_garden_checkpoint`'s), and for a training script run without training
+  `--output_dir` (the model evaluated, predicted or exported is its own; the converter's
+  `--output_dir` is only written)."""
+  directories = {name: checkpoints.checkpoint_directory(cli.flag_value(name))
+                 for name in ("init_checkpoint", "model_garden_checkpoint")
+                 if cli.flag_value(name)}
   if cli.flag_value("do_train") is False:
     directories["output_dir"] = cli.flag_value("output_dir")
   return {flag: directory for flag, directory in directories.items() if directory}
@@ -313,7 +309,7 @@ def check_models_of_recorded_runs() -> None:
     encoder_settings = {name: value for name, value in settings.items()
                         if name not in _HEAD_SETTINGS}  # A new head may differ.
     training_loop.check_model_settings_of_recorded_run(
-        _directory_of_init_checkpoint() or ".", encoder_settings if training else settings,
+        _model_directories()["init_checkpoint"], encoder_settings if training else settings,
         "--init_checkpoint")
   if cli.flag_value("output_dir") and "do_train" in FLAGS and not training:
     training_loop.check_model_settings_of_recorded_run(FLAGS.output_dir, settings, "--output_dir")

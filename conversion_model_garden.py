@@ -325,7 +325,10 @@ def read_model_garden_checkpoint(checkpoint: str, bert_config_file: Optional[str
         "was built with: a checkpoint holds no activation)" % prefix)
   config = modeling.BertConfig.from_json_file(config_path)
   if config.hidden_act.lower() == "gelu":
-    config.hidden_act = "gelu_approximate"  # What Model Garden computes for "gelu".
+    logging.warning('%s: hidden_act "gelu" is read as Model Garden computes it, the tanh '
+                    "approximation (gelu_approximate), which the converted config says",
+                    config_path)
+    config.hidden_act = "gelu_approximate"
   if heads is not None and heads != config.num_attention_heads:
     raise conversion.ConversionError(
         "%s: its attention weights have %d heads, but %s says num_attention_heads %d" %

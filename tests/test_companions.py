@@ -636,6 +636,35 @@ def test_a_config_other_than_the_model_s_own_is_refused_where_shapes_would_not_t
                                              str(checked), str(tmp_path), "`init_checkpoint`")
 
 
+def test_a_model_garden_conversion_is_converted_back_only_with_its_own_companions(tmp_path):
+  # Before, --model_garden_checkpoint of our own Model Garden conversion took another vocab of
+  # the same size or a relu config, and wrote them as the converted model's, exit 0 (probe 19).
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  release = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
+  garden = model_conversion.convert_google_to_model_garden(
+      release, str(tmp_path / "garden"), config_file, vocab_file=vocab_file)
+  swapped = list(VOCAB)
+  swapped[-1], swapped[-2] = swapped[-2], swapped[-1]
+  (tmp_path / "other").mkdir()
+  swapped_file = tmp_path / "other" / "vocab.txt"
+  swapped_file.write_text("".join(token + "\n" for token in swapped))
+  relu_file = tmp_path / "other" / "relu.json"
+  relu_file.write_text(json.dumps(dict(tiny_config().to_dict(), hidden_act="relu")))
+  result = run_script("convert_checkpoint.py", "--model_garden_checkpoint=" + garden,
+                      "--vocab_file=%s" % swapped_file, "--output_dir=%s" % (tmp_path / "back"))
+  assert_one_line_error(
+      result, "convert_checkpoint.py", "--vocab_file=%s is not the vocab convert_checkpoint wrote "
+      "with the model in --model_garden_checkpoint=%s" % (swapped_file, tmp_path / "garden"))
+  result = run_script("convert_checkpoint.py", "--model_garden_checkpoint=" + garden,
+                      "--bert_config_file=%s" % relu_file, "--output_dir=%s" % (tmp_path / "back"))
+  assert_one_line_error(
+      result, "convert_checkpoint.py", "--bert_config_file=%s has hidden_act relu" % relu_file,
+      "the model in --model_garden_checkpoint=%s" % (tmp_path / "garden"))
+  assert not (tmp_path / "back").exists()
+
+
 def test_a_checkpoint_with_more_encoder_layers_than_the_config_is_refused(tmp_path):
   # Before, a 1-layer config predicted from a 2-layer run's checkpoint after a warning naming
   # the unused variables: a cut-down network of the trained one answered, exit 0.

@@ -150,13 +150,18 @@ def test_tf_hub_encoder_with_its_masked_lm_converts_with_the_head(garden, tmp_pa
                              atol=TOLERANCE)
 
 
-def test_model_garden_checkpoint_converts_with_its_config(garden, tmp_path):
+def test_model_garden_checkpoint_converts_with_its_config(garden, tmp_path, caplog):
   model = garden["models"]["uncased"]
   out = str(tmp_path / "google")
-  model_conversion.convert_model_garden_to_google(
-      os.path.dirname(model["checkpoint"]), out, write_config(tmp_path / "bert_config.json"),
-      vocab_file=garden["vocab_file"])
+  config_file = write_config(tmp_path / "bert_config.json")
+  with caplog.at_level("WARNING", logger="absl"):
+    model_conversion.convert_model_garden_to_google(
+        os.path.dirname(model["checkpoint"]), out, config_file, vocab_file=garden["vocab_file"])
   assert_outputs_equal(bert_outputs(out), model, "converted Model Garden checkpoint")
+  # Its "gelu" is the tanh approximation: said, since a Google config's "gelu" is exact.
+  with open(os.path.join(out, "bert_config.json")) as f:
+    assert json.load(f)["hidden_act"] == "gelu_approximate"
+  assert '%s: hidden_act "gelu" is read as Model Garden computes it' % config_file in caplog.text
 
 
 @pytest.mark.parametrize("changes, message", [
