@@ -25,12 +25,13 @@ script calling two groups that share a flag, defines each flag once.
 
 import dataclasses
 import errno
+import fnmatch
 import glob
 import logging
 import math
 import os
 import sys
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence, Union
 
 from absl import app
 from absl import flags
@@ -536,7 +537,8 @@ OUTPUT_FLAGS = {"output_file": atomic_files.OUTPUT_FILE,
                 "export_dir": atomic_files.OUTPUT_CONTAINER}
 
 # An output flag's kind, or a function of the flags giving (kind, paths) where the paths are not
-# the flag's value as it stands (shard suffixes).
+# the flag's value as it stands (shard suffixes), or (kind, paths, the paths the job's other runs
+# write).
 OutputFlag = Union[str, Callable[[], tuple]]
 
 
@@ -567,12 +569,48 @@ def _symlinks_in(directory: str) -> list:
 
 
 def _output_paths(value: str, declared: OutputFlag) -> tuple:
-  """(kind, paths) of an output flag's value."""
+  """(kind, paths, the job's other paths) of an output flag's value: a function's third value,
+  where it gives one, names the files the other runs of the same job write (other shards)."""
   if callable(declared):
-    return declared()
+    kind, paths, *others = declared()
+    return kind, paths, others[0] if others else []
   if declared == atomic_files.OUTPUT_FILE:
-    return declared, [part.strip() for part in value.split(",") if part.strip()]
-  return declared, [value]
+    return declared, [part.strip() for part in value.split(",") if part.strip()], []
+  return declared, [value], []
+
+
+def _path_matches(pattern: str, path: str) -> bool:
+  """Whether the local glob `pattern` matches `path` (as `glob` would, were it there): component
+  by component, so `*` does not cross a `/`, and a hidden name only by a hidden pattern."""
+  patterns = os.path.abspath(pattern).split(os.sep)
+  names = os.path.abspath(path).split(os.sep)
+  return len(patterns) == len(names) and all(
+      fnmatch.fnmatchcase(name, part) and (part.startswith(".") or not name.startswith("."))
+      for part, name in zip(patterns, names))
+
+
+def _check_inputs_name_no_output_of_the_job(written: Mapping[str, tuple]) -> None:
+  """Raises FlagError when a data input (a file or pattern of DATA_FILE_FLAGS) names a file that
+  this run or another run of its job writes, whether or not it exists yet: the run's own output
+  would be read by its next run, and a shard's by the shards started after it (each machine
+  runs the same command, and `dir/*` matches the shard files written into dir)."""
+  for name in DATA_FILE_FLAGS:
+    value = flag_value(name)
+    if not value or name == "data_dir":
+      continue
+    for pattern in (part.strip() for part in value.split(",")):
+      if not pattern or file_patterns.is_remote(pattern):
+        continue
+      for what, (kind, paths, others) in written.items():
+        for path in paths + others:
+          if (kind == atomic_files.OUTPUT_FILE and not file_patterns.is_remote(path)
+              and _path_matches(pattern, path)):
+            raise errors.FlagError(
+                "--%s=%s names %s, which %s: write the output elsewhere or name the inputs "
+                "more narrowly" % (name, value, path, (
+                    "this run writes (%s): its next run would read it" % what
+                    if path in paths else "another run of this job writes (%s of another "
+                    "shard): the runs after it would read it" % what)))
 
 
 def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> list:
@@ -585,11 +623,13 @@ def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> list:
   declared = dict(OUTPUT_FLAGS, **(outputs or {}))
   written = {"--" + name: _output_paths(flag_value(name), kind)
              for name, kind in declared.items() if flag_value(name)}
-  atomic_files.check_run_paths(inputs, written,
+  atomic_files.check_run_paths(inputs, {what: (kind, paths)
+                                        for what, (kind, paths, _) in written.items()},
                                data_files=["--" + name for name in DATA_FILE_FLAGS])
+  _check_inputs_name_no_output_of_the_job(written)
   if flag_value("output_dir") and declared.get("output_dir") == atomic_files.OUTPUT_CONTAINER:
     atomic_files.check_not_a_saved_model("--output_dir", flag_value("output_dir"))
-  return _missing_directories(path for kind, paths in written.values()
+  return _missing_directories(path for kind, paths, _ in written.values()
                               if kind == atomic_files.OUTPUT_CONTAINER for path in paths)
 
 

@@ -80,9 +80,15 @@ def _run_beam(config: pretraining_data.RunConfig) -> dict:
 
 
 def _output_files() -> tuple:
-  """--output_file's files as this run names them (a shard's suffix added)."""
+  """--output_file's files as this run names them (a shard's suffix added), and those the job's
+  other shards write: a Beam job writes every shard itself, the local runner one per run."""
+  shards = [pretraining_data.shard_output_files(FLAGS.output_file, index, FLAGS.num_shards)
+            for index in range(max(FLAGS.num_shards, 1))]
+  if FLAGS.runner == "beam":
+    return atomic_files.OUTPUT_FILE, sum(shards, []), []
+  others = sum((paths for index, paths in enumerate(shards) if index != FLAGS.shard_index), [])
   return atomic_files.OUTPUT_FILE, pretraining_data.shard_output_files(
-      FLAGS.output_file, FLAGS.shard_index, FLAGS.num_shards)
+      FLAGS.output_file, FLAGS.shard_index, FLAGS.num_shards), others
 
 
 def check_input_paths() -> None:

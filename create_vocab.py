@@ -202,7 +202,7 @@ def create_vocab(input_file: str, output_file: str, vocab_size: int, do_lower_ca
                  num_iterations: int = 4, slack_ratio: float = 0.05) -> List[str]:
   """Counts, learns, writes and checks a vocab; returns its tokens."""
   start = time.time()
-  files = file_patterns.expand(input_file, "--input_file")
+  files = file_patterns.expand_text(input_file, "--input_file")
   reserved = list(SPECIAL_TOKENS) + [t for t in reserved_tokens if t not in SPECIAL_TOKENS]
   for token in reserved:
     if not token or any(char.isspace() for char in token):

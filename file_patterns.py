@@ -8,7 +8,8 @@ file named twice is read twice, as in the original, with a warning naming it: ov
 corpus so is deliberate, a slip in a pattern is not). Directories are skipped, and so are hidden
 files (names starting with "."; e.g. the temporaries of outputs still being written, see
 atomic_files.py) unless the pattern's own file name starts with ".". A pattern matching no file
-is an `errors.FlagError` naming the flag and the pattern.
+is an `errors.FlagError` naming the flag and the pattern. Text corpora (`expand_text`) are
+refused when a file is binary.
 
 Local patterns are expanded with Python's `glob`; remote ones (`gs://...`, any `scheme://`) with
 `tf.io.gfile.glob`, as the original did. TensorFlow is imported only for a remote pattern, so the
@@ -50,6 +51,28 @@ def expand(value: str, flag: str = "`input_file`") -> List[str]:
   for path, count in sorted(repeated.items()):
     logging.warning("%s names %s %d times: it is read %d times per pass", flag, path, count,
                     count)
+  return files
+
+
+# How much of each file `expand_text` reads to tell text from a binary file.
+TEXT_CHECK_BYTES = 4096
+
+
+def expand_text(value: str, flag: str = "`input_file`") -> List[str]:
+  """`expand`, for flags that name text corpora: a local file with a NUL byte in its first
+  TEXT_CHECK_BYTES is a FlagError naming it. Text has no NUL bytes; a TFRecord (the length of
+  its first record), UTF-16 text or a compressed file has some at once, and read as lines it
+  would become instances or a vocab of its bytes. A pattern like `dir/*` matches such files as
+  soon as they are written beside the corpus."""
+  files = expand(value, flag)
+  for path in files:
+    if is_remote(path):
+      continue
+    with open(path, "rb") as reader:
+      start = reader.read(TEXT_CHECK_BYTES)
+    if b"\0" in start:
+      raise errors.FlagError("%s: %s is not UTF-8 text (it holds NUL bytes: a TFRecord, UTF-16 "
+                             "or compressed file?): name only text files" % (flag, path))
   return files
 
 

@@ -483,7 +483,7 @@ def prepare(config: RunConfig) -> tuple:
                      (config.shard_index, config.num_shards))
   if config.chunk_bytes < 1 or config.shuffle_buffer_size < 1:
     raise errors.InputError("chunk size and shuffle buffer size must be positive")
-  input_files = file_patterns.expand(config.input_file, "`input_file`")
+  input_files = file_patterns.expand_text(config.input_file, "`input_file`")
   worker_config = WorkerConfig(config.vocab_file, config.do_lower_case, config.spm_model_file,
                                config.options, config.random_seed)
   return input_files, ChunkProcessor(worker_config)  # Fails here on a bad vocab.

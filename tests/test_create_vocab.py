@@ -107,7 +107,7 @@ def test_errors(tmp_path):
 def test_cli(tmp_path):
   write_corpus(tmp_path / "a.txt", num_lines=200, seed=1)
   write_corpus(tmp_path / "b.txt", num_lines=200, seed=2)
-  output = tmp_path / "vocab.txt"
+  output = tmp_path / "model" / "vocab.txt"  # Not among the *.txt it reads.
   result = subprocess.run(
       [sys.executable, os.path.join(REPO_ROOT, "create_vocab.py"),
        "--input_file=%s,%s" % (tmp_path / "a.txt", tmp_path / "*.txt"),

@@ -280,6 +280,41 @@ def test_records_never_replace_their_vocab_and_two_outputs_differ(files, tmp_pat
   assert _tree(tmp_path) == before
 
 
+def test_a_shard_never_reads_the_records_of_another_shard_or_its_own(files, tmp_path):
+  # Before, `--input_file='dir/*'` beside `--output_file=dir/out --num_shards=2`: shard 0 wrote
+  # out-00000-of-00002 into dir, and shard 1 (the same command, as the README runs shards) read
+  # it as text, made 81% of its instances of the record's bytes and exited 0 (probe 20).
+  corpus_dir = tmp_path / "corpus"
+  corpus_dir.mkdir()
+  shutil.copy(files["corpus"], corpus_dir / "a.txt")
+  shard_flags = ["--output_file=%s" % (corpus_dir / "out.tfrecord"), "--num_shards=2",
+                 "--vocab_file=" + files["vocab"], "--max_seq_length=16",
+                 "--max_predictions_per_seq=2"]
+  result = _run("create_pretraining_data.py", "--input_file=%s" % (corpus_dir / "a.txt"),
+                "--shard_index=0", *shard_flags)
+  assert result.returncode == 0, result.stderr[-2000:]
+  before = _tree(tmp_path)
+  for index in (0, 1):  # The pattern names this run's output, whether written yet or not.
+    _refused(_run("create_pretraining_data.py", "--input_file=%s/*" % corpus_dir,
+                  "--shard_index=%d" % index, *shard_flags),
+             "--input_file", "out.tfrecord-0000%d-of-00002" % index)
+  # A narrower pattern that names only the other shard's file.
+  _refused(_run("create_pretraining_data.py", "--input_file=%s/*0-of-*,%s" % (
+      corpus_dir, corpus_dir / "a.txt"), "--shard_index=1", *shard_flags),
+           "out.tfrecord-00000-of-00002, which another run of this job writes")
+  # Any other pattern or list that names the records read them as text: refused as not text.
+  for input_file in ("%s/*" % corpus_dir, "%s,%s" % (corpus_dir / "a.txt", corpus_dir /
+                                                     "out.tfrecord-00000-of-00002")):
+    _refused(_run("create_pretraining_data.py", "--input_file=" + input_file,
+                  "--output_file=%s" % (tmp_path / "elsewhere.tfrecord"),
+                  "--vocab_file=" + files["vocab"]),
+             "out.tfrecord-00000-of-00002 is not UTF-8 text")
+    _refused(_run("create_vocab.py", "--input_file=" + input_file,
+                  "--output_file=%s" % (tmp_path / "vocab.txt"), "--vocab_size=100"),
+             "out.tfrecord-00000-of-00002 is not UTF-8 text")
+  assert _tree(tmp_path) == before
+
+
 def test_a_fifo_is_not_an_output(files, tmp_path):
   fifo = tmp_path / "fifo"
   os.mkfifo(fifo)
