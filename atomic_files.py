@@ -768,17 +768,26 @@ def read_files_mark(directory: str, mark_name: str) -> dict:
   return fields if isinstance(fields, dict) else {}
 
 
+def files_changed_since_marked(directory: str, mark_name: str) -> list:
+  """The files that the earlier output marked by `mark_name` wrote into `directory` and that are
+  still there but changed since (their digest differs from the mark's), sorted: e.g. a
+  converted model's config or vocab edited in place."""
+  mark = read_files_mark(directory, mark_name)
+  digests = mark.get("sha256") if isinstance(mark.get("sha256"), dict) else {}
+  present = set(_files_under(directory)) if digests else set()
+  return sorted(name for name, digest in digests.items()
+                if name in present and digest != file_sha256(os.path.join(directory, name)))
+
+
 def _files_not_as_written(directory: str, mark_name: str) -> list:
   """The files below `directory` that the earlier output marked by `mark_name` did not write, or
-  that changed since (their digest differs from the mark's), sorted; every file when the mark is
+  that changed since (`files_changed_since_marked`), sorted; every file when the mark is
   unreadable."""
   mark = read_files_mark(directory, mark_name)
   written = mark.get("files") if isinstance(mark.get("files"), list) else []
-  digests = mark.get("sha256") if isinstance(mark.get("sha256"), dict) else {}
-  present = _files_under(directory)
-  return [name for name in present if name != mark_name and (
-      name not in written or
-      (name in digests and digests[name] != file_sha256(os.path.join(directory, name))))]
+  changed = files_changed_since_marked(directory, mark_name)
+  return [name for name in _files_under(directory) if name != mark_name and (
+      name not in written or name in changed)]
 
 
 def check_replaceable_directory(path: str, what: str, writer: str,

@@ -98,6 +98,8 @@ never (its checkpoints would meet another model's label list).
 
 import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it when it loads)
 
+import os
+
 from absl import flags
 
 import atomic_files
@@ -200,6 +202,25 @@ def check_input_paths() -> None:
                            (unread[0], source, source))
   check_output_dir(FLAGS.output_dir, FLAGS.overwrite_output_dir)
   cli.check_model_files()
+  check_source_as_converted(source, FLAGS[source].value)
+
+
+def check_source_as_converted(source: str, path: str) -> None:
+  """Raises FlagError when the model of `--<source>=path` is an earlier conversion whose files
+  (its config, vocab, weights) changed since convert_checkpoint wrote them: converting it would
+  carry the edits on, recorded as the new model's own (another activation or two swapped tokens
+  keep every shape)."""
+  import checkpoints  # pylint: disable=g-import-not-at-top  (TensorFlow is loaded by now)
+  directory = (checkpoints.checkpoint_directory(path)
+               if source in ("init_checkpoint", "model_garden_checkpoint") else path)
+  changed = atomic_files.files_changed_since_marked(directory, choices.CONVERTED_MARK_NAME)
+  if changed:
+    raise errors.FlagError(
+        "--%s=%s: %s changed since convert_checkpoint wrote %s (%s records their digests), so "
+        "the model is no longer the one it converted: restore %s, or convert from the source "
+        "again" % (source, path, ", ".join(changed), "it" if len(changed) == 1 else "them",
+                   os.path.join(directory, choices.CONVERTED_MARK_NAME),
+                   "it" if len(changed) == 1 else "them"))
 
 
 def main(argv):

@@ -665,6 +665,46 @@ def test_a_model_garden_conversion_is_converted_back_only_with_its_own_companion
   assert not (tmp_path / "back").exists()
 
 
+@pytest.mark.parametrize("output_format, source_flag, edited_file", [
+    ("hugging_face", "--hf_model_path=%s", "vocab.txt"),
+    ("model_garden", "--model_garden_checkpoint=%s/bert_model.ckpt", "bert_config.json"),
+    ("keras_hub", "--keras_hub_preset=%s", "assets/tokenizer/vocabulary.txt"),
+])
+def test_a_conversion_edited_in_place_is_not_converted_on(tmp_path, output_format, source_flag,
+                                                          edited_file):
+  # Before, convert_checkpoint read a conversion whose vocab had two tokens swapped in place, or
+  # whose config said relu for gelu, and wrote them on as the new model's, exit 0 (probe 19).
+  config_file, vocab_file = write_model_files(str(tmp_path), tiny_config(), VOCAB)
+  encoder = modeling.BertModel(tiny_config())
+  encoder.build()
+  release = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
+  converted = tmp_path / "converted"
+  result = run_script("convert_checkpoint.py", "--init_checkpoint=" + release,
+                      "--bert_config_file=" + config_file, "--vocab_file=" + vocab_file,
+                      "--output_format=" + output_format, "--output_dir=%s" % converted)
+  assert result.returncode == 0, result.stderr[-3000:]
+  if output_format == "hugging_face":  # And once more to Google's format, edited there.
+    result = run_script("convert_checkpoint.py", "--hf_model_path=%s" % converted,
+                        "--output_dir=%s" % (tmp_path / "google"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    converted, source_flag = tmp_path / "google", "--init_checkpoint=%s/bert_model.ckpt"
+  target = converted / edited_file
+  text = target.read_text()
+  if edited_file.endswith(".json"):
+    text = text.replace('"gelu"', '"relu"')
+  else:
+    lines = text.splitlines(keepends=True)
+    lines[-1], lines[-2] = lines[-2], lines[-1]
+    text = "".join(lines)
+  assert text != target.read_text()
+  target.write_text(text)
+  result = run_script("convert_checkpoint.py", source_flag % converted,
+                      "--output_dir=%s" % (tmp_path / "again"))
+  assert_one_line_error(result, "convert_checkpoint.py", "%s changed since convert_checkpoint "
+                        "wrote it" % edited_file, str(converted / ".convert_checkpoint.json"))
+  assert not (tmp_path / "again").exists()
+
+
 def test_a_checkpoint_with_more_encoder_layers_than_the_config_is_refused(tmp_path):
   # Before, a 1-layer config predicted from a 2-layer run's checkpoint after a warning naming
   # the unused variables: a cut-down network of the trained one answered, exit 0.
