@@ -699,6 +699,7 @@ _IMPLIED_SETTINGS = {"lr_schedule": "original", "gradient_accumulation_steps": 1
 # Settings recorded only by later versions that a record without them leaves unchecked, and that
 # a script without them (run_pretraining has no --task_name) does not compare.
 _UNCHECKED_WHEN_UNRECORDED = ("task", "train_features", "vocab", "output_names", "do_lower_case",
+                              "mixed_precision",
                               "task_name", "multi_label", "version_2_with_negative",
                               "bucket_by_length", "group_by_length", "dynamic_masking",
                               "masked_lm_prob", "do_whole_word_mask")
@@ -719,10 +720,12 @@ _SETTING_FILES = {"output_names": "the label list (label_list.txt or tag_list.tx
 
 
 def _recorded_settings(config: TrainConfig) -> dict:
-  """The run's settings as JSON values: the fields of _RECORDED_FIELDS that are set, and
+  """The run's settings as JSON values: the fields of _RECORDED_FIELDS that are set, the compute
+  precision (`mixed_precision`: Keras's global policy, bfloat16 rounds every activation) and
   `model_settings`."""
   settings = {name: getattr(config, name) for name in _RECORDED_FIELDS
               if getattr(config, name) is not None}
+  settings["mixed_precision"] = keras.mixed_precision.global_policy().name.replace("mixed_", "")
   return json.loads(json.dumps(dict(settings, **config.model_settings)))
 
 

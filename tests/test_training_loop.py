@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("KERAS_BACKEND", "tensorflow")
 
+import keras  # pylint: disable=g-import-not-at-top
 import tensorflow as tf  # pylint: disable=g-import-not-at-top
 from tensorflow.core.util import event_pb2  # pylint: disable=g-import-not-at-top
 
@@ -346,8 +347,17 @@ def test_a_resume_with_changed_settings_is_an_error_naming_each_unless_allowed(r
   assert recorded_settings(reference[0]) == {"0": dict(
       train_batch_size=8, learning_rate=1e-2, optimizer="bert_adam", lr_schedule="original",
       num_train_steps=6, num_warmup_steps=1, random_seed=12345, gradient_accumulation_steps=1,
-      pack_sequences=False, **MODEL_SETTINGS)}
+      pack_sequences=False, mixed_precision="float32", **MODEL_SETTINGS)}
   output_dir = killed_after_step_4(reference, str(tmp_path / "changed"))
+  # Another compute precision rounds every activation otherwise (probe 19: a bfloat16 run resumed
+  # in float32 trained on without a word).
+  keras.mixed_precision.set_global_policy("mixed_bfloat16")
+  try:
+    with pytest.raises(errors.TrainingError, match="`mixed_precision`: recorded float32, "
+                                                   "now bfloat16"):
+      resume(output_dir)
+  finally:
+    keras.mixed_precision.set_global_policy("float32")
   # Accumulation and packing too: with dropout on, they draw other masks than the run did.
   changes = dict(learning_rate=2e-2, train_batch_size=4, gradient_accumulation_steps=2,
                  pack_sequences=True,
