@@ -447,7 +447,9 @@ def _check_flag_values() -> None:
 
 
 def _check_flag_combinations() -> None:
-  """The rules that tie two flags together."""
+  """The rules that tie two flags together; first that no flag is given without the one it acts
+  with (a rule between two flags would otherwise judge a default the user never gave)."""
+  _check_flag_needs()
   steps = flag_value("gradient_accumulation_steps")
   for batch_flag in ("train_batch_size", "phase2_train_batch_size"):
     batch = flag_value(batch_flag)
@@ -465,7 +467,6 @@ def _check_flag_combinations() -> None:
       raise errors.FlagError("--%smax_predictions_per_seq=%d must not exceed "
                              "--%smax_seq_length=%d" % (prefix, predictions, prefix, length))
   _check_request_tokens()
-  _check_flag_needs()
 
 
 def _check_flag_needs() -> None:

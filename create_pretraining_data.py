@@ -40,6 +40,9 @@ def define_flags() -> None:
   flags.DEFINE_bool("do_whole_word_mask", False,
                     "Whether to mask all of a word's pieces together rather than each piece alone.")
   flags.DEFINE_integer("max_seq_length", 128, "Maximum sequence length.")
+  # Stricter than other scripts' 3: an instance holds two non-empty segments.
+  flags.register_validator("max_seq_length", lambda value: value is None or value >= 5,
+                           "must be at least 5 ([CLS] A [SEP] B [SEP], with A and B non-empty)")
   flags.DEFINE_integer("max_predictions_per_seq", 20, "Maximum number of masked LM predictions per "
                        "sequence.")
   flags.DEFINE_integer("random_seed", 12345, "Random seed for data generation.")
