@@ -575,6 +575,20 @@ def check_not_a_saved_model(what: str, path: str) -> None:
                            (what, path, versions[0]))
 
 
+def _check_data_is_no_companion(read: list, data_files: Collection[str]) -> None:
+  """No data file (an input named in `data_files`) is also a companion input of the run (its
+  vocab, config or checkpoint): a pattern like `dir/*` beside `--vocab_file=dir/vocab.txt` would
+  make the vocab part of the corpus."""
+  for what, path, identity in read:
+    if what not in data_files or _is_directory(path):  # --data_dir itself holds, not is, data.
+      continue
+    for other_what, other_path, other_identity in read:
+      if other_what not in data_files and _same(identity, other_identity):
+        raise errors.FlagError("%s names %s, which is %s=%s: the run would read it as data too; "
+                               "name the data more narrowly" % (what, path, other_what,
+                                                                other_path))
+
+
 def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list,
                                data_files: Collection[str]) -> None:
   """No data file (an input named in `data_files`) lies in the output directory `path` under a
@@ -619,6 +633,7 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   """
   read = [(what, path, _identity(path)) for what, paths in inputs.items() for path in paths]
   _RUN_INPUTS[:] = read
+  _check_data_is_no_companion(read, data_files)
   written = [(what, kind, path, _identity(path))
              for what, (kind, paths) in outputs.items() for path in paths]
   for what, kind, path, identity in written:

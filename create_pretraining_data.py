@@ -134,7 +134,7 @@ def main(_):
   if FLAGS.runner == "beam":
     summary = _run_beam(config)
   else:
-    for output_file in FLAGS.output_file.split(","):  # Creates a missing directory.
+    for output_file in _output_files()[1]:  # Creates a missing directory.
       atomic_files.check_writable_directory(os.path.dirname(output_file), "output_file")
     summary = pretraining_data.run(config)
   print(pretraining_data.summary_json(summary))

@@ -315,6 +315,30 @@ def test_a_shard_never_reads_the_records_of_another_shard_or_its_own(files, tmp_
   assert _tree(tmp_path) == before
 
 
+def test_a_corpus_pattern_never_takes_in_the_vocab_nor_a_list_entry_its_spaces(files, tmp_path):
+  # Before, `--input_file='dir/*'` beside `--vocab_file=dir/vocab.txt` made the vocab most of the
+  # corpus, exit 0; and `--output_file="a, b"` created a directory named " <b's parent>" in the
+  # working directory, then failed to write b where its parent was missing (probe 20).
+  corpus_dir = tmp_path / "corpus"
+  corpus_dir.mkdir()
+  shutil.copy(files["corpus"], corpus_dir / "a.txt")
+  shutil.copy(files["vocab"], corpus_dir / "vocab.txt")
+  _refused(_run("create_pretraining_data.py", "--input_file=%s/*" % corpus_dir,
+                "--output_file=%s" % (tmp_path / "out.tfrecord"),
+                "--vocab_file=%s" % (corpus_dir / "vocab.txt")),
+           "--input_file names %s, which is --vocab_file" % (corpus_dir / "vocab.txt"))
+  assert not (tmp_path / "out.tfrecord").exists()
+  work = tmp_path / "work"
+  work.mkdir()
+  outputs = [tmp_path / "records" / "a.tfrecord", tmp_path / "records" / "new" / "b.tfrecord"]
+  result = _run("create_pretraining_data.py", "--input_file=" + files["corpus"],
+                "--output_file=%s, %s" % tuple(outputs), "--vocab_file=" + files["vocab"],
+                "--max_seq_length=16", "--max_predictions_per_seq=2", cwd=str(work))
+  assert result.returncode == 0, result.stderr[-2000:]
+  assert all(path.is_file() for path in outputs)
+  assert os.listdir(work) == []
+
+
 def test_a_fifo_is_not_an_output(files, tmp_path):
   fifo = tmp_path / "fifo"
   os.mkfifo(fifo)
