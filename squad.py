@@ -310,11 +310,11 @@ def evaluate_v1(dataset: list[dict], predictions: dict[str, str]) -> dict[str, f
       unanswerable += 1
       continue
     total += 1
-    if qa["id"] not in predictions:
+    if squad_data.question_id(qa) not in predictions:
       missing += 1
       continue
     truths = [answer["text"] for answer in qa["answers"]]
-    prediction = predictions[qa["id"]]
+    prediction = predictions[squad_data.question_id(qa)]
     exact_match += max(exact_match_score(prediction, truth) for truth in truths)
     f1 += max(_f1_v1(prediction, truth) for truth in truths)
   if missing:
@@ -360,11 +360,12 @@ def evaluate_v2(dataset: list[dict], predictions: dict[str, str],
   `na_probs` (here the null odds) above `na_prob_thresh` count as predicting no answer. Keys follow
   the official script except that its `exact` is named `exact_match` like v1.1's.
   """
-  qid_to_has_ans = {qa["id"]: bool(qa["answers"]) for qa in squad_data.all_questions(dataset)}
+  qid_to_has_ans = {squad_data.question_id(qa): bool(qa["answers"])
+                    for qa in squad_data.all_questions(dataset)}
   exact_raw = {}
   f1_raw = {}
   for qa in squad_data.all_questions(dataset):
-    qid = qa["id"]
+    qid = squad_data.question_id(qa)
     if qid not in predictions:
       logging.warning("Missing prediction for %s", qid)
       continue

@@ -236,6 +236,12 @@ def all_questions(dataset: list[dict]) -> Iterator[dict]:
       yield from paragraph["qas"]
 
 
+def question_id(qa: dict) -> str:
+  """A question's id as predictions.json keys it: SQuAD's ids are strings, and a number in
+  their place is read as its text (by the examples and by the scorer alike)."""
+  return str(qa["id"])
+
+
 def has_gold_answers(data: list[dict], version_2_with_negative: bool) -> bool:
   """Whether a predict file can be scored: every question lists answers (v1.1: some non-empty)."""
   questions = list(all_questions(data))

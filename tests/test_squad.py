@@ -310,6 +310,18 @@ def test_evaluate_v1_hand_computed():
                      "f1": pytest.approx(100 * (1 + 0.5 + 2 / 3) / 4)}
 
 
+def test_numeric_question_ids_are_scored_under_the_keys_predictions_json_gives_them():
+  # Before, a file with ids 1000, 1001 got predictions keyed "1000", "1001" and scored 0 with a
+  # warning that no question had a prediction (probe 21).
+  dataset = _dataset(_qa("1", "Denver Broncos"), _qa("2", "Paris"))
+  for qa, number in zip(squad_data.all_questions(dataset), (1000, 1001)):
+    qa["id"] = number
+  predictions = {"1000": "Denver Broncos", "1001": "London"}
+  assert squad.evaluate_v1(dataset, predictions) == {"exact_match": pytest.approx(50.0),
+                                                     "f1": pytest.approx(50.0)}
+  assert squad.evaluate_v2(dataset, predictions)["exact_match"] == pytest.approx(50.0)
+
+
 def test_evaluate_v1_leaves_out_questions_without_gold_answers():
   dataset = _dataset(_qa("1", "Denver Broncos"), _qa("2", "Paris"),
                      {"id": "3", "question": "q", "answers": []})
