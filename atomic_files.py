@@ -593,15 +593,24 @@ def _check_inputs_in_container(what: str, path: str, identity: tuple, read: list
                                data_files: Collection[str]) -> None:
   """No data file (an input named in `data_files`) lies in the output directory `path` under a
   name the scripts write there (a checkpoint there is read, by design, to continue or
-  predict)."""
+  predict): neither by its own name nor as a hard link the directory holds under such a name."""
+  written_there = [] if file_patterns.is_remote(path) or not os.path.isdir(path) else [
+      (name, _identity(os.path.join(path, name))) for name in sorted(_list_dir(path))
+      if any(fnmatch.fnmatchcase(name, pattern) for pattern in NAMES_WRITTEN_IN_OUTPUT_DIRS)]
   for input_what, input_path, input_identity in read:
+    if input_what not in data_files:
+      continue
     name = os.path.basename(input_identity[0])
-    if (input_what in data_files and
-        os.path.dirname(input_identity[0]) == identity[0] and
+    if (os.path.dirname(input_identity[0]) == identity[0] and
         any(fnmatch.fnmatchcase(name, pattern) for pattern in NAMES_WRITTEN_IN_OUTPUT_DIRS)):
       raise errors.FlagError("%s=%s is in %s=%s under a name the run writes there (%s): move it "
                              "or choose another %s" % (input_what, input_path, what, path, name,
                                                        what))
+    for name, there in written_there:
+      if input_identity[1] is not None and input_identity[1] == there[1]:
+        raise errors.FlagError("%s=%s is the file %s=%s holds as %s (a hard link), a name the "
+                               "run writes there: remove that link or choose another %s" % (
+                                   input_what, input_path, what, path, name, what))
 
 
 def _check_not_an_input(path: str) -> None:

@@ -339,6 +339,31 @@ def test_a_corpus_pattern_never_takes_in_the_vocab_nor_a_list_entry_its_spaces(f
   assert os.listdir(work) == []
 
 
+def test_a_data_file_hard_linked_under_a_name_the_run_writes_is_refused_before_any_work(
+    files, tmp_path):
+  # Before, a --predict_file (or CoNLL test file) hard-linked as output_dir/predictions.json
+  # (test_predictions.txt) was found only when the run wrote there, after training (probe 21).
+  output_dir = tmp_path / "run"
+  output_dir.mkdir()
+  predict_file = tmp_path / "dev.json"
+  predict_file.write_text('{"version": "1.1", "data": []}')
+  os.link(predict_file, output_dir / "predictions.json")
+  conll = tmp_path / "conll"
+  conll.mkdir()
+  (conll / "test.txt").write_text("EU B-ORG\n")
+  os.link(conll / "test.txt", output_dir / "test_predictions.txt")
+  before = _tree(tmp_path)
+  _refused(_run("run_squad.py", "--do_predict", "--predict_file=%s" % predict_file,
+                "--vocab_file=" + files["vocab"], "--output_dir=%s" % output_dir),
+           "--predict_file=%s is the file --output_dir=%s holds as predictions.json" % (
+               predict_file, output_dir))
+  _refused(_run("run_ner.py", "--do_predict", "--data_dir=%s" % conll,
+                "--vocab_file=" + files["vocab"], "--output_dir=%s" % output_dir),
+           "--test_file=%s is the file --output_dir=%s holds as test_predictions.txt" % (
+               conll / "test.txt", output_dir))
+  assert _tree(tmp_path) == before
+
+
 def test_a_fifo_is_not_an_output(files, tmp_path):
   fifo = tmp_path / "fifo"
   os.mkfifo(fifo)
