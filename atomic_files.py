@@ -684,6 +684,13 @@ def _names_matching(directory: str, patterns: Sequence[str]) -> list:
                 if any(fnmatch.fnmatchcase(name.rstrip("/"), pattern) for pattern in patterns))
 
 
+def holds_training_run(directory: str) -> bool:
+  """Whether `directory` holds a training run's checkpoints or record (TRAINING_RUN_NAMES but
+  the lock, which a starting run takes before it trains)."""
+  return _is_directory(directory) and any(
+      name != LOCK_FILE_NAME for name in _training_run_names(directory))
+
+
 def _training_run_names(directory: str) -> list:
   """The names in `directory` that only a training run's output_dir holds (TRAINING_RUN_NAMES),
   sorted; none where it holds no training run."""

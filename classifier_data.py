@@ -70,7 +70,8 @@ class DataProcessor:
     return list(self.labels)
 
   def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str,
-                                list_directory: Optional[str] = None) -> list[str]:
+                                list_directory: Optional[str] = None,
+                                training_anew: bool = False) -> list[str]:
     """Returns the class names, making them known first where a task has to learn them.
 
     A fixed task knows them already (nothing is read or written); the generic task reads them
@@ -78,7 +79,7 @@ class DataProcessor:
     directory: `fine_tuning.output_names_directory`) or learns them from the training file (see
     `GenericProcessor`).
     """
-    del data_dir, output_dir, list_directory  # A fixed task's labels are part of its definition.
+    del data_dir, output_dir, list_directory, training_anew  # Part of a fixed task's definition.
     return self.get_labels()
 
   def save_label_list(self) -> None:
@@ -331,25 +332,44 @@ class GenericProcessor(DataProcessor):
     return list(self.labels)
 
   def load_or_create_label_list(self, data_dir: Optional[str], output_dir: str,
-                                list_directory: Optional[str] = None) -> list[str]:
+                                list_directory: Optional[str] = None,
+                                training_anew: bool = False) -> list[str]:
     """Reads the label list of `list_directory` (default output_dir), or learns the labels from
-    the training file (`save_label_list` writes them to output_dir when training starts)."""
+    the training file (`save_label_list` writes them to output_dir when training starts).
+
+    `training_anew` (training into an output_dir that holds no training run): a list there names
+    no trained model's outputs (a run that stopped before training left it, or the user wrote
+    it), so it must name exactly the training file's labels, in any order: a label none of its
+    rows has would become a class of the new model."""
     path = os.path.join(output_dir, LABEL_LIST_FILE)
     listed = os.path.join(list_directory or output_dir, LABEL_LIST_FILE)
     if os.path.exists(listed):
       self.labels = read_label_list(listed)
+      if training_anew and listed == path:
+        self._check_list_names_the_training_labels(data_dir, listed)
       self.label_list_path, self.label_list_saved = listed, True
       self.label_list_of_model = os.path.dirname(listed) != os.path.dirname(path)
       return self.get_labels()
-    self.labels = ()
+    self.labels = tuple(self._training_labels(data_dir))
+    self.label_list_path, self.label_list_saved = path, False
+    return self.get_labels()
+
+  def _training_labels(self, data_dir: Optional[str]) -> list[str]:
+    """The distinct labels of the training file's rows, sorted."""
     labels = sorted(set(name
                         for example in self._read_split(data_dir, "train", check_labels=False)
                         for name in self.label_names(example.label)))
     if not labels:
       raise task_files.BadInputError("%s: no labeled rows in the training file" % data_dir)
-    self.labels = tuple(labels)
-    self.label_list_path, self.label_list_saved = path, False
-    return self.get_labels()
+    return labels
+
+  def _check_list_names_the_training_labels(self, data_dir: Optional[str], listed: str) -> None:
+    unused = sorted(set(self.labels) - set(self._training_labels(data_dir)))
+    if unused:
+      raise task_files.BadInputError(
+          "%s names %s, which no row of the training file has, and output_dir holds no trained "
+          "model that this list could be the labels of (a run that stopped before training left "
+          "it?): remove it, or pass another --output_dir" % (listed, ", ".join(unused)))
 
   def save_label_list(self) -> None:
     """Writes the labels learned from the training file to output_dir's label list (the chief)."""

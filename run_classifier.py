@@ -15,6 +15,7 @@ import tf_defaults  # pylint: disable=unused-import  (first: TensorFlow reads it
 
 from absl import flags
 
+import atomic_files
 import choices
 import cli
 import errors
@@ -87,9 +88,11 @@ def main(_):
       label_column=FLAGS.label_column, has_header=FLAGS.has_header,
       label_delimiter=FLAGS.label_delimiter if FLAGS.multi_label else None)
   text_pairs.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
-  processor.load_or_create_label_list(FLAGS.data_dir, FLAGS.output_dir, list_directory=(
-      fine_tuning.output_names_directory(FLAGS.output_dir, FLAGS.init_checkpoint, FLAGS.do_train,
-                                         classifier_data.LABEL_LIST_FILE)))
+  processor.load_or_create_label_list(
+      FLAGS.data_dir, FLAGS.output_dir,
+      list_directory=fine_tuning.output_names_directory(
+          FLAGS.output_dir, FLAGS.init_checkpoint, FLAGS.do_train, classifier_data.LABEL_LIST_FILE),
+      training_anew=FLAGS.do_train and not atomic_files.holds_training_run(FLAGS.output_dir))
   task = classifier.ClassifierTask(
       bert_config, processor, tokenizer, FLAGS.data_dir, FLAGS.output_dir,
       FLAGS.max_seq_length, bucket_by_length=cli.bucket_by_length(),

@@ -179,6 +179,26 @@ def built_classifier() -> classifier.BertClassifier:
   return model
 
 
+def test_a_label_list_left_without_a_trained_model_must_name_the_training_labels(
+    tmp_path, classifier_files):
+  # Before, a label list that a run left when it stopped before training (neg, neutral, pos)
+  # became the classes of the next run, on data of neg and pos only: a 3-way head, exit 0
+  # (probe 21).
+  (tmp_path / "out").mkdir()
+  (tmp_path / "out" / "label_list.txt").write_text("neg\nneutral\npos\n")
+  result = run_script("run_classifier.py", "--do_train", "--num_train_epochs=1",
+                      *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "%s names neutral, which no row of the "
+                        "training file has" % (tmp_path / "out" / "label_list.txt"))
+  assert sorted(os.listdir(tmp_path / "out")) == ["label_list.txt"]
+  # The training labels in another order are the user's order: kept.
+  (tmp_path / "out" / "label_list.txt").write_text("pos\nneg\n")
+  result = run_script("run_classifier.py", "--do_train", "--num_train_epochs=1",
+                      "--train_batch_size=2", *classifier_files)
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert (tmp_path / "out" / "label_list.txt").read_text() == "pos\nneg\n"
+
+
 def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classifier_files):
   # A pretrained (or converted, head-less) encoder: before, a random head predicted after a
   # warning and the run ended with status 0.
