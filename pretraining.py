@@ -416,7 +416,7 @@ def naming_length_mismatches() -> Iterator[None]:
 # --------------------------------------------------------------------------------------------------
 # Dynamic masking (issue 20): new masked positions each time a record is read.
 
-# The records `DynamicMasking.check_records` reads, the share of their masked positions that must
+# The records `check_records_vocab` reads, the share of their masked positions that must
 # hold [MASK], and how many masked positions it takes to judge that share (below it, a few
 # positions could miss [MASK] by chance: 20 positions at 80% fall below half once in ~1800).
 RECORDS_CHECKED = 256
@@ -457,6 +457,41 @@ def check_record_ids(input_files: list, vocab_size: int) -> None:
             "%s: record %d holds %s id %d, outside the model's vocab_size %d "
             "(`bert_config_file`): the records were made with another vocab" % (
                 path, number, name, outside[0], vocab_size))
+
+
+def check_records_vocab(input_files: list, vocab: pretraining_instances.VocabIds,
+                        vocab_description: str) -> None:
+  """A RecordVocabError unless the records were made with `vocab` (`vocab_description` names its
+  setting and file, e.g. "`vocab_file` vocab.txt"), judged on their first RECORDS_CHECKED
+  records: each opens with its [CLS] id, and at least MIN_MASK_SHARE of their masked positions
+  hold its [MASK] id (the data tool writes [MASK] at 80%).
+
+  Records of another vocab train without a word of complaint: the model learns ids that mean
+  other tokens in the vocab the run records, re-masks with, and exports for fill-mask. This is
+  the moment to say so, before any training.
+  """
+  checked, masked, holding_mask, paths = 0, 0, 0, []
+  for path, number, example in _first_examples(input_files, RECORDS_CHECKED):
+    paths += [] if path in paths else [path]
+    features = example.features.feature
+    input_ids = features["input_ids"].int64_list.value
+    if not input_ids or input_ids[0] != vocab.cls_id:
+      raise RecordVocabError(
+          "%s: record %d starts with id %s, not the [CLS] id %d of %s: the records were made "
+          "with another vocab" % (path, number, input_ids[0] if input_ids else "(none)",
+                                  vocab.cls_id, vocab_description))
+    for position, weight in zip(features["masked_lm_positions"].int64_list.value,
+                                features["masked_lm_weights"].float_list.value):
+      if weight > 0 and position < len(input_ids):
+        masked += 1
+        holding_mask += input_ids[position] == vocab.mask_id
+    checked += 1
+  if masked >= MIN_MASKED_POSITIONS and holding_mask < MIN_MASK_SHARE * masked:
+    raise RecordVocabError(
+        "%s: only %d of the %d masked positions of its first %d records hold the [MASK] id %d "
+        "of %s (the data tool writes [MASK] at 80%%): the records were made with another "
+        "vocab" % (",".join(paths), holding_mask, masked, checked, vocab.mask_id,
+                   vocab_description))
 
 
 # Mixed into the pipeline seed so that masking draws differ from the shuffle's.
@@ -505,36 +540,9 @@ class DynamicMasking:
                              (largest, vocab_size))
 
   def check_records(self, input_files: list, vocab_file: str) -> None:
-    """A RecordVocabError unless the records were made with this vocab, judged on their first
-    RECORDS_CHECKED records: each opens with its [CLS] id, and at least MIN_MASK_SHARE of their
-    masked positions hold its [MASK] id (the data tool writes [MASK] at 80%).
-
-    Records of another vocab re-mask with ids that mean other tokens there and train without a
-    word of complaint; this is the moment to say so, before any training.
-    """
-    checked, masked, holding_mask, paths = 0, 0, 0, []
-    for path, number, example in _first_examples(input_files, RECORDS_CHECKED):
-      paths += [] if path in paths else [path]
-      features = example.features.feature
-      input_ids = features["input_ids"].int64_list.value
-      if not input_ids or input_ids[0] != self.vocab.cls_id:
-        raise RecordVocabError(
-            "%s: record %d starts with id %s, not the [CLS] id %d of `vocab_file` %s: the records "
-            "were made with another vocab" % (path, number,
-                                              input_ids[0] if input_ids else "(none)",
-                                              self.vocab.cls_id, vocab_file))
-      for position, weight in zip(features["masked_lm_positions"].int64_list.value,
-                                  features["masked_lm_weights"].float_list.value):
-        if weight > 0 and position < len(input_ids):
-          masked += 1
-          holding_mask += input_ids[position] == self.vocab.mask_id
-      checked += 1
-    if masked >= MIN_MASKED_POSITIONS and holding_mask < MIN_MASK_SHARE * masked:
-      raise RecordVocabError(
-          "%s: only %d of the %d masked positions of its first %d records hold the [MASK] id %d "
-          "of `vocab_file` %s (the data tool writes [MASK] at 80%%): the records were made with "
-          "another vocab" % (",".join(paths), holding_mask, masked, checked, self.vocab.mask_id,
-                             vocab_file))
+    """A RecordVocabError unless the records were made with this vocab (`check_records_vocab`):
+    re-masking records of another vocab writes ids that mean other tokens there."""
+    check_records_vocab(input_files, self.vocab, "`vocab_file` %s" % vocab_file)
 
   def apply(self, batches: tf.data.Dataset, seed: int) -> tf.data.Dataset:
     """Re-masks every batch of decoded features; batch i's draws are seeded by (seed, i)."""

@@ -31,6 +31,7 @@ import errors
 import fill_mask
 import modeling
 import pretraining
+import pretraining_instances
 import tokenization
 import training_loop
 
@@ -137,6 +138,29 @@ def _dynamic_masking():
   return masking
 
 
+def _check_records_vocab(input_files: list, masking: Optional[pretraining.DynamicMasking],
+                         tokenizer: Optional[tokenization.FullTokenizer]) -> None:
+  """Records made with another vocab than --vocab_file (or --spm_model_file) are refused before
+  any work (`pretraining.check_records_vocab`): the run records that vocab as its model's, and
+  re-masks and exports fill-mask with its ids. Without either flag the records are taken as they
+  are, as the original took them."""
+  if masking is not None:
+    vocab = masking.vocab
+  elif FLAGS.vocab_file or FLAGS.spm_model_file:
+    vocab = pretraining_instances.VocabIds.from_tokenizer(
+        tokenizer or cli_setup.tokenizer(), _vocab_description(),
+        is_sentencepiece=bool(FLAGS.spm_model_file))
+  else:
+    return
+  pretraining.check_records_vocab(input_files, vocab, _vocab_description())
+
+
+def _vocab_description() -> str:
+  if FLAGS.spm_model_file:
+    return "`spm_model_file` %s" % FLAGS.spm_model_file
+  return "`vocab_file` %s" % FLAGS.vocab_file
+
+
 def _export_tokenizer(bert_config: modeling.BertConfig) -> Optional[tokenization.FullTokenizer]:
   """The tokenizer of --export_dir's fill-mask signature, checked against the model before any
   training; None without --export_dir."""
@@ -158,15 +182,16 @@ def main(_):
     training_loop.check_task_of_recorded_run(FLAGS.output_dir, pretraining.TASK_KIND,
                                              "--output_dir")
     input_files = pretraining.expand_input_files(FLAGS.input_file)
+    if not FLAGS.do_train:
+      _check_records_vocab(input_files, None, tokenizer)
   result = None
   if FLAGS.do_train:
     config = cli_setup.train_config(schedule_in_steps=True)
     phase2_files = _phase2_input_files(bert_config)
     config2 = _phase2_config(config) if phase2_files else None
     masking = _dynamic_masking()
-    if masking is not None:
-      for files in (input_files, phase2_files or []):
-        masking.check_records(files, FLAGS.vocab_file)
+    for files in (input_files, phase2_files or []):
+      _check_records_vocab(files, masking, tokenizer)
     result = pretraining.run_training(
         strategy, bert_config, input_files, config, FLAGS.max_seq_length,
         FLAGS.max_predictions_per_seq, FLAGS.skip_corrupt_records, masking=masking)

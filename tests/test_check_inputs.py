@@ -6,7 +6,9 @@ wrong, without a traceback, before the first checkpoint (no `checkpoint` file in
 without creating the export directory or the output directory.
 """
 
+import glob
 import os
+import shutil
 import subprocess
 import sys
 
@@ -114,6 +116,61 @@ def test_an_export_dir_that_is_a_file(tmp_path):
   assert (status, traceback) == (1, False)
   assert line == ("run_classifier.py: error: --export_dir=%s/model: %s is a file, not a "
                   "directory" % (export_dir, export_dir))
+
+
+def test_pretraining_records_of_another_vocab_than_vocab_file_are_refused(tmp_path):
+  # Records made with a vocab whose [CLS] is 2, trained with --vocab_file of another vocab of the
+  # same size ([CLS] at 6) for its fill-mask export: before, the run exited 0, recorded the other
+  # vocab as its model's and exported with its ids (probe 22 case 29). Only --dynamic_masking
+  # checked the records against the vocab.
+  config_file, vocab_file = write_model_files(str(tmp_path), CONFIG, VOCAB)
+  corpus = _write(tmp_path / "corpus.txt", "\n\n".join(
+      "\n".join(" ".join(WORDS[(d + s + w) % len(WORDS)] for w in range(8)) for s in range(5))
+      for d in range(6)) + "\n")
+  records = str(tmp_path / "records.tfrecord")
+  made = subprocess.run([sys.executable, os.path.join(REPO_ROOT, "create_pretraining_data.py"),
+                         "--input_file=" + corpus, "--output_file=" + records,
+                         "--vocab_file=" + vocab_file, "--max_seq_length=16",
+                         "--max_predictions_per_seq=3", "--dupe_factor=2"],
+                        capture_output=True, text=True, timeout=300)
+  assert made.returncode == 0, made.stderr[-2000:]
+  other_vocab = _write(tmp_path / "other" / "vocab.txt", "\n".join(WORDS[:4] + VOCAB[:5] +
+                                                                    WORDS[4:]) + "\n")
+  flags = ["--input_file=" + records, "--bert_config_file=" + config_file,
+           "--max_seq_length=16", "--max_predictions_per_seq=3", "--train_batch_size=4",
+           "--num_train_steps=1", "--num_warmup_steps=0"]
+
+  def run_pretraining(vocab: str, output_dir: str, *action: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, os.path.join(REPO_ROOT, "run_pretraining.py"), *action, *flags,
+         "--vocab_file=" + vocab, "--output_dir=" + output_dir],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+  def assert_refused(run: subprocess.CompletedProcess, output_dir: str) -> None:
+    lines = [line for line in run.stderr.splitlines() if "error:" in line]
+    assert (run.returncode, len(lines), "Traceback" in run.stderr) == (1, 1, False), run.stderr
+    assert lines[0] == ("run_pretraining.py: error: %s: record 1 starts with id 2, not the [CLS] "
+                        "id 6 of --vocab_file %s: the records were made with another vocab" %
+                        (records, other_vocab))
+    assert not os.path.exists(output_dir)
+
+  export = "--export_dir=%s" % (tmp_path / "fill_mask")
+  assert_refused(run_pretraining(other_vocab, str(tmp_path / "out"), "--do_train", export),
+                 str(tmp_path / "out"))
+  assert not os.path.exists(tmp_path / "fill_mask")
+  # The records' own vocab trains and exports.
+  run = run_pretraining(vocab_file, str(tmp_path / "pretrained"), "--do_train", export)
+  assert run.returncode == 0, run.stderr[-3000:]
+  assert os.path.exists(tmp_path / "fill_mask" / "1" / "saved_model.pb")
+  # Evaluating a model (its checkpoint alone, as released) on them with the other vocab.
+  os.mkdir(tmp_path / "released")
+  for path in glob.glob(str(tmp_path / "pretrained" / "model.ckpt-1.*")):
+    shutil.copy(path, str(tmp_path / "released" / os.path.basename(path)).replace(
+        "model.ckpt-1", "bert_model.ckpt"))
+  assert_refused(run_pretraining(other_vocab, str(tmp_path / "eval"), "--do_eval",
+                                 "--init_checkpoint=%s" % (tmp_path / "released" /
+                                                           "bert_model.ckpt")),
+                 str(tmp_path / "eval"))
 
 
 def _check_outputs(**paths) -> None:
