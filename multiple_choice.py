@@ -318,6 +318,7 @@ class MultipleChoiceTask(fine_tuning.Task):
 
   def __post_init__(self):
     text_pairs.check_max_seq_length(self.max_seq_length, is_pair=True)
+    text_pairs.check_model_takes_pairs(self.bert_config.type_vocab_size, is_pair=True)
     self.files = {"train": self.train_file, "dev": self.dev_file, "test": self.test_file}
     self.bad_rows = task_files.BadRows(self.skip_bad_rows)
 

@@ -375,7 +375,7 @@ def check_input_records(bert_config: modeling.BertConfig, input_files: list, max
   first record of any file has other lengths than the flags say, naming the file, both lengths
   and a file that fits (files of a glob written with other lengths are found here, not deep in
   tf.data; a later record that disagrees within a file fails when it is read, named as well),
-  a RecordVocabError for a token id outside the model's vocab (`check_record_ids`), and unless
+  a RecordVocabError for a token or segment id outside the model's (`check_record_ids`), and unless
   `skip_corrupt_records` a CorruptRecordError for a file whose first record cannot be read (not a
   TFRecord file: a README a glob matched), which training would otherwise meet only when it
   reaches it."""
@@ -397,7 +397,7 @@ def check_input_records(bert_config: modeling.BertConfig, input_files: list, max
   for path, found in readable:
     _check_lengths(path, found, max_seq_length, max_predictions_per_seq, agreeing)
     agreeing = agreeing or path
-  check_record_ids(input_files, bert_config.vocab_size)
+  check_record_ids(input_files, bert_config.vocab_size, bert_config.type_vocab_size)
 
 
 @contextlib.contextmanager
@@ -444,19 +444,22 @@ def _first_examples(input_files: list, limit: int) -> Iterator[tuple]:
       continue
 
 
-def check_record_ids(input_files: list, vocab_size: int) -> None:
+def check_record_ids(input_files: list, vocab_size: int, type_vocab_size: int) -> None:
   """A RecordVocabError when one of the first RECORDS_CHECKED records holds a token id (in
-  `input_ids` or `masked_lm_ids`) that the model's embeddings do not have: records made with a
-  larger vocab, found before training rather than as a failed gather in its first step."""
+  `input_ids` or `masked_lm_ids`) or a segment id (`segment_ids`) that the model's embeddings do
+  not have: records made with a larger vocab, or pairs for a config of one segment, found before
+  training rather than as a failed gather in its first step."""
+  limits = {"input_ids": ("vocab_size", vocab_size), "masked_lm_ids": ("vocab_size", vocab_size),
+            "segment_ids": ("type_vocab_size", type_vocab_size)}
   for path, number, example in _first_examples(input_files, RECORDS_CHECKED):
-    for name in ("input_ids", "masked_lm_ids"):
+    for name, (field, limit) in limits.items():
       outside = [i for i in example.features.feature[name].int64_list.value
-                 if not 0 <= i < vocab_size]
+                 if not 0 <= i < limit]
       if outside:
         raise RecordVocabError(
-            "%s: record %d holds %s id %d, outside the model's vocab_size %d "
-            "(`bert_config_file`): the records were made with another vocab" % (
-                path, number, name, outside[0], vocab_size))
+            "%s: record %d holds %s id %d, outside the model's %s %d (`bert_config_file`): the "
+            "records were made with another vocab or for another model" % (
+                path, number, name, outside[0], field, limit))
 
 
 def check_records_vocab(input_files: list, vocab: pretraining_instances.VocabIds,

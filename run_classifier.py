@@ -88,6 +88,7 @@ def main(_):
       label_column=FLAGS.label_column, has_header=FLAGS.has_header,
       label_delimiter=FLAGS.label_delimiter if FLAGS.multi_label else None)
   text_pairs.check_max_seq_length(FLAGS.max_seq_length, processor.is_pair)
+  text_pairs.check_model_takes_pairs(bert_config.type_vocab_size, processor.is_pair)
   processor.load_or_create_label_list(
       FLAGS.data_dir, FLAGS.output_dir,
       list_directory=fine_tuning.output_names_directory(

@@ -58,6 +58,7 @@ def main(_):
   import cli_setup
   import squad
   import squad_data
+  import text_pairs
   # pylint: enable=g-import-not-at-top
   strategy, tokenizer, bert_config = cli_setup.setup_task_script(squad.SquadTask.kind)
   if FLAGS.do_train:
@@ -65,6 +66,7 @@ def main(_):
   if FLAGS.do_predict:
     cli.require("predict_file", reason=" with --do_predict")
   squad_data.check_feature_settings(FLAGS.max_seq_length, FLAGS.doc_stride, FLAGS.max_query_length)
+  text_pairs.check_model_takes_pairs(bert_config.type_vocab_size, is_pair=True)
   options = squad_data.SquadOptions(
       max_seq_length=FLAGS.max_seq_length, doc_stride=FLAGS.doc_stride,
       max_query_length=FLAGS.max_query_length, n_best_size=FLAGS.n_best_size,

@@ -62,6 +62,17 @@ def check_max_seq_length(max_seq_length: int, is_pair: bool) -> None:
                               minimum, "[CLS] a [SEP] b [SEP]" if is_pair else "[CLS] a [SEP]"))
 
 
+def check_model_takes_pairs(type_vocab_size: int, is_pair: bool) -> None:
+  """Raises FlagError when a sentence-pair task's second text would get a segment id (1) that the
+  model has no embedding for: before, a config with `type_vocab_size` 1 passed every check and
+  the first training step failed in an embedding lookup that named neither the config nor the
+  field."""
+  if is_pair and type_vocab_size < 2:
+    raise errors.FlagError("`bert_config_file` has type_vocab_size %d, but a sentence-pair task "
+                           "gives its second text segment id 1: use the model's own config "
+                           "(BERT's have type_vocab_size 2)" % type_vocab_size)
+
+
 def convert_single_example(ex_index: int, example, label_list: Sequence[str], max_seq_length: int,
                            tokenizer, is_regression: bool = False,
                            label_delimiter: Optional[str] = None) -> InputFeatures:

@@ -380,6 +380,17 @@ def test_records_with_ids_outside_the_models_vocab_are_refused_before_training(t
                      match=r"^%s: record 2 holds masked_lm_ids id %d, outside the model's "
                      r"vocab_size %d " % (records, TINY_BERT.vocab_size, TINY_BERT.vocab_size)):
     pretraining.check_input_records(TINY_BERT, [records], SEQ, PREDICTIONS)
+  # Sentence pairs (segment id 1) for a config of one segment (probe 22 case 54: before, the first
+  # training step failed in an embedding lookup that named neither).
+  pair = tf.train.Example.FromString(pretraining_record())
+  pair.features.feature["segment_ids"].int64_list.value[4] = 1
+  one_segment = modeling.BertConfig.from_dict(dict(TINY_BERT.to_dict(), type_vocab_size=1))
+  pairs = record_file(tmp_path / "p.tfrecord", pair.SerializeToString())
+  with pytest.raises(pretraining.RecordVocabError,
+                     match=r"^%s: record 1 holds segment_ids id 1, outside the model's "
+                     r"type_vocab_size 1 " % pairs):
+    pretraining.check_input_records(one_segment, [pairs], SEQ, PREDICTIONS)
+  pretraining.check_input_records(TINY_BERT, [pairs], SEQ, PREDICTIONS)
   negative = tf.train.Example.FromString(pretraining_record())
   negative.features.feature["input_ids"].int64_list.value[5] = -3
   with pytest.raises(pretraining.RecordVocabError, match=r"record 1 holds input_ids id -3"):
