@@ -475,6 +475,11 @@ def _same(first: tuple, second: tuple) -> bool:
   return first[0] == second[0] or (first[1] is not None and first[1] == second[1])
 
 
+def same_place(path: str, other: str) -> bool:
+  """Whether two paths, existing or not, name one file or directory (`_identity`)."""
+  return _same(_identity(path), _identity(other))
+
+
 def _inside(inner: tuple, outer: tuple) -> bool:
   return inner[0].startswith(outer[0].rstrip("/") + "/")
 

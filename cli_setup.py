@@ -355,7 +355,8 @@ def check_input_paths() -> None:
   if data_dir and not file_patterns.is_remote(data_dir) and not os.path.isdir(data_dir):
     raise errors.FlagError("--data_dir=%s is not a directory" % data_dir)
   if cli.flag_value("export_dir"):
-    export.check_export_dir(cli.flag_value("export_dir"), cli.flag_value("output_dir"))
+    export.check_export_dir(cli.flag_value("export_dir"), cli.flag_value("output_dir"),
+                            tf_hub_pair=cli.flag_value("export_format") == "tf_hub")
   check_models_of_recorded_runs()
   _check_settings_of_converted_model()
 

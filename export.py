@@ -52,6 +52,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 import atomic_files
+import checkpoints
 import choices
 import distribution
 import errors
@@ -579,17 +580,34 @@ class VersionTakenError(errors.InputError):
                      os.path.join(export_dir, str(version)))
 
 
-def check_export_dir(export_dir: str, output_dir: Optional[str] = None) -> None:
+def check_export_dir(export_dir: str, output_dir: Optional[str] = None,
+                     tf_hub_pair: bool = False) -> None:
   """Raises FlagError unless a local `export_dir` can hold this run's versions: TF Serving serves
-  its newest numbered directory, so it may not be a SavedModel itself (a version directory) or
-  hold another training run than this one's (`output_dir`, where exports may go). Runs in the
-  validation pass; `check_same_model_kind` checks the versions there when exporting."""
+  its newest numbered directory, so it may not be a SavedModel itself (a version directory), be
+  the directory where `output_dir`'s run keeps its best checkpoint, or hold another training run
+  than this one's (`output_dir`, where exports may go). It holds one model: versions of a served
+  model, or TF Hub's pair (`tf_hub_pair`: `encoder/` and `preprocessor/`, each with versions),
+  never both. Runs in the validation pass; `check_same_model_kind` checks the versions there
+  when exporting."""
+  if output_dir and atomic_files.same_place(export_dir,
+                                            os.path.join(output_dir, checkpoints.BEST_DIR)):
+    raise errors.FlagError("`export_dir`=%s is where `output_dir`=%s keeps its best checkpoint: "
+                           "give the exports a directory of their own" % (export_dir, output_dir))
   if file_patterns.is_remote(export_dir) or not os.path.isdir(export_dir):
     return
   names = os.listdir(export_dir)
   if "saved_model.pb" in names:
     raise errors.FlagError("`export_dir`=%s is a SavedModel (a version directory): name the "
                            "directory that holds the versions" % export_dir)
+  pair = sorted(name for name in names if name in (choices.TF_HUB_ENCODER,
+                                                   choices.TF_HUB_PREPROCESSOR))
+  versions = sorted((name for name in names if name.isdigit()), key=int)
+  if tf_hub_pair and versions:
+    raise errors.FlagError("`export_dir`=%s holds versions of a served model (%s/): give TF Hub's "
+                           "pair a directory of its own" % (export_dir, versions[-1]))
+  if not tf_hub_pair and pair:
+    raise errors.FlagError("`export_dir`=%s holds TF Hub's BERT pair (%s/): give this model's "
+                           "versions a directory of their own" % (export_dir, pair[0]))
   if output_dir and os.path.isdir(output_dir) and os.path.samefile(export_dir, output_dir):
     return
   training = sorted(name for name in names if name in ("checkpoint", "training_settings.json") or

@@ -18,7 +18,9 @@ from conftest import REPO_ROOT, small_tmpfs, write_model_files
 import atomic_files
 import cli
 import errors
+import export
 import modeling
+import text_pairs
 
 pytestmark = pytest.mark.slow
 
@@ -171,6 +173,50 @@ def test_pretraining_records_of_another_vocab_than_vocab_file_are_refused(tmp_pa
                                  "--init_checkpoint=%s" % (tmp_path / "released" /
                                                            "bert_model.ckpt")),
                  str(tmp_path / "eval"))
+
+
+def test_a_pair_task_with_a_config_of_one_segment_is_refused_before_any_work(tmp_path):
+  # type_vocab_size 1: the second text's segment id 1 has no embedding. Before, the run wrote
+  # its label list, cache and settings, then failed at the first step with a 130-line traceback
+  # from an embedding lookup (probe 22 case 54).
+  data = tmp_path / "data"
+  _write(data / "train.tsv", "text_a\ttext_b\tlabel\n" + "good film\tbad day\tgood\n" * 4)
+  config_file = _write(tmp_path / "one_segment" / "bert_config.json", modeling.BertConfig(
+      **dict(CONFIG.to_dict(), type_vocab_size=1)).to_json_string())
+  status, line, traceback = _run(tmp_path, "run_classifier.py", "--task_name=generic",
+                                 "--text_b_column=text_b", "--bert_config_file=" + config_file)
+  assert (status, traceback) == (1, False)
+  assert line == ("run_classifier.py: error: --bert_config_file has type_vocab_size 1, but a "
+                  "sentence-pair task gives its second text segment id 1: use the model's own "
+                  "config (BERT's have type_vocab_size 2)")
+  assert sorted(os.listdir(data)) == ["train.tsv"]
+  text_pairs.check_model_takes_pairs(1, is_pair=False)  # One text: segment 0 only.
+  text_pairs.check_model_takes_pairs(2, is_pair=True)
+
+
+def test_an_export_dir_holds_one_model_and_not_the_runs_best_checkpoint(tmp_path):
+  # Before, --export_dir=<output_dir>/best put version 1 beside the best checkpoint, and a TF Hub
+  # pair and a served model's versions shared a directory in either order (probe 22 cases 47, 57).
+  _classifier_data(tmp_path)
+  status, line, traceback = _run(tmp_path, "run_classifier.py", "--task_name=generic",
+                                 "--export_dir=%s" % (tmp_path / "runs" / "out" / "best"),
+                                 "--keep_best_checkpoint", "--do_eval=true")
+  assert (status, traceback) == (1, False)
+  assert line == ("run_classifier.py: error: --export_dir=%s is where --output_dir=%s keeps its "
+                  "best checkpoint: give the exports a directory of their own" %
+                  (tmp_path / "runs" / "out" / "best", tmp_path / "runs" / "out"))
+  served, pair = tmp_path / "served", tmp_path / "pair"
+  _write(served / "1" / "saved_model.pb", "")
+  _write(pair / "encoder" / "1" / "saved_model.pb", "")
+  _write(pair / "preprocessor" / "1" / "saved_model.pb", "")
+  with pytest.raises(errors.FlagError, match=r"^`export_dir`=%s holds versions of a served model "
+                     r"\(1/\): give TF Hub's pair a directory of its own$" % served):
+    export.check_export_dir(str(served), tf_hub_pair=True)
+  with pytest.raises(errors.FlagError, match=r"^`export_dir`=%s holds TF Hub's BERT pair "
+                     r"\(encoder/\): give this model's versions a directory of their own$" % pair):
+    export.check_export_dir(str(pair))
+  export.check_export_dir(str(served))  # Each takes another version of its own kind.
+  export.check_export_dir(str(pair), tf_hub_pair=True)
 
 
 def _check_outputs(**paths) -> None:
