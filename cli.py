@@ -699,6 +699,24 @@ def _parse_flags(argv: list[str]) -> list[str]:
     _exit_with_error(str(error).replace("flag --", "--", 1))
 
 
+# What the system says when it refuses a path, in the message of TensorFlow's file-system errors.
+_SYSTEM_REFUSALS = ("No such file or directory", "Permission denied", "Read-only file system",
+                    "Not a directory", "Is a directory")
+
+
+def _is_users_to_fix(error: Exception) -> bool:
+  """Whether `error` is bad input rather than a bug: an InputError; an OSError on a named file or
+  of a full disk; or TensorFlow's file-system error on a path the system refused (its gfile
+  creating an output directory where nothing can be created, say)."""
+  if isinstance(error, errors.InputError):
+    return True
+  if isinstance(error, OSError):
+    return bool(error.filename) or _is_disk_full(error)
+  tensorflow = sys.modules.get("tensorflow")
+  return (tensorflow is not None and isinstance(error, tensorflow.errors.OpError) and
+          any(refusal in error.message for refusal in _SYSTEM_REFUSALS))
+
+
 def _is_disk_full(error: OSError) -> bool:
   """A full disk or quota: the user's to fix (`atomic_files` names the output in the message)."""
   return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
@@ -713,7 +731,8 @@ def run_script(main: Callable[[list], Any],
   TensorFlow: a script that imports it only in `main` refuses bad flags and outputs in a fraction
   of a second, with one line on stderr and none of TensorFlow's start-up lines. An `InputError`
   from anywhere, or an `OSError` on a named file or of a full disk, ends the script with one line
-  (`<script>: error: <message>`, exit status 1) instead of a traceback, unless BERT_TRACEBACK=1.
+  (`<script>: error: <message>`, exit status 1) instead of a traceback, unless BERT_TRACEBACK=1;
+  so does TensorFlow's file-system error on a path the system refused (`_is_users_to_fix`).
   Anything else is a bug and keeps its traceback. The error line, and the log while the script
   runs, name the settings of library messages as the script's flags (`as_flags`)."""
 
@@ -727,12 +746,12 @@ def run_script(main: Callable[[list], Any],
       if check_input_paths:
         check_input_paths()
       return main(argv)
-    except (errors.InputError, OSError) as error:
-      if (isinstance(error, OSError) and not (error.filename or _is_disk_full(error)) or
+    except Exception as error:  # pylint: disable=broad-except  # Re-raised unless the user's.
+      if (not _is_users_to_fix(error) or
           os.environ.get(TRACEBACK_VARIABLE, "") not in ("", "0")):
         raise
       _remove_if_empty(new_directories)
-      _exit_with_error(str(error))
+      _exit_with_error(getattr(error, "message", None) or str(error))
     finally:  # A script run in-process (tests) leaves the logger as it was.
       absl_logger.removeFilter(_log_as_flags)
 

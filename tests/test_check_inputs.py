@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import tensorflow as tf
 
 from conftest import REPO_ROOT, small_tmpfs, write_model_files
 import atomic_files
@@ -217,6 +218,28 @@ def test_an_export_dir_holds_one_model_and_not_the_runs_best_checkpoint(tmp_path
     export.check_export_dir(str(pair))
   export.check_export_dir(str(served))  # Each takes another version of its own kind.
   export.check_export_dir(str(pair), tf_hub_pair=True)
+
+
+def test_an_output_dir_where_nothing_can_be_created_is_one_line(tmp_path):
+  # /proc takes no new directory, though its permissions say it would (root may write anywhere):
+  # before, TensorFlow's NotFoundError from creating it ended the run with a 20-line traceback
+  # (probe 22 case 44).
+  _classifier_data(tmp_path)
+  config_file, vocab_file = write_model_files(str(tmp_path), CONFIG, VOCAB)
+  run = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "run_classifier.py"), "--task_name=generic",
+       "--vocab_file=" + vocab_file, "--bert_config_file=" + config_file, "--do_train=true",
+       "--max_seq_length=16", "--data_dir=%s" % (tmp_path / "data"),
+       "--output_dir=/proc/bert_output_of_a_test"],
+      capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert (run.returncode, "Traceback" in run.stderr) == (1, False), run.stderr
+  line = run.stderr.strip().splitlines()[-1]
+  assert line.startswith("run_classifier.py: error: ") and "/proc" in line, line  # Not as root:
+  # the validation pass finds /proc read-only for this user first.
+  # What TensorFlow raises for a refused path is the user's to fix; its other errors are bugs.
+  assert cli._is_users_to_fix(tf.errors.PermissionDeniedError(None, None, "/x; Permission denied"))
+  assert not cli._is_users_to_fix(tf.errors.InvalidArgumentError(None, None, "indices[0] = 3"))
+  assert not cli._is_users_to_fix(OSError("no file named"))
 
 
 def _check_outputs(**paths) -> None:
