@@ -338,7 +338,8 @@ def check_input_paths() -> None:
   to convert), the input file patterns, the data directory, the export directory
   (`export.check_export_dir`), the TF_CONFIG variable, and that a training run's model, or a
   converted one, is read with its settings (`check_models_of_recorded_runs`,
-  `_check_settings_of_converted_model`)."""
+  `_check_settings_of_converted_model`) and with the vocab beside it
+  (`_check_vocab_of_model_directories`)."""
   distribution.check_tf_config()
   if cli.flag_value("bert_config_file"):
     _check_vocab_fits_model(bert_config())
@@ -359,6 +360,18 @@ def check_input_paths() -> None:
                             tf_hub_pair=cli.flag_value("export_format") == "tf_hub")
   check_models_of_recorded_runs()
   _check_settings_of_converted_model()
+  _check_vocab_of_model_directories()
+
+
+def _check_vocab_of_model_directories() -> None:
+  """`--vocab_file` against the vocab.txt released or converted beside each model the script
+  reads (`tokenization.check_vocab_of_model_directory`): another token at one of its ids reads
+  that id as another word."""
+  vocab_file = cli.flag_value("vocab_file")
+  if not vocab_file or cli.flag_value("spm_model_file"):
+    return
+  for flag, directory in _model_directories().items():
+    tokenization.check_vocab_of_model_directory(vocab_file, directory, "--" + flag)
 
 
 def _check_vocab_fits_model(config: modeling.BertConfig) -> None:

@@ -25,6 +25,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+import atomic_files
 import checkpoints
 import errors
 import file_patterns
@@ -333,7 +334,7 @@ def check_config_of_model_directory(config: BertConfig, config_file: str, direct
   A file there that is not a readable BERT config (another library's naming) is not compared.
   """
   beside = os.path.join(directory, CONFIG_FILE_NAME)
-  if not tf.io.gfile.exists(beside) or _same_file(beside, config_file):
+  if not tf.io.gfile.exists(beside) or atomic_files.same_place(beside, config_file):
     return
   try:
     model_config = BertConfig.from_json_file(beside)
@@ -344,12 +345,6 @@ def check_config_of_model_directory(config: BertConfig, config_file: str, direct
     raise ConfigError("`bert_config_file`=%s has %s: the model in %s=%s was made with %s; "
                       "pass that config" % (config_file, "; ".join(differences), what, directory,
                                             beside))
-
-
-def _same_file(first: str, second: str) -> bool:
-  if file_patterns.is_remote(first) or file_patterns.is_remote(second):
-    return first == second
-  return os.path.exists(second) and os.path.samefile(first, second)
 
 
 def computation_differences(config: BertConfig, model_fields: Mapping[str, Any]) -> list[str]:

@@ -30,12 +30,14 @@ through tensorflow-text, is `in_graph_tokenization.BatchTokenizer(tokenizer)`.
 
 import collections
 import hashlib
+import os
 import re
 import unicodedata
 from typing import Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from absl import logging
 
+import atomic_files
 import errors
 import file_patterns
 
@@ -245,6 +247,50 @@ def check_tokens_fit_model(tokens: Mapping[str, int], vocab_size: int, what: str
   if missing:
     raise VocabError("The vocab %s has no %s token, which the model's inputs need: pass the vocab "
                      "the model was trained with" % (what, " or ".join(missing)))
+
+
+# The vocab a released or converted model ships beside its checkpoint.
+VOCAB_FILE_NAME = "vocab.txt"
+# Google's vocabs' placeholders ([unused0] ...), which users replace with words of their domain.
+PLACEHOLDER_PREFIX = "[unused"
+
+
+def check_vocab_of_model_directory(vocab_file: str, directory: str, what: str) -> None:
+  """Raises VocabError when `directory` (a model's: `what` names its flag) holds a vocab.txt other
+  than `vocab_file` with another token at an id where its own is not a placeholder ([unusedN]).
+
+  The checkpoint's embedding of each id was learned for the token beside it: a permuted or other
+  vocab of the same size tokenizes without complaint and reads every differing id as another
+  word. Replacing placeholders with new words, the usual way to add a domain's words, is not a
+  difference. A vocab there that cannot be read, or of another size (`check_vocab_fits_model`
+  compares sizes with the config), is not compared.
+  """
+  beside = os.path.join(directory, VOCAB_FILE_NAME)
+  if not _is_file(beside) or atomic_files.same_place(beside, vocab_file):
+    return
+  try:
+    model_tokens = list(load_vocab(beside))
+  except VocabError:
+    return
+  tokens = list(load_vocab(vocab_file))
+  if len(tokens) != len(model_tokens):
+    return
+  differing = [index for index, (token, model_token) in enumerate(zip(tokens, model_tokens))
+               if token != model_token and not model_token.startswith(PLACEHOLDER_PREFIX)]
+  if differing:
+    first = differing[0]
+    raise VocabError(
+        "`vocab_file`=%s has %r at id %d where the model in %s=%s has %r (%s, %d ids differ, "
+        "not counting [unusedN] placeholders): pass that vocab" % (
+            vocab_file, tokens[first], first, what, directory, model_tokens[first], beside,
+            len(differing)))
+
+
+def _is_file(path: str) -> bool:
+  if file_patterns.is_remote(path):
+    import tensorflow as tf  # pylint: disable=g-import-not-at-top
+    return tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path)
+  return os.path.isfile(path)
 
 
 def convert_by_vocab(vocab, items: Iterable) -> list:

@@ -17,11 +17,14 @@ import tensorflow as tf
 
 from conftest import REPO_ROOT, small_tmpfs, write_model_files
 import atomic_files
+import checkpoints
 import cli
 import errors
 import export
+import feature_extraction
 import modeling
 import text_pairs
+import tokenization
 
 pytestmark = pytest.mark.slow
 
@@ -240,6 +243,40 @@ def test_an_output_dir_where_nothing_can_be_created_is_one_line(tmp_path):
   assert cli._is_users_to_fix(tf.errors.PermissionDeniedError(None, None, "/x; Permission denied"))
   assert not cli._is_users_to_fix(tf.errors.InvalidArgumentError(None, None, "indices[0] = 3"))
   assert not cli._is_users_to_fix(OSError("no file named"))
+
+
+def test_a_vocab_other_than_the_one_beside_the_model_is_refused(tmp_path):
+  # A release (checkpoint, bert_config.json, vocab.txt) read with a permuted vocab of the same
+  # size: before, extract_features computed every feature from other tokens' embeddings, exit 0,
+  # while another config beside the release was refused (probe 22 case 12).
+  release = tmp_path / "release"
+  release.mkdir()
+  config_file, _ = write_model_files(str(release), CONFIG, VOCAB)
+  checkpoints.save_checkpoint(feature_extraction.build_bert(CONFIG),
+                              str(release / "bert_model.ckpt"))
+  permuted = _write(tmp_path / "permuted.txt", "\n".join(VOCAB[:5] + VOCAB[6:] + VOCAB[5:6]))
+  input_file = _write(tmp_path / "input.txt", "good film\n")
+  run = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "extract_features.py"),
+       "--init_checkpoint=%s" % (release / "bert_model.ckpt"), "--bert_config_file=" + config_file,
+       "--vocab_file=" + permuted, "--input_file=" + input_file, "--max_seq_length=16",
+       "--output_file=%s" % (tmp_path / "features.jsonl")],
+      capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  assert (run.returncode, "Traceback" in run.stderr) == (1, False), run.stderr
+  assert run.stderr.strip().splitlines()[-1] == (
+      "extract_features.py: error: --vocab_file=%s has 'bad' at id 5 where the model in "
+      "--init_checkpoint=%s has 'good' (%s, 10 ids differ, not counting [unusedN] placeholders): "
+      "pass that vocab" % (permuted, release, release / "vocab.txt"))
+  assert not os.path.exists(tmp_path / "features.jsonl")
+  # Words in place of its placeholders, a copy with other line ends, the file itself: its vocab.
+  _write(release / "vocab.txt", "\n".join(VOCAB[:5] + ["[unused0]", "[unused1]"] + VOCAB[7:]))
+  domain = _write(tmp_path / "domain.txt", "\n".join(VOCAB[:5] + ["london", "bob"] + VOCAB[7:]))
+  crlf = _write(tmp_path / "crlf.txt", "\r\n".join(VOCAB[:5] + ["[unused0]", "[unused1]"] +
+                                                     VOCAB[7:]) + "\r\n")
+  for vocab in (domain, crlf, str(release / "vocab.txt")):
+    tokenization.check_vocab_of_model_directory(vocab, str(release), "--init_checkpoint")
+  with pytest.raises(tokenization.VocabError, match="'day' at id 7 where .* 8 ids differ"):
+    tokenization.check_vocab_of_model_directory(permuted, str(release), "--init_checkpoint")
 
 
 def _check_outputs(**paths) -> None:
