@@ -311,8 +311,23 @@ def check_models_of_recorded_runs() -> None:
     training_loop.check_model_settings_of_recorded_run(
         _model_directories()["init_checkpoint"], encoder_settings if training else settings,
         "--init_checkpoint")
+    if training:
+      _warn_of_a_head_of_another_task(_model_directories()["init_checkpoint"], settings)
   if cli.flag_value("output_dir") and "do_train" in FLAGS and not training:
     training_loop.check_model_settings_of_recorded_run(FLAGS.output_dir, settings, "--output_dir")
+
+
+def _warn_of_a_head_of_another_task(run_dir: str, settings: dict) -> None:
+  """Training from a fine-tuned run of another task (its recorded `task_name`): its head, where its
+  shapes fit (two labels of SST-2 for MRPC's two), starts this task's head, as in the original,
+  so its outputs begin as the other task's labels. Said, since the log otherwise shows only that
+  every variable loaded."""
+  recorded = training_loop.recorded_setting(run_dir, "task_name")
+  if recorded and settings.get("task_name") and recorded != settings["task_name"]:
+    logging.warning("--init_checkpoint=%s is a model fine-tuned for --task_name=%s: where its "
+                    "head's shapes fit this task's, it starts this %s run's head (as in the "
+                    "original), its outputs first meaning %s's labels", run_dir, recorded,
+                    settings["task_name"], recorded)
 
 
 def run_task(task: fine_tuning.Task, strategy) -> list:

@@ -7,6 +7,8 @@ without creating the export directory or the output directory.
 """
 
 import glob
+import json
+import logging
 import os
 import shutil
 import subprocess
@@ -19,6 +21,7 @@ from conftest import REPO_ROOT, small_tmpfs, write_model_files
 import atomic_files
 import checkpoints
 import cli
+import cli_setup
 import errors
 import export
 import feature_extraction
@@ -277,6 +280,21 @@ def test_a_vocab_other_than_the_one_beside_the_model_is_refused(tmp_path):
     tokenization.check_vocab_of_model_directory(vocab, str(release), "--init_checkpoint")
   with pytest.raises(tokenization.VocabError, match="'day' at id 7 where .* 8 ids differ"):
     tokenization.check_vocab_of_model_directory(permuted, str(release), "--init_checkpoint")
+
+
+def test_training_from_a_run_of_another_task_says_its_head_starts_this_one(tmp_path, caplog):
+  # Fine-tuning MRPC from an SST-2 run loads SST-2's head (two labels each), as the original
+  # does; before, the log said only "Loaded 41 of the model's 41 variables" (probe 22 case 43).
+  run_dir = tmp_path / "sst2_run"
+  _write(run_dir / "training_settings.json", json.dumps({"phases": {"0": {"task_name": "sst-2"}}}))
+  with caplog.at_level(logging.WARNING):
+    cli_setup._warn_of_a_head_of_another_task(str(run_dir), {"task_name": "mrpc"})
+    cli_setup._warn_of_a_head_of_another_task(str(run_dir), {"task_name": "sst-2"})
+    cli_setup._warn_of_a_head_of_another_task(str(tmp_path / "release"), {"task_name": "mrpc"})
+  assert [record.getMessage() for record in caplog.records] == [
+      "--init_checkpoint=%s is a model fine-tuned for --task_name=sst-2: where its head's shapes "
+      "fit this task's, it starts this mrpc run's head (as in the original), its outputs first "
+      "meaning sst-2's labels" % run_dir]
 
 
 def _check_outputs(**paths) -> None:
