@@ -28,6 +28,8 @@ import heads
 import model_conversion
 import modeling
 import pretraining
+import pretraining_data
+import pretraining_instances
 import tagging
 import task_files
 import tokenization
@@ -429,13 +431,21 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
   flags = [flag for flag in classifier_files
            if not flag.startswith(("--vocab_file=", "--bert_config_file="))]
   vocab_file = [flag for flag in classifier_files if flag.startswith("--vocab_file=")][0]
+  # The settings a command line gives, all changed in one command: its one line names each (a
+  # sigmoid per label, --multi_label, is another head's reading of the same logits).
+  (tmp_path / "sst").mkdir()
+  (tmp_path / "sst" / "test.tsv").write_text("index\tsentence\n0\tthe dog ran\n")
   result = run_script("run_classifier.py", "--do_predict", "--do_lower_case=false",
                       "--vocab_file=%s" % (tmp_path / "swapped.txt"),
-                      "--bert_config_file=%s" % (tmp_path / "relu.json"), *flags)
+                      "--bert_config_file=%s" % (tmp_path / "relu.json"), "--multi_label",
+                      "--task_name=SST-2", "--data_dir=%s" % (tmp_path / "sst"),
+                      *[flag for flag in flags if not flag.startswith(("--task_name",
+                                                                       "--data_dir"))])
   assert_one_line_error(
       result, "run_classifier.py", "the model in %s was trained with other settings" % output_dir,
       "--bert_config_file (hidden_act): recorded gelu, now relu",
-      "--do_lower_case: recorded True, now False", "--vocab_file: recorded sha256:")
+      "--do_lower_case: recorded True, now False", "--vocab_file: recorded sha256:",
+      "--task_name: recorded generic, now sst-2", "--multi_label: recorded False, now True")
   assert not (tmp_path / "out" / "test_results.tsv").exists()
   predicted = run_script("run_classifier.py", "--do_predict", vocab_file,
                          "--bert_config_file=%s" % (tmp_path / "dropout.json"), *flags)
@@ -454,18 +464,8 @@ def test_predict_with_other_model_settings_than_training_s_is_an_error(tmp_path,
   assert_one_line_error(result, "run_classifier.py",
                         "the label list (label_list.txt or tag_list.txt): recorded [neg, pos], "
                         "now [neg, pos, mid]")
+  assert not (tmp_path / "out" / "test_results.tsv").exists()
   label_list.write_text("neg\npos\n")
-  (tmp_path / "sst").mkdir()
-  (tmp_path / "sst" / "test.tsv").write_text("index\tsentence\n0\tthe dog ran\n")
-  flags = [flag for flag in classifier_files if not flag.startswith(("--task_name", "--data_dir"))]
-  result = run_script("run_classifier.py", "--do_predict", "--task_name=SST-2",
-                      "--data_dir=%s" % (tmp_path / "sst"), *flags)
-  assert_one_line_error(result, "run_classifier.py", "--task_name: recorded generic, now sst-2")
-  assert not (tmp_path / "out" / "test_results.tsv").exists()
-  # A sigmoid per label is another head's reading of the same logits.
-  result = run_script("run_classifier.py", "--do_predict", "--multi_label", *classifier_files)
-  assert_one_line_error(result, "run_classifier.py", "--multi_label: recorded False, now True")
-  assert not (tmp_path / "out" / "test_results.tsv").exists()
   # The other scripts that read a run's model: from its checkpoint, as it is.
   init_checkpoint = "--init_checkpoint=%s" % (tmp_path / "out")
   relu = "--bert_config_file=%s" % (tmp_path / "relu.json")
@@ -699,14 +699,14 @@ def test_a_conversion_edited_in_place_is_not_converted_on(tmp_path, output_forma
   encoder.build()
   release = checkpoints.save_checkpoint(encoder, str(tmp_path / "bert_model.ckpt"))
   converted = tmp_path / "converted"
-  result = run_script("convert_checkpoint.py", "--init_checkpoint=" + release,
-                      "--bert_config_file=" + config_file, "--vocab_file=" + vocab_file,
-                      "--output_format=" + output_format, "--output_dir=%s" % converted)
-  assert result.returncode == 0, result.stderr[-3000:]
+  # The conversions to edit are made in process, by what convert_checkpoint.py's --output_format
+  # calls with these flags: only the refusal at the end is the command under test.
+  convert = {"hugging_face": model_conversion.convert_google_to_hf,
+             "keras_hub": model_conversion.convert_google_to_keras_hub,
+             "model_garden": model_conversion.convert_google_to_model_garden}[output_format]
+  convert(release, str(converted), config_file, vocab_file=vocab_file)
   if output_format == "hugging_face":  # And once more to Google's format, edited there.
-    result = run_script("convert_checkpoint.py", "--hf_model_path=%s" % converted,
-                        "--output_dir=%s" % (tmp_path / "google"))
-    assert result.returncode == 0, result.stderr[-3000:]
+    model_conversion.convert_hf_to_google(str(converted), str(tmp_path / "google"))
     converted, source_flag = tmp_path / "google", "--init_checkpoint=%s/bert_model.ckpt"
   target = converted / edited_file
   text = target.read_text()
@@ -789,8 +789,8 @@ SEQ_LENGTH, MAX_PREDICTIONS = 32, 5
 
 @pytest.fixture
 def pretraining_records(tmp_path):
-  """Records made by create_pretraining_data.py with VOCAB ([MASK] id 4): (path, their ids of
-  [CLS] and of every masked position's stored token, read here from the records)."""
+  """Records made by create_pretraining_data.py's pipeline with VOCAB ([MASK] id 4): (path, their
+  ids of [CLS] and of every masked position's stored token, read here from the records)."""
   rng = random.Random(3)
   corpus = tmp_path / "corpus.txt"
   corpus.write_text("\n\n".join("\n".join(" ".join(rng.choice(WORDS) for _ in range(12))
@@ -798,11 +798,14 @@ def pretraining_records(tmp_path):
   vocab_file = tmp_path / "vocab.txt"
   vocab_file.write_text("\n".join(VOCAB) + "\n")
   records = str(tmp_path / "records.tfrecord")
-  made = run_script("create_pretraining_data.py", "--input_file=%s" % corpus,
-                    "--output_file=" + records, "--vocab_file=%s" % vocab_file,
-                    "--max_seq_length=%d" % SEQ_LENGTH,
-                    "--max_predictions_per_seq=%d" % MAX_PREDICTIONS, "--dupe_factor=2")
-  assert made.returncode == 0, made.stderr[-2000:]
+  # In process: the pipeline create_pretraining_data.py runs with these flags (the records are
+  # what the tests read, not the command).
+  pretraining_data.run(pretraining_data.RunConfig(
+      input_file=str(corpus), output_file=records, vocab_file=str(vocab_file),
+      options=pretraining_instances.InstanceOptions(max_seq_length=SEQ_LENGTH,
+                                                    max_predictions_per_seq=MAX_PREDICTIONS,
+                                                    dupe_factor=2)))
+  assert tf.io.gfile.exists(records)
   first_ids, masked_ids = [], []
   for record in tf.data.TFRecordDataset(records):
     features = tf.train.Example.FromString(record.numpy()).features.feature
