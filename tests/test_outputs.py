@@ -16,6 +16,7 @@ import pytest
 import safetensors.numpy
 
 import atomic_files
+import model_conversion
 import squad
 
 pytestmark = pytest.mark.slow
@@ -126,8 +127,13 @@ def files(tmp_path_factory):
   first = _hf_classifier(root / "hf_first", ["neg", "pos"], seed=1)
   second = _hf_classifier(root / "hf_second", ["x", "y", "z"], seed=2, intermediate=50000)
   google = root / "google"
-  result = _run("convert_checkpoint.py", "--hf_model_path=" + first, "--output_dir=%s" % google)
-  assert result.returncode == 0, result.stderr[-2000:]
+  # What `convert_checkpoint.py --hf_model_path=<first> --output_dir=<google>` writes (the same
+  # files and mark, under _run's umask), in this process: a fixture, not a behaviour under test.
+  umask = os.umask(0o022)
+  try:
+    model_conversion.convert_hf_to_google(first, str(google))
+  finally:
+    os.umask(umask)
   return dict(root=root, corpus=str(corpus), vocab=str(vocab), first=first, second=second,
               google=str(google), checkpoint=str(google / "bert_model.ckpt"),
               config=str(google / "bert_config.json"))
@@ -435,20 +441,31 @@ def test_convert_replaces_another_model_only_when_asked(files, tmp_path):
     assert stat.S_IMODE(os.stat(other / name).st_mode) == 0o644, name
 
 
+@pytest.fixture(scope="module")
+def reconverted(files):
+  """An earlier conversion of the first model (a copy of files["google"]) converted again over
+  itself through the command line: unchanged, an earlier conversion is replaced unasked. Built
+  once for the cases below, which each edit their own copy; a conversion records its source's
+  path, not its own (`.convert_checkpoint.json`), so a copy is one too."""
+  converted = files["root"] / "reconverted"
+  shutil.copytree(files["google"], converted)
+  result = _run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
+                "--output_dir=%s" % converted)
+  assert result.returncode == 0, result.stderr[-2000:]
+  return converted
+
+
 @pytest.mark.parametrize("changed_file, refusal", [
     ("notes.txt", "did not write or that changed since (notes.txt)"),  # Added.
     ("label_list.txt", "did not write or that changed since (label_list.txt)")])  # Edited.
 def test_convert_never_replaces_what_the_user_added_to_or_edited_in_a_conversion(
-    files, tmp_path, changed_file, refusal):
+    files, reconverted, tmp_path, changed_file, refusal):
   """An earlier conversion is replaced without asking only while it holds just what it wrote, as
   it wrote it: a file added since (notes, test_results.tsv of a --do_predict there) or edited
   since (a label name fixed by hand; before, only names were compared and the edit was silently
   undone) needs the flag."""
   converted = tmp_path / "converted"
-  for _ in range(2):  # Unchanged, an earlier conversion is replaced unasked.
-    result = _run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
-                  "--output_dir=%s" % converted)
-    assert result.returncode == 0, result.stderr[-2000:]
+  shutil.copytree(reconverted, converted)  # Unchanged, it was replaced unasked.
   (converted / changed_file).write_text("negative\npositive\n")
   before = _tree(converted)
   _refused(_run("convert_checkpoint.py", "--hf_model_path=" + files["first"],
