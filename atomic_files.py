@@ -62,6 +62,8 @@ NAMES_WRITTEN_IN_OUTPUT_DIRS = ("*.tf_record", "*_results.txt", "*_results.tsv",
                                 "model.ckpt-*", "training_settings.json",
                                 "events.out.tfevents.*")
 
+# The files a run's scripts read beside its model, where the user put none: its config and vocab.
+RUN_COMPANION_NAMES = ("bert_config.json", "vocab.txt")
 
 # Bytes read at a time when hashing a file.
 _HASH_BLOCK_BYTES = 1 << 20
@@ -734,14 +736,17 @@ def _check_not_a_model_file(what: str, path: str) -> None:
   file there: its checkpoint, config, vocab, assets and label list belong together (a Google
   release, a conversion, a TF Serving version and its vocab asset, a KerasHub preset, a Hugging
   Face model, a training run's checkpoints). In a training run's directory it may not take a name
-  of the run's files either (TRAINING_RUN_NAMES): the run would read such a file as its own."""
+  of the run's files either (TRAINING_RUN_NAMES, NAMES_WRITTEN_IN_OUTPUT_DIRS, and the config and
+  vocab read beside a model, RUN_COMPANION_NAMES), though the run has none yet: the run would read
+  such a file as its own (a label list of JSON lines, say, naming its outputs)."""
   target = _written_path(path)
   directory = os.path.dirname(os.path.abspath(target))
   if file_patterns.is_remote(path) or not os.path.isdir(directory):
     return
   name = os.path.basename(target)
   if _training_run_names(directory) and (os.path.lexists(target) or any(
-      fnmatch.fnmatchcase(name, pattern) for pattern in TRAINING_RUN_NAMES)):
+      fnmatch.fnmatchcase(name, pattern) for pattern in
+      TRAINING_RUN_NAMES + NAMES_WRITTEN_IN_OUTPUT_DIRS + RUN_COMPANION_NAMES)):
     raise errors.FlagError("%s=%s is a file of the training run in %s: write it elsewhere" %
                            (what, path, directory))
   if not os.path.lexists(target):

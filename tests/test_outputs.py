@@ -205,6 +205,17 @@ def test_a_file_output_never_replaces_or_adds_a_file_of_a_training_run(files, tm
   _refused(_run("create_pretraining_data.py", "--input_file=" + files["corpus"],
                 "--output_file=%s" % (tmp_path / "link"), "--vocab_file=" + files["vocab"]),
            "--output_file", "is a file of the training run")
+  # Nor a name the run's scripts read there though it has none yet: before, a vocab or features
+  # written as label_list.txt became the names of a GLUE run's outputs, exit 0 (probe 23 cases
+  # 30-32); a vocab.txt or bert_config.json there would be read as its model's.
+  for script, name in (("create_vocab.py", "label_list.txt"), ("create_vocab.py", "vocab.txt"),
+                       ("create_pretraining_data.py", "train.tf_record"),
+                       ("create_vocab.py", "bert_config.json")):
+    flags = (["--vocab_size=64"] if script == "create_vocab.py" else
+             ["--vocab_file=" + files["vocab"]])
+    _refused(_run(script, "--input_file=" + files["corpus"],
+                  "--output_file=%s" % (run_dir / name), *flags),
+             "--output_file", "is a file of the training run in %s" % run_dir)
   assert _tree(run_dir) == before
   written = _run("create_vocab.py", "--input_file=" + files["corpus"],
                  "--output_file=%s" % (run_dir / "vocab_64.txt"), "--vocab_size=64")
