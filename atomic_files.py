@@ -54,13 +54,14 @@ LOCK_FILE_NAME = ".lock"  # An output directory's writer (`OutputDirLock`).
 # was there), or a directory that outputs are written into.
 OUTPUT_FILE, OUTPUT_DIRECTORY, OUTPUT_CONTAINER = "file", "directory", "container"
 # The names the scripts give what they write into an output directory (feature caches, results,
-# predictions, label lists, checkpoints, TensorBoard events): a data file there under such a name
-# would be replaced, or read while the run writes it.
+# predictions, label lists, checkpoints, the evaluation history and best checkpoint of
+# `--keep_best_checkpoint`, TensorBoard events): a data file there under such a name would be
+# replaced, or read while the run writes it.
 NAMES_WRITTEN_IN_OUTPUT_DIRS = ("*.tf_record", "*_results.txt", "*_results.tsv",
                                 "*_predictions.txt", "*_conlleval.txt", "*predictions.json",
                                 "null_odds.json", "label_list.txt", "tag_list.txt", "checkpoint",
-                                "model.ckpt-*", "training_settings.json",
-                                "events.out.tfevents.*")
+                                "model.ckpt-*", "training_settings.json", "eval_history.json",
+                                "best", "events.out.tfevents.*")
 
 # The files a run's scripts read beside its model, where the user put none: its config and vocab.
 RUN_COMPANION_NAMES = ("bert_config.json", "vocab.txt")

@@ -207,10 +207,11 @@ def test_a_file_output_never_replaces_or_adds_a_file_of_a_training_run(files, tm
            "--output_file", "is a file of the training run")
   # Nor a name the run's scripts read there though it has none yet: before, a vocab or features
   # written as label_list.txt became the names of a GLUE run's outputs, exit 0 (probe 23 cases
-  # 30-32); a vocab.txt or bert_config.json there would be read as its model's.
+  # 30-32, 59); a vocab.txt or bert_config.json there would be read as its model's.
   for script, name in (("create_vocab.py", "label_list.txt"), ("create_vocab.py", "vocab.txt"),
                        ("create_pretraining_data.py", "train.tf_record"),
-                       ("create_vocab.py", "bert_config.json")):
+                       ("create_vocab.py", "bert_config.json"), ("create_vocab.py", "best"),
+                       ("create_vocab.py", "eval_history.json")):
     flags = (["--vocab_size=64"] if script == "create_vocab.py" else
              ["--vocab_file=" + files["vocab"]])
     _refused(_run(script, "--input_file=" + files["corpus"],
