@@ -354,6 +354,13 @@ class TfHubPreprocessorServing(export.ServingModule):
     @tf.function(autograph=False)
     def bert_pack_inputs(inputs, seq_length=default_length):
       segments = [segment.merge_dims(1, -1) for segment in inputs]  # Words' pieces in a row.
+      if len(segments) == 2:  # Rows are paired by position: one batch size, as the text inputs.
+        rows = [segment.nrows() for segment in segments]
+        with tf.control_dependencies([export.fail_unless(
+            tf.equal(rows[0], rows[1]), "bert_pack_inputs: the second segment has {} rows but "
+            "the first has {}: the segments are paired row by row and must have one batch size",
+            rows[1], rows[0])]):
+          segments = [tf.identity(segment) for segment in segments]
       return tf_hub_inputs(self.encoder.pack(*segments, seq_length=seq_length))
 
     for num_segments in (1, 2):

@@ -263,6 +263,15 @@ def test_bert_pack_inputs_needs_room_for_cls_a_token_and_sep(preprocessor, seq_l
     preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(seq_length))
 
 
+def test_bert_pack_inputs_refuses_segments_of_other_batch_sizes(preprocessor):
+  # Before, a RaggedConcat internal error that named neither segment (probe 23 case 53).
+  segments = [preprocessor.tokenize(tf.constant(["a"])),
+              preprocessor.tokenize(tf.constant(["b c", "d e f"]))]
+  with pytest.raises(tf.errors.InvalidArgumentError,
+                     match="bert_pack_inputs: the second segment has 2 rows but the first has 1"):
+    preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(12))
+
+
 def test_bert_pack_inputs_at_seq_length_3_gives_cls_a_token_and_sep(preprocessor):
   segments = [preprocessor.tokenize(tf.constant(["hello world"]))]
   packed = preprocessor.bert_pack_inputs(segments, seq_length=tf.constant(3))
