@@ -542,11 +542,6 @@ class DynamicMasking:
                              "%d: pass the vocab the model and records were made with" %
                              (largest, vocab_size))
 
-  def check_records(self, input_files: list, vocab_file: str) -> None:
-    """A RecordVocabError unless the records were made with this vocab (`check_records_vocab`):
-    re-masking records of another vocab writes ids that mean other tokens there."""
-    check_records_vocab(input_files, self.vocab, "`vocab_file` %s" % vocab_file)
-
   def apply(self, batches: tf.data.Dataset, seed: int) -> tf.data.Dataset:
     """Re-masks every batch of decoded features; batch i's draws are seeded by (seed, i)."""
     base_seed = tf.constant([seed, _MASKING_SEED_SALT], tf.int64)

@@ -854,10 +854,10 @@ def test_dynamic_masking_refuses_records_without_its_cls_id(tmp_path, pretrainin
   with pytest.raises(pretraining.RecordVocabError,
                      match=r"%s: record 1 starts with id 2, not the \[CLS\] id 3 of `vocab_file` "
                      r"%s" % (re.escape(records), re.escape(str(vocab_file)))):
-    masking.check_records([records], str(vocab_file))
+    pretraining.check_records_vocab([records], masking.vocab, "`vocab_file` %s" % vocab_file)
   # The records' own vocab passes.
-  pretraining.DynamicMasking.from_vocab_file(
-      str(tmp_path / "vocab.txt"), 0.15, MAX_PREDICTIONS, False).check_records([records], "v")
+  pretraining.check_records_vocab([records], pretraining.DynamicMasking.from_vocab_file(
+      str(tmp_path / "vocab.txt"), 0.15, MAX_PREDICTIONS, False).vocab, "v")
 
 
 # ------------------------------------------------------------------------------------------------
