@@ -190,12 +190,13 @@ def _check_settings_of_converted_model() -> None:
           "(%s): pass --do_lower_case=%s" % (
               str(cli.flag_value("do_lower_case")).lower(), flag, directory,
               "lowercased" if recorded else "cased", mark_file, str(recorded).lower()))
-    if mark.get("vocab") and cli.flag_value("vocab_file") and (
-        tokenization.tokens_fingerprint(cli.flag_value("vocab_file")) != mark["vocab"]):
+    vocab_flag = "spm_model_file" if cli.flag_value("spm_model_file") else "vocab_file"
+    if mark.get("vocab") and cli.flag_value(vocab_flag) and tokenization.tokens_fingerprint(
+        cli.flag_value("vocab_file"), cli.flag_value("spm_model_file")) != mark["vocab"]:
       raise errors.FlagError(
-          "--vocab_file=%s is not the vocab convert_checkpoint wrote with the model in --%s=%s "
+          "--%s=%s is not the vocab convert_checkpoint wrote with the model in --%s=%s "
           "(%s records %s): pass that model's vocab.txt" % (
-              cli.flag_value("vocab_file"), flag, directory, mark_file, mark["vocab"]))
+              vocab_flag, cli.flag_value(vocab_flag), flag, directory, mark_file, mark["vocab"]))
     multi_label = mark.get("multi_label")
     if (multi_label is not None and cli.flag_value("multi_label") not in (None, multi_label)
         and not cli.flag_value("do_train")):
@@ -379,14 +380,16 @@ def check_input_paths() -> None:
 
 
 def _check_vocab_of_model_directories() -> None:
-  """`--vocab_file` against the vocab.txt released or converted beside each model the script
-  reads (`tokenization.check_vocab_of_model_directory`): another token at one of its ids reads
-  that id as another word."""
-  vocab_file = cli.flag_value("vocab_file")
-  if not vocab_file or cli.flag_value("spm_model_file"):
+  """The tokenizer's vocab (`--vocab_file`, or `--spm_model_file`'s pieces) against the vocab.txt
+  released or converted beside each model the script reads
+  (`tokenization.check_vocab_of_model_directory`): another token at one of its ids reads that id
+  as another word."""
+  vocab_file, spm_model_file = cli.flag_value("vocab_file"), cli.flag_value("spm_model_file")
+  if not (vocab_file or spm_model_file):
     return
   for flag, directory in _model_directories().items():
-    tokenization.check_vocab_of_model_directory(vocab_file, directory, "--" + flag)
+    tokenization.check_vocab_of_model_directory(vocab_file, directory, "--" + flag,
+                                                spm_model_file)
 
 
 def _check_vocab_fits_model(config: modeling.BertConfig) -> None:

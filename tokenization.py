@@ -169,12 +169,23 @@ def vocab_fingerprint(vocab_file: str) -> str:
     return "sha256:" + hashlib.sha256(reader.read()).hexdigest()[:16]
 
 
-def tokens_fingerprint(vocab_file: str) -> str:
-  """`tokens-sha256:` and the first 16 hex digits of the SHA-256 of the vocab's tokens in id
-  order (`load_vocab`): the same for copies that differ only in line ends or a last newline,
-  another for any other token at any id. What convert_checkpoint records of the vocab it wrote."""
-  tokens = "\n".join(load_vocab(vocab_file)).encode("utf-8")
+def tokens_fingerprint(vocab_file: Optional[str], spm_model_file: Optional[str] = None) -> str:
+  """`tokens-sha256:` and the first 16 hex digits of the SHA-256 of the tokenizer's tokens in id
+  order (`vocab_tokens`): the same for copies that differ only in line ends or a last newline,
+  and for a vocab file listing a SentencePiece model's pieces; another for any other token at any
+  id. What convert_checkpoint records of the vocab it wrote."""
+  tokens = "\n".join(vocab_tokens(vocab_file, spm_model_file)).encode("utf-8")
   return "tokens-sha256:" + hashlib.sha256(tokens).hexdigest()[:16]
+
+
+def vocab_tokens(vocab_file: Optional[str], spm_model_file: Optional[str] = None) -> List[str]:
+  """The tokens the tokenizer maps to ids, in id order: a SentencePiece model's pieces where one
+  is given (it tokenizes instead of the vocab file, as in FullTokenizer), else the vocab file's
+  (`load_vocab`)."""
+  if spm_model_file:
+    processor = _load_sentencepiece(spm_model_file)
+    return [processor.id_to_piece(index) for index in range(processor.get_piece_size())]
+  return list(load_vocab(vocab_file))
 
 
 def load_vocab(vocab_file: str) -> "collections.OrderedDict[str, int]":
@@ -255,24 +266,27 @@ VOCAB_FILE_NAME = "vocab.txt"
 PLACEHOLDER_PREFIX = "[unused"
 
 
-def check_vocab_of_model_directory(vocab_file: str, directory: str, what: str) -> None:
-  """Raises VocabError when `directory` (a model's: `what` names its flag) holds a vocab.txt other
-  than `vocab_file` with another token at an id where its own is not a placeholder ([unusedN]).
+def check_vocab_of_model_directory(vocab_file: Optional[str], directory: str, what: str,
+                                   spm_model_file: Optional[str] = None) -> None:
+  """Raises VocabError when `directory` (a model's: `what` names its flag) holds a vocab.txt whose
+  tokens differ from the tokenizer's (`vocab_file`, or `spm_model_file`'s pieces, which tokenize
+  instead: `vocab_tokens`) at an id where its own is not a placeholder ([unusedN]).
 
   The checkpoint's embedding of each id was learned for the token beside it: a permuted or other
-  vocab of the same size tokenizes without complaint and reads every differing id as another
-  word. Replacing placeholders with new words, the usual way to add a domain's words, is not a
-  difference. A vocab there that cannot be read, or of another size (`check_vocab_fits_model`
-  compares sizes with the config), is not compared.
+  vocab of the same size, or a SentencePiece model with as many pieces, tokenizes without
+  complaint and reads every differing id as another word. Replacing placeholders with new words,
+  the usual way to add a domain's words, is not a difference. A vocab there that cannot be read,
+  or of another size (`check_vocab_fits_model` compares sizes with the config), is not compared.
   """
   beside = os.path.join(directory, VOCAB_FILE_NAME)
-  if not _is_file(beside) or atomic_files.same_place(beside, vocab_file):
+  if not _is_file(beside) or (
+      not spm_model_file and atomic_files.same_place(beside, vocab_file)):
     return
   try:
     model_tokens = list(load_vocab(beside))
   except VocabError:
     return
-  tokens = list(load_vocab(vocab_file))
+  tokens = vocab_tokens(vocab_file, spm_model_file)
   if len(tokens) != len(model_tokens):
     return
   differing = [index for index, (token, model_token) in enumerate(zip(tokens, model_tokens))
@@ -280,10 +294,12 @@ def check_vocab_of_model_directory(vocab_file: str, directory: str, what: str) -
   if differing:
     first = differing[0]
     raise VocabError(
-        "`vocab_file`=%s has %r at id %d where the model in %s=%s has %r (%s, %d ids differ, "
-        "not counting [unusedN] placeholders): pass that vocab" % (
-            vocab_file, tokens[first], first, what, directory, model_tokens[first], beside,
-            len(differing)))
+        "%s=%s has %r at id %d where the model in %s=%s has %r (%s, %d ids differ, not "
+        "counting [unusedN] placeholders): pass %s" % (
+            "`spm_model_file`" if spm_model_file else "`vocab_file`",
+            spm_model_file or vocab_file, tokens[first], first, what, directory,
+            model_tokens[first], beside, len(differing),
+            "the model's own SentencePiece model" if spm_model_file else "that vocab"))
 
 
 def _is_file(path: str) -> bool:

@@ -282,6 +282,41 @@ def test_a_vocab_other_than_the_one_beside_the_model_is_refused(tmp_path):
     tokenization.check_vocab_of_model_directory(permuted, str(release), "--init_checkpoint")
 
 
+def test_a_sentencepiece_model_other_than_the_model_s_vocab_is_refused(tmp_path):
+  # A WordPiece release read with an unrelated SentencePiece model of as many pieces: before, only
+  # the sizes were compared, and the pieces tokenized (into ids of other words) even with the
+  # release's own --vocab_file beside them (probe 24 cases 79, 80, 80b).
+  from test_tokenization import train_sentencepiece  # pylint: disable=g-import-not-at-top
+  spm_file = train_sentencepiece(str(tmp_path))
+  pieces = tokenization.vocab_tokens(None, spm_file)
+  release = tmp_path / "release"
+  release.mkdir()
+  config = modeling.BertConfig.from_dict(dict(CONFIG.to_dict(), vocab_size=len(pieces)))
+  wordpieces = VOCAB + ["w%d" % index for index in range(len(pieces) - len(VOCAB))]
+  config_file, vocab_file = write_model_files(str(release), config, wordpieces)
+  checkpoints.save_checkpoint(feature_extraction.build_bert(config),
+                              str(release / "bert_model.ckpt"))
+  run = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "extract_features.py"),
+       "--init_checkpoint=%s" % (release / "bert_model.ckpt"), "--bert_config_file=" + config_file,
+       "--spm_model_file=" + spm_file, "--vocab_file=" + vocab_file, "--max_seq_length=16",
+       "--input_file=" + _write(tmp_path / "input.txt", "good film\n"),
+       "--output_file=%s" % (tmp_path / "features.jsonl")],
+      capture_output=True, text=True, timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+  differing = sum(piece != token for piece, token in zip(pieces, wordpieces))
+  assert (run.returncode, run.stderr.strip().splitlines()[-1]) == (
+      1, "extract_features.py: error: --spm_model_file=%s has %r at id 0 where the model in "
+      "--init_checkpoint=%s has '[PAD]' (%s, %d ids differ, not counting [unusedN] "
+      "placeholders): pass the model's own SentencePiece model" % (
+          spm_file, pieces[0], release, vocab_file, differing)), run.stderr
+  assert not os.path.exists(tmp_path / "features.jsonl")
+  # A vocab.txt that lists the model's own pieces (as a SentencePiece model's .vocab file does).
+  _write(release / "vocab.txt", "\n".join(pieces) + "\n")
+  tokenization.check_vocab_of_model_directory(None, str(release), "--init_checkpoint", spm_file)
+  assert (tokenization.tokens_fingerprint(None, spm_file) ==
+          tokenization.tokens_fingerprint(str(release / "vocab.txt")))
+
+
 def test_training_from_a_run_of_another_task_says_its_head_starts_this_one(tmp_path, caplog):
   # Fine-tuning MRPC from an SST-2 run loads SST-2's head (two labels each), as the original
   # does; before, the log said only "Loaded 41 of the model's 41 variables" (probe 22 case 43).
@@ -300,7 +335,7 @@ def test_training_from_a_run_of_another_task_says_its_head_starts_this_one(tmp_p
 def _check_outputs(**paths) -> None:
   """The validation pass's check of outputs named `--<flag>=<path>` (directories written into)."""
   atomic_files.check_run_paths({}, {"--" + flag: (atomic_files.OUTPUT_CONTAINER, [path])
-                                    for flag, path in paths.items()})
+                                    for flag, path in paths.items()}, exports=["--export_dir"])
 
 
 def test_output_directories_are_checked_without_creating_them(tmp_path, monkeypatch):
@@ -318,13 +353,53 @@ def test_output_directories_are_checked_without_creating_them(tmp_path, monkeypa
   _check_outputs(output_dir="existing/../out", export_dir="../%s/models" % tmp_path.name)
   # A SavedModel's directory (a TF Serving version) is not one to write a run into.
   _write(tmp_path / "export" / "1" / "saved_model.pb", "")
-  with pytest.raises(errors.FlagError, match=r"--output_dir=%s holds a SavedModel" %
-                     (tmp_path / "export" / "1")):
-    atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export" / "1"))
+  with pytest.raises(errors.FlagError, match=r"--output_dir=%s is in the SavedModel in %s" %
+                     (tmp_path / "export" / "1", tmp_path / "export" / "1")):
+    _check_outputs(output_dir=str(tmp_path / "export" / "1"))
   with pytest.raises(errors.FlagError, match=r"holds exported versions \(1/saved_model.pb\)"):
-    atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "export"))
-  atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "existing"))
-  atomic_files.check_not_a_saved_model("--output_dir", str(tmp_path / "new"))
+    _check_outputs(output_dir=str(tmp_path / "export"))
+  _check_outputs(output_dir=str(tmp_path / "existing"), export_dir=str(tmp_path / "export"))
+
+
+def test_no_output_but_an_export_is_written_into_an_export_directory(tmp_path):
+  # TF Serving serves the highest version number of an export directory: before, a training run,
+  # a conversion or a vocab written as export/3 became the served "model", and one written into
+  # a version (or a TF Hub module's directory, as encoder/2) sat inside it (probe 24 cases 5,
+  # 112-115).
+  export_dir = tmp_path / "export"
+  _write(export_dir / "1" / "saved_model.pb", "")
+  _write(tmp_path / "hub" / "encoder" / "1" / "saved_model.pb", "")
+  kinds = {"--output_dir": atomic_files.OUTPUT_CONTAINER, "--output_file": atomic_files.OUTPUT_FILE,
+           "--converted": atomic_files.OUTPUT_DIRECTORY}
+  for what, kind in kinds.items():
+    for path, refusal in (
+        (export_dir / "1" / "run", "is in the SavedModel in %s " % (export_dir / "1")),
+        (export_dir / "1" / "assets" / "vocab.txt", "is in the SavedModel in %s " % (
+            export_dir / "1")),
+        (export_dir / "3", "would be version 3 of the export directory %s (beside "
+                           "1/saved_model.pb), which TF Serving would serve" % export_dir),
+        (tmp_path / "hub" / "encoder" / "2", "would be version 2 of the export directory %s" %
+         (tmp_path / "hub" / "encoder"))):
+      with pytest.raises(errors.FlagError) as refused:
+        atomic_files.check_run_paths({}, {what: (kind, [str(path)])})
+      assert str(refused.value).startswith("%s=%s %s" % (what, path, refusal)), refused.value
+    # Beside the versions, under a name TF Serving passes over, and in numbered directories that
+    # are no export, outputs are written as anywhere.
+    for path in (export_dir / "notes", tmp_path / "runs" / "2", tmp_path / "hub" / "3"):
+      atomic_files.check_run_paths({}, {what: (kind, [str(path)])})
+  # The export itself adds versions there.
+  atomic_files.check_run_paths({}, {"--export_dir": (atomic_files.OUTPUT_CONTAINER,
+                                                     [str(export_dir)])},
+                               exports=["--export_dir"])
+  made = subprocess.run(
+      [sys.executable, os.path.join(REPO_ROOT, "create_vocab.py"), "--vocab_size=200",
+       "--input_file=" + _write(tmp_path / "corpus.txt", "a good film\n"),
+       "--output_file=%s" % (export_dir / "4")], capture_output=True, text=True, timeout=120)
+  assert (made.returncode, made.stderr.strip().splitlines()[-1]) == (
+      1, "create_vocab.py: error: --output_file=%s would be version 4 of the export directory "
+      "%s (beside 1/saved_model.pb), which TF Serving would serve: choose another" % (
+          export_dir / "4", export_dir)), made.stderr
+  assert sorted(os.listdir(export_dir)) == ["1"]
 
 
 def test_a_refusal_removes_only_empty_directories_it_would_have_created(tmp_path):
