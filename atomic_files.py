@@ -566,21 +566,41 @@ def _read_only(directory: str) -> bool:
 _RUN_INPUTS = []
 
 
-def check_not_a_saved_model(what: str, path: str) -> None:
-  """A run's directory is not a SavedModel's (a TF Serving version, a TF Hub module) nor an
-  export directory of versions (`<n>/saved_model.pb`): the run's checkpoints and files there
-  would sit inside the model or beside its versions, and its next export there be refused."""
-  if file_patterns.is_remote(path) or not os.path.isdir(path):
+def _exported_versions(directory: str) -> list:
+  """The numbered versions (`<n>/saved_model.pb`) an export directory holds, sorted by number."""
+  if not os.path.isdir(directory):
+    return []
+  return sorted((name for name in os.listdir(directory) if name.isdigit() and
+                 os.path.isfile(os.path.join(directory, name, "saved_model.pb"))), key=int)
+
+
+def _check_not_in_an_export(what: str, kind: str, path: str) -> None:
+  """An output other than an export is not written into a SavedModel's directory (a TF Serving
+  version, a TF Hub module), nor under a version's name in an export directory (`<n>` beside
+  `<m>/saved_model.pb`), nor, for a directory, into an export directory itself: TF Serving serves
+  the highest number it finds, so a training run, a conversion or a file there would become the
+  served "model", and files put in a model's directory are not the model's."""
+  if file_patterns.is_remote(path):
     return
-  if os.path.isfile(os.path.join(path, "saved_model.pb")):
-    raise errors.FlagError("%s=%s holds a SavedModel (saved_model.pb): it is a model's directory, "
-                           "not one to write into; choose another" % (what, path))
-  versions = sorted(name for name in os.listdir(path) if name.isdigit() and
-                    os.path.isfile(os.path.join(path, name, "saved_model.pb")))
-  if versions:
+  place = os.path.realpath(path)
+  if kind != OUTPUT_FILE and _exported_versions(place):
     raise errors.FlagError("%s=%s holds exported versions (%s/saved_model.pb): it is an export "
-                           "directory, not one to write a run into; choose another" %
-                           (what, path, versions[0]))
+                           "directory, not one to write into; choose another" %
+                           (what, path, _exported_versions(place)[0]))
+  while True:
+    if os.path.isfile(os.path.join(place, "saved_model.pb")):
+      raise errors.FlagError("%s=%s is in the SavedModel in %s (saved_model.pb): it is a model's "
+                             "directory, not one to write into; choose another" %
+                             (what, path, place))
+    parent = os.path.dirname(place)
+    if os.path.basename(place).isdigit() and _exported_versions(parent):
+      raise errors.FlagError(
+          "%s=%s would be version %s of the export directory %s (beside %s/saved_model.pb), "
+          "which TF Serving would serve: choose another" % (
+              what, path, os.path.basename(place), parent, _exported_versions(parent)[-1]))
+    if parent == place:
+      return
+    place = parent
 
 
 def _check_data_is_no_companion(read: list, data_files: Collection[str]) -> None:
@@ -633,7 +653,7 @@ def _check_not_an_input(path: str) -> None:
 
 def check_run_paths(inputs: Mapping[str, Sequence[str]],
                     outputs: Mapping[str, Tuple[str, Sequence[str]]],
-                    data_files: Collection[str] = ()) -> None:
+                    data_files: Collection[str] = (), exports: Collection[str] = ()) -> None:
   """Raises FlagError unless a run's outputs can be written without destroying anything else.
 
   `inputs` maps what names them (e.g. "--input_file") to the paths read; `outputs` maps what
@@ -646,7 +666,8 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   that are the same path, or one inside a directory another replaces whole. Directories that
   outputs are written into (OUTPUT_CONTAINER) may be shared and may hold inputs, but not a data
   file (an input whose name is in `data_files`) under a name written there
-  (NAMES_WRITTEN_IN_OUTPUT_DIRS).
+  (NAMES_WRITTEN_IN_OUTPUT_DIRS). No output but the export directories (those named in
+  `exports`) is in a SavedModel or takes a version's place beside one (`_check_not_in_an_export`).
   """
   read = [(what, path, _identity(path)) for what, paths in inputs.items() for path in paths]
   _RUN_INPUTS[:] = read
@@ -656,6 +677,8 @@ def check_run_paths(inputs: Mapping[str, Sequence[str]],
   for what, kind, path, identity in written:
     _check_output_kind(what, kind, path)
     _check_can_write(what, kind, path)
+    if what not in exports:
+      _check_not_in_an_export(what, kind, path)
     if kind == OUTPUT_FILE:
       _check_not_a_model_file(what, path)
     if kind == OUTPUT_CONTAINER:

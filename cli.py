@@ -626,10 +626,9 @@ def check_run_paths(outputs: Optional[dict[str, OutputFlag]] = None) -> list:
              for name, kind in declared.items() if flag_value(name)}
   atomic_files.check_run_paths(inputs, {what: (kind, paths)
                                         for what, (kind, paths, _) in written.items()},
-                               data_files=["--" + name for name in DATA_FILE_FLAGS])
+                               data_files=["--" + name for name in DATA_FILE_FLAGS],
+                               exports=["--export_dir"])
   _check_inputs_name_no_output_of_the_job(written)
-  if flag_value("output_dir") and declared.get("output_dir") == atomic_files.OUTPUT_CONTAINER:
-    atomic_files.check_not_a_saved_model("--output_dir", flag_value("output_dir"))
   return _missing_directories(path for kind, paths, _ in written.values()
                               if kind == atomic_files.OUTPUT_CONTAINER for path in paths)
 

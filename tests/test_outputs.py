@@ -247,10 +247,11 @@ def test_a_file_output_never_replaces_a_file_of_a_model(files, tmp_path):
               "preset/assets/tokenizer": "preset"}
   for directory, names in models.items():
     for name in names[-2:]:
+      model = tmp_path / model_of.get(directory, directory)
       _refused(_run("create_vocab.py", "--input_file=" + files["corpus"],
                     "--output_file=%s" % (tmp_path / directory / name), "--vocab_size=64"),
-               "--output_file", "is a file of the model in %s" % (
-                   tmp_path / model_of.get(directory, directory)))
+               "--output_file", "is in the SavedModel in %s " % model
+               if directory.startswith("export") else "is a file of the model in %s" % model)
   assert _tree(tmp_path) == before
   (tmp_path / "plain").mkdir()
   (tmp_path / "plain" / "vocab.txt").write_text("an old vocab of the user's own\n")
@@ -859,7 +860,7 @@ def test_an_export_dir_must_hold_only_versions(files, tmp_path):
                 "--export_dir=%s" % other_run, *model), "--export_dir", "another training run")
   # Nor is a version a run's directory (its checkpoints would sit in the model TF Serving loads).
   _refused(_run("run_classifier.py", "--output_dir=%s" % version, *model), "--output_dir",
-           "holds a SavedModel (saved_model.pb)")
+           "is in the SavedModel in %s " % version)
   assert _tree(tmp_path) == before
 
 
