@@ -186,15 +186,15 @@ def test_learns_a_trivial_corpus_and_eval_results_match_numpy(tmp_path):
   before = pretraining.run_evaluation(strategy, bert_config, [eval_file], output_dir, None, 32, 3,
                                       SEQ_LENGTH, MAX_PREDICTIONS,
                                       model=pretraining.build_model(bert_config), global_step=0)
-  # 150 steps learn it as well as 300 did (MLM accuracy 1.0, next-sentence ~0.95 on three corpora).
-  config = training_loop.TrainConfig(output_dir=output_dir, num_train_steps=150, num_warmup_steps=20,
+  # 300 steps: next-sentence accuracy 0.97-0.99 on three corpora (150 gave 0.85-0.98, too near 0.9).
+  config = training_loop.TrainConfig(output_dir=output_dir, num_train_steps=300, num_warmup_steps=20,
                                 learning_rate=3e-3, train_batch_size=32,
-                                save_checkpoints_steps=150, iterations_per_loop=100)
+                                save_checkpoints_steps=300, iterations_per_loop=100)
   result = pretraining.run_training(strategy, bert_config, [train_file], config, SEQ_LENGTH,
                                     MAX_PREDICTIONS)
   after = pretraining.run_evaluation(strategy, bert_config, [eval_file], output_dir, None, 32, 3,
                                      SEQ_LENGTH, MAX_PREDICTIONS)
-  assert after["global_step"] == 150
+  assert after["global_step"] == 300
   # 20 words: always predicting one word is right ~5% of the time.
   assert before["masked_lm_accuracy"] < 0.2
   assert after["masked_lm_accuracy"] > 0.9
