@@ -56,15 +56,10 @@ def check_input_paths() -> None:
     raise errors.FlagError("--%s: the model comes from --bert_hub_module_handle (its weights, "
                            "config and vocab)" % given[0])
   module_dir = os.path.join(FLAGS.output_dir or "", MODULE_DIR)
-  module, output_dir = (os.path.realpath(path) for path in (FLAGS.bert_hub_module_handle,
-                                                             FLAGS.output_dir or ""))
-  if FLAGS.output_dir and module == os.path.realpath(module_dir):
+  if FLAGS.output_dir and (os.path.realpath(FLAGS.bert_hub_module_handle) ==
+                           os.path.realpath(module_dir)):
     raise errors.FlagError("--bert_hub_module_handle=%s is where this run writes the module's "
                            "conversion: pass the module's own directory" % module_dir)
-  if FLAGS.output_dir and (output_dir == module or output_dir.startswith(module + os.sep)):
-    raise errors.FlagError("--output_dir=%s is in --bert_hub_module_handle=%s: the run's "
-                           "checkpoints would be written into the module; choose another "
-                           "--output_dir" % (FLAGS.output_dir, FLAGS.bert_hub_module_handle))
   if os.path.islink(module_dir):
     raise errors.FlagError("%s is a symlink: the run keeps the module it trains from itself "
                            "(remove the link)" % module_dir)

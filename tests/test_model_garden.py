@@ -327,8 +327,8 @@ def test_run_classifier_with_tfhub_refuses_before_tensorflow_in_one_line(tmp_pat
                 % module_dir)
   elif case == "output_dir_in_the_module":
     output_dir = os.path.join(handle, "run")
-    expected = ("--output_dir=%s is in --bert_hub_module_handle=%s: the run's checkpoints would "
-                "be written into the module" % (output_dir, handle))
+    expected = ("--output_dir=%s is in the SavedModel in %s (saved_model.pb): it is a model's "
+                "directory, not one to write into" % (output_dir, handle))
   elif case == "unknown_task":
     task, expected = "MRPC9", "`task_name`=MRPC9: unknown task"
   before = sorted(os.walk(tmp_path))
