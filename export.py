@@ -60,6 +60,7 @@ import file_patterns
 import in_graph_tokenization
 import modeling
 import packing
+import task_files
 import tfrecord_encoding
 
 SERVING_DEFAULT = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -69,6 +70,9 @@ ID_INPUTS = ("input_ids", "input_mask", "segment_ids")
 # grows linearly with its bytes; this bounds it. A SQuAD context is ~1 KB, a long article ~100 KB.
 MAX_REQUEST_TEXT_BYTES = 4 * 2**20
 WARMUP_FILE = "tf_serving_warmup_requests"  # In assets.extra/, where TF Serving looks for it.
+# The names of the model's outputs (a classifier's labels, a tagger's tags), one a line, also in
+# assets.extra/ (TF Serving reads nothing else there): what a next version must name alike.
+OUTPUT_NAMES_FILE = "output_names.txt"
 WARMUP_SENTENCE = ("The quick brown fox jumps over the lazy dog while a small bird sings in an old "
                    "tree near the river.")
 
@@ -630,7 +634,9 @@ def _signatures(saved_model_dir: str) -> dict:
 
 def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
   """Raises InputError when export_dir's newest version serves other signatures than the staged
-  export: a new version there would silently switch TF Serving to another kind of model."""
+  export, or names its outputs otherwise (OUTPUT_NAMES_FILE, where both have one): a new version
+  there would silently switch TF Serving to another kind of model, or to labels of another
+  task under the same signatures (its clients would read "high" where they read "1")."""
   versions = existing_versions(export_dir)
   if not versions:
     return
@@ -644,6 +650,18 @@ def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
         "inputs %s): export to a directory of this model's own" % (
             export_dir, versions[-1], sorted(old), old.get("serving_default", ([],))[0],
             sorted(new), new.get("serving_default", ([],))[0]))
+  old_names, new_names = _output_names(newest), _output_names(staged_dir)
+  if old_names is not None and new_names is not None and old_names != new_names:
+    raise errors.InputError(
+        "`export_dir`=%s: version %d names its outputs %s, this model %s: it is another "
+        "model's directory; export to a directory of this model's own" % (
+            export_dir, versions[-1], ", ".join(old_names), ", ".join(new_names)))
+
+
+def _output_names(saved_model_dir: str) -> Optional[tuple]:
+  """The output names an export recorded (OUTPUT_NAMES_FILE), or None where it has none."""
+  path = os.path.join(saved_model_dir, "assets.extra", OUTPUT_NAMES_FILE)
+  return task_files.read_label_list(path) if os.path.exists(path) else None
 
 
 def _rename_unless_taken(source: str, target: str) -> bool:
@@ -691,8 +709,12 @@ _EXPORT_LOCK = threading.Lock()
 
 
 def write_saved_model(export_dir: str, module: ServingModule, version: Optional[int] = None,
-                      limits: Optional[RequestLimits] = None) -> str:
+                      limits: Optional[RequestLimits] = None,
+                      output_names: Optional[Sequence[str]] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
+
+  `output_names` (a classifier's labels, a tagger's tags) are written beside the model
+  (OUTPUT_NAMES_FILE), so that a later export of other names is refused (`check_same_model_kind`).
 
   `limits` (default: the module's, `RequestLimits()` unless a task sets them) bound the requests
   of every signature and of the Python API that packs ids (TF Hub's `bert_pack_inputs`).
@@ -705,7 +727,7 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
     return os.path.join(export_dir, str(next_version(export_dir) if version is None else version))
   if version is not None and os.path.exists(os.path.join(export_dir, str(version))):
     raise VersionTakenError(export_dir, version)  # Before any work; claim_version checks again.
-  with _EXPORT_LOCK, _staged_saved_model(export_dir, module, limits) as staged_dir:
+  with _EXPORT_LOCK, _staged_saved_model(export_dir, module, limits, output_names) as staged_dir:
     final_dir = claim_version(staged_dir, export_dir, version)
   logging.info("Exported SavedModel %s", final_dir)
   return final_dir
@@ -750,8 +772,8 @@ def write_saved_models(modules: Mapping[str, ServingModule],
 
 
 @contextlib.contextmanager
-def _staged_saved_model(export_dir: str, module: ServingModule,
-                        limits: Optional[RequestLimits]) -> Iterator[str]:
+def _staged_saved_model(export_dir: str, module: ServingModule, limits: Optional[RequestLimits],
+                        output_names: Optional[Sequence[str]] = None) -> Iterator[str]:
   """Yields a hidden staging directory in `export_dir` (`.export.tmp-<host>-<pid>`: deleted on
   leaving if anything fails, and by the next export if this process dies) that holds the module's
   complete SavedModel: the variables its signatures read, its encoder (whose vocab or
@@ -772,6 +794,9 @@ def _staged_saved_model(export_dir: str, module: ServingModule,
     tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
                         staged_dir, signatures=concrete)
     write_warmup_requests(staged_dir, requests)
+    if output_names is not None:
+      task_files.write_label_list(os.path.join(staged_dir, "assets.extra", OUTPUT_NAMES_FILE),
+                                  output_names)
     check_same_model_kind(staged_dir, export_dir)
     logging.info("Staged a SavedModel with signatures %s", ", ".join(sorted(concrete)))
     yield staged_dir

@@ -150,10 +150,11 @@ class Task(abc.ABC):
   def export(self, model: keras.Model, export_dir: str, precision: str = "float32",
              limits: export.RequestLimits = export.RequestLimits()) -> str:
     """Writes the task's SavedModel as the next version under `export_dir`, computing in
-    `precision` (`export.model_in_precision`), serving requests within `limits`; returns its
-    path."""
+    `precision` (`export.model_in_precision`), serving requests within `limits`, with its
+    `output_names` beside it; returns its path."""
     model = export.model_in_precision(model, self.build_model, precision)
-    return export.write_saved_model(export_dir, self.serving_module(model), limits=limits)
+    return export.write_saved_model(export_dir, self.serving_module(model), limits=limits,
+                                    output_names=self.output_names() or None)
 
   def predict_dataset(self, strategy: tf.distribute.Strategy, model: keras.Model,
                       dataset: tf.data.Dataset, batch_size: int,

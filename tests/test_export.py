@@ -156,6 +156,9 @@ def test_classifier_export_serves_raw_text_like_do_predict(tmp_path, uncased_voc
          learning_rate=5e-3, num_train_epochs=2.0)
   expected = rc.read_test_results(output_dir)
   assert expected.shape == (5, 2) and np.ptp(expected[:, 0]) > 1e-4  # Not all the same.
+  # Its label names beside it, which a later export into export_dir must share.
+  with open(os.path.join(export_dir, "1", "assets.extra", "output_names.txt")) as f:
+    assert f.read() == "0\n1\n"
 
   tokenizer = tokenization.FullTokenizer(uncased_vocab_file, do_lower_case=True)
   encoded = [tokenizer.encode(a, b, 32) for a, b in pairs]

@@ -842,6 +842,16 @@ def test_an_export_never_joins_the_versions_of_another_kind_of_model(tmp_path):
   classifier = _fake_saved_model(tmp_path / "staged", ["text_a", "text_b"],
                                  ["label", "probabilities"])
   export.check_same_model_kind(classifier, str(export_dir))  # The same kind: a new version.
+  # The same signatures with other label names (MRPC's 0/1, a generic pair task's 4.5/high):
+  # before, its export became version 2 and MRPC's clients read "high" (probe 25 case 84).
+  for directory, names in ((export_dir / "1", "0\n1\n"), (tmp_path / "staged", "4.5\nhigh\n")):
+    (directory / "assets.extra").mkdir()
+    (directory / "assets.extra" / export.OUTPUT_NAMES_FILE).write_text(names)
+  with pytest.raises(errors.InputError, match=r"version 1 names its outputs 0, 1, this model "
+                     r"4\.5, high: it is another model's directory"):
+    export.check_same_model_kind(classifier, str(export_dir))
+  (tmp_path / "staged" / "assets.extra" / export.OUTPUT_NAMES_FILE).write_text("0\n1\n")
+  export.check_same_model_kind(classifier, str(export_dir))  # Retrained on the same labels.
 
 
 def test_an_export_dir_must_hold_only_versions(files, tmp_path):
