@@ -314,6 +314,9 @@ class ClassifierTask(fine_tuning.Task):
   def output_names(self) -> list[str]:
     return self.processor.get_labels()  # Empty for regression.
 
+  def write_output_names(self) -> None:
+    self.processor.save_label_list()
+
   @property
   def num_multi_labels(self) -> int:
     return self.processor.num_outputs if self.processor.is_multi_label else 0
@@ -389,7 +392,6 @@ class ClassifierTask(fine_tuning.Task):
   def train_data(self) -> fine_tuning.TrainData:
     """The training features: one record per example, or per window (the schedule still counts
     examples, as run_squad's)."""
-    self.processor.save_label_list()  # Training starts: the run's labels are fixed from here.
     examples = self.processor.get_train_examples(self.data_dir)
     if self.class_weights == "auto":
       labels = self.processor.get_labels()

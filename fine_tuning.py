@@ -125,6 +125,10 @@ class Task(abc.ABC):
     records them with the training run and refuses a model whose file was changed since."""
     return None
 
+  def write_output_names(self) -> None:
+    """Writes the label file of `output_names` learned from the training data into output_dir
+    (the training loop calls it once training is sure to start); nothing for a task without."""
+
   def check_inputs(self, do_train: bool, do_eval: bool, do_predict: bool) -> None:
     """Reads what evaluation (`do_eval`, also during training) and prediction will read, as they
     will read it: the files exist, their rows parse, their labels or tags are in the label set
@@ -269,7 +273,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
           strategy, task.build_model, task.loss, data.dataset_fn, config,
           num_examples=data.num_examples,
           evaluate_fn=lambda model: task.evaluate(strategy, model, eval_batch_size),
-          examples_unit=data.unit)
+          examples_unit=data.unit, write_run_files=task.write_output_names)
     model, global_step = result.model, result.global_step
     summary.append("trained to step %d (%.1f examples/s)" % (global_step,
                                                             result.examples_per_second))

@@ -684,6 +684,9 @@ class TaggingTask(fine_tuning.Task):
   def output_names(self) -> list[str]:
     return self.tags()
 
+  def write_output_names(self) -> None:
+    write_tag_list(self.tag_list, self.output_dir)
+
   def tags(self) -> list[str]:
     """The tag list: given, learned from the training file, or read from `tag_list_directory`."""
     if self.tag_list is None:
@@ -762,7 +765,6 @@ class TaggingTask(fine_tuning.Task):
   def train_data(self) -> fine_tuning.TrainData:
     sentences = self._read("train")
     self.tag_list = tag_list_from_sentences(sentences)
-    write_tag_list(self.tag_list, self.output_dir)
     sentences, features, record_path = self._split_inputs("train", sentences)
     logging.info("Training on %d sentences (%d windows), %d tags", len(sentences), len(features),
                  len(self.tag_list))

@@ -479,7 +479,8 @@ def train(strategy: tf.distribute.Strategy,
           optimizer_fn: Optional[Callable[[], keras.optimizers.Optimizer]] = None,
           num_examples: Optional[int] = None,
           evaluate_fn: Optional[Callable[[keras.Model], Mapping[str, float]]] = None,
-          examples_unit: str = EXAMPLES_UNIT) -> TrainResult:
+          examples_unit: str = EXAMPLES_UNIT,
+          write_run_files: Optional[Callable[[], None]] = None) -> TrainResult:
   """Trains (or resumes training) to the last step of the schedule, checkpointing as it goes.
 
   Args:
@@ -501,6 +502,10 @@ def train(strategy: tf.distribute.Strategy,
       `early_stopping_patience` or `keep_best_checkpoint` it runs during training (see
       `_Evaluations`), and training may stop before `num_train_steps`.
     examples_unit: what `num_examples` counts, for the log line of the schedule in epochs.
+    write_run_files: writes the task's files that go with the run's checkpoints (a label or tag
+      list) on the chief, once every check passed and the run's settings are recorded: a run
+      refused before (a schedule of no step, another run's settings, an init checkpoint that does
+      not fit) leaves none to hold the next run in `output_dir` to its labels.
 
   Returns:
     A TrainResult with the trained model (usable for evaluate/predict in the same process).
@@ -515,14 +520,16 @@ def train(strategy: tf.distribute.Strategy,
   config = config.with_schedule(num_examples, examples_unit)
   config.validate(strategy.num_replicas_in_sync)
   if not distribution.is_chief():
-    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn,
+                  write_run_files)
   with atomic_files.OutputDirLock(config.output_dir):
     checkpoints.remove_leftover_temporaries(config.output_dir)
-    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn)
+    return _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn, evaluate_fn,
+                  write_run_files)
 
 
 def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
-           evaluate_fn) -> TrainResult:
+           evaluate_fn, write_run_files) -> TrainResult:
   """`train` once the chief holds the output directory's lock."""
   chief = distribution.is_chief()
   keras.utils.set_random_seed(config.random_seed)
@@ -538,6 +545,8 @@ def _train(strategy, model_fn, loss_fn, dataset_fn, config, optimizer_fn,
         (restored or config.output_dir, step, config.phase_start_step))
   if chief:
     _check_and_record_settings(config, step)
+    if write_run_files is not None:
+      write_run_files()
   evaluations = (_Evaluations(config, evaluate_fn, step) if evaluate_fn is not None and
                  config.evaluates_during_training else None)
 

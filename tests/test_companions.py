@@ -201,6 +201,26 @@ def test_a_label_list_left_without_a_trained_model_must_name_the_training_labels
   assert (tmp_path / "out" / "label_list.txt").read_text() == "pos\nneg\n"
 
 
+def test_a_run_refused_before_its_first_step_leaves_no_label_or_tag_list(tmp_path,
+                                                                       classifier_files):
+  # Before, a schedule of no step was refused only after the run had written its label list,
+  # which then refused the corrected rerun on data of other labels (probe 25 cases 10, 69).
+  result = run_script("run_classifier.py", "--do_train", "--train_batch_size=8",
+                      "--num_train_epochs=1", *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "--num_train_epochs=1 of 2 training examples "
+                        "at --train_batch_size=8 is less than one step")
+  assert "label_list.txt" not in os.listdir(tmp_path / "out")
+  (tmp_path / "conll").mkdir()
+  (tmp_path / "conll" / "train.txt").write_text("the NN O O\ncat NN O B-PER\n\n")
+  flags = [flag for flag in classifier_files if flag.startswith(("--vocab_file",
+                                                                  "--bert_config_file"))]
+  result = run_script("run_ner.py", "--do_train", "--train_batch_size=8", *flags,
+                      "--data_dir=%s" % (tmp_path / "conll"), "--max_seq_length=16",
+                      "--output_dir=%s" % (tmp_path / "ner"))
+  assert_one_line_error(result, "run_ner.py", "is less than one step")
+  assert "tag_list.txt" not in os.listdir(tmp_path / "ner")
+
+
 def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classifier_files):
   # A pretrained (or converted, head-less) encoder: before, a random head predicted after a
   # warning and the run ended with status 0.
