@@ -47,10 +47,14 @@ def expand(value: str, flag: str = "`input_file`") -> List[str]:
     if not matches:
       raise errors.FlagError("%s: %r matches no files" % (flag, pattern))
     files.extend(sorted(matches))
-  repeated = {path: count for path, count in collections.Counter(files).items() if count > 1}
-  for path, count in sorted(repeated.items()):
-    logging.warning("%s names %s %d times: it is read %d times per pass", flag, path, count,
-                    count)
+  spellings = collections.defaultdict(list)  # One file under two spellings is one file too.
+  for path in files:
+    spellings[path if is_remote(path) else os.path.realpath(path)].append(path)
+  for named in spellings.values():
+    if len(named) > 1:
+      logging.warning("%s names %s %d times%s: it is read %d times per pass", flag, named[0],
+                      len(named), "" if len(set(named)) == 1 else " (as %s)" % ", ".join(named),
+                      len(named))
   return files
 
 

@@ -1,4 +1,5 @@
 """Tests of file_patterns.py: the one rule by which every --input_file names its files."""
+import os
 import subprocess
 import sys
 
@@ -20,6 +21,12 @@ def test_sorted_per_pattern_in_pattern_order_repeats_kept_and_named(tmp_path, ca
   value = " %s , ,%s/*.txt,%s" % (c, tmp_path, b)
   assert file_patterns.expand(value) == [c, a, b, b]
   assert caplog.messages == ["`input_file` names %s 2 times: it is read 2 times per pass" % b]
+  # One file under two spellings is named twice too (probe 25 case 74: a corpus read twice).
+  caplog.clear()
+  other_spelling = os.path.join(str(tmp_path), "..", tmp_path.name, "b.txt")
+  assert file_patterns.expand("%s,%s" % (b, other_spelling)) == [b, other_spelling]
+  assert caplog.messages == ["`input_file` names %s 2 times (as %s, %s): it is read 2 times per "
+                             "pass" % (b, b, other_spelling)]
 
 
 def test_directories_and_hidden_files_are_skipped_unless_named(tmp_path):
