@@ -123,7 +123,7 @@ class DataProcessor:
     task_files.check_data_dir(data_dir)
     layout = self._layout(data_dir, split)
     path = os.path.join(data_dir, layout.file_name)
-    if not os.path.isfile(path):
+    if not os.path.lexists(path):
       raise task_files.BadInputError("%s: no such file (the %s split of task %s)" %
                                      (path, split, type(self).__name__))
     if layout.has_header and self.headers_are_known:

@@ -81,6 +81,25 @@ def check_regular_file(path: str, what: str) -> None:
     raise InputError("%s: %s cannot be read (permission denied)" % (what, path))
 
 
+# How much of a file `check_text_file` reads to tell text from a binary file.
+TEXT_CHECK_BYTES = 4096
+
+
+def check_text_file(path: str, what: str) -> None:
+  """`check_regular_file`, and a local file with a NUL byte in its first TEXT_CHECK_BYTES is an
+  InputError naming it: text has none, while a TFRecord (the length of its first record), UTF-16
+  text or a compressed file has some at once, and read as lines it would become rows of its
+  bytes (or "unknown label '\\x000\\x00'")."""
+  check_regular_file(path, what)
+  if "://" in path:
+    return
+  with open(path, "rb") as reader:
+    start = reader.read(TEXT_CHECK_BYTES)
+  if b"\0" in start:
+    raise InputError("%s: %s is not UTF-8 text (it holds NUL bytes: a TFRecord, UTF-16 or "
+                     "compressed file?): name only text files" % (what, path))
+
+
 # A TF1 Hub module (`hub.Module`'s format) holds this file beside its saved_model.pb.
 _TF1_HUB_MODULE_FILE = "tfhub_module.pb"
 

@@ -58,25 +58,16 @@ def expand(value: str, flag: str = "`input_file`") -> List[str]:
   return files
 
 
-# How much of each file `expand_text` reads to tell text from a binary file.
-TEXT_CHECK_BYTES = 4096
-
-
 def expand_text(value: str, flag: str = "`input_file`") -> List[str]:
-  """`expand`, for flags that name text corpora: a local file with a NUL byte in its first
-  TEXT_CHECK_BYTES is a FlagError naming it. Text has no NUL bytes; a TFRecord (the length of
-  its first record), UTF-16 text or a compressed file has some at once, and read as lines it
-  would become instances or a vocab of its bytes. A pattern like `dir/*` matches such files as
-  soon as they are written beside the corpus."""
+  """`expand`, for flags that name text corpora: each local file must be text
+  (`errors.check_text_file`). A pattern like `dir/*` matches a TFRecord or compressed file as
+  soon as one is written beside the corpus."""
   files = expand(value, flag)
   for path in files:
-    if is_remote(path):
-      continue
-    with open(path, "rb") as reader:
-      start = reader.read(TEXT_CHECK_BYTES)
-    if b"\0" in start:
-      raise errors.FlagError("%s: %s is not UTF-8 text (it holds NUL bytes: a TFRecord, UTF-16 "
-                             "or compressed file?): name only text files" % (flag, path))
+    try:
+      errors.check_text_file(path, flag)
+    except errors.InputError as error:
+      raise errors.FlagError(str(error)) from None
   return files
 
 

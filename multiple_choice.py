@@ -41,6 +41,7 @@ import numpy as np
 import tensorflow as tf
 
 import distribution
+import errors
 import export
 import fine_tuning
 import heads
@@ -88,8 +89,9 @@ def read_examples(path: str, split: str = "data",
   """Reads SWAG CSV (`.csv`) or JSON Lines (`.jsonl`, `.json`) examples; BadInputError naming the
   file (and line) for a missing file, an unknown extension, a bad row (unless `bad_rows` skips
   it: `--skip_bad_rows`) or no examples."""
-  if not os.path.isfile(path):
+  if not os.path.lexists(path):
     raise task_files.BadInputError("%s: no such file (the %s file)" % (path, split))
+  errors.check_text_file(path, "the %s file" % split)
   bad_rows = bad_rows or task_files.BadRows()
   bad_rows.start_file(path, predicted=split == "test")
   extension = os.path.splitext(path)[1].lower()

@@ -72,6 +72,7 @@ def read_conll(path: str) -> list[TaggedSentence]:
   words, tags = [], []
   first_columns = None  # (number of columns, line) of the first word line.
   name = os.path.basename(path)
+  errors.check_text_file(path, "the data file")
 
   def flush(line_number):
     if words:

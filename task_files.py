@@ -172,6 +172,7 @@ def read_rows(path: str, file_format: str, has_header: bool,
   row with bytes that are not UTF-8. A field over `MAX_FIELD_CHARS` raises BadInputError naming
   the line.
   """
+  errors.check_text_file(path, "the data file")
   with open(path, encoding="utf-8-sig", errors="surrogateescape", newline="") as f:
     if file_format == "jsonl":
       rows = _read_jsonl(f, jsonl_keys)

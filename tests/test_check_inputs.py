@@ -317,6 +317,28 @@ def test_a_sentencepiece_model_other_than_the_model_s_vocab_is_refused(tmp_path)
           tokenization.tokens_fingerprint(str(release / "vocab.txt")))
 
 
+def test_task_files_that_are_no_regular_text_are_named_as_such(tmp_path):
+  # Before, a FIFO train.tsv was "no such file" and a UTF-16 one failed at line 2 with "unknown
+  # label '\x000\x00'" (probe 25 cases 80, 81). Every task's reader checks its file first.
+  import classifier_data  # pylint: disable=g-import-not-at-top
+  import multiple_choice  # pylint: disable=g-import-not-at-top
+  import tagging  # pylint: disable=g-import-not-at-top
+  os.mkfifo(tmp_path / "train.tsv")
+  with pytest.raises(errors.InputError, match=r"train\.tsv is not a regular file \(a FIFO"):
+    classifier_data.get_processor("sst-2").get_train_examples(str(tmp_path))
+  utf16 = tmp_path / "utf16"
+  utf16.mkdir()
+  (utf16 / "train.tsv").write_bytes("sentence\tlabel\nit is good\t1\n".encode("utf-16"))
+  (utf16 / "train.txt").write_bytes("EU NNP B-NP B-ORG\n".encode("utf-16"))
+  (utf16 / "train.jsonl").write_bytes('{"context": "a", "endings": ["b"]}\n'.encode("utf-16"))
+  for read in (lambda: classifier_data.get_processor("sst-2").get_train_examples(str(utf16)),
+               lambda: tagging.read_conll(str(utf16 / "train.txt")),
+               lambda: multiple_choice.read_examples(str(utf16 / "train.jsonl"), "train")):
+    with pytest.raises(errors.InputError, match=r"utf16/train\.\w+ is not UTF-8 text \(it holds "
+                       r"NUL bytes"):
+      read()
+
+
 def test_training_from_a_run_of_another_task_says_its_head_starts_this_one(tmp_path, caplog):
   # Fine-tuning MRPC from an SST-2 run loads SST-2's head (two labels each), as the original
   # does; before, the log said only "Loaded 41 of the model's 41 variables" (probe 22 case 43).
