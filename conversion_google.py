@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import atomic_files
 import checkpoints
+import classifier
 import classifier_data
 import conversion
 import errors
@@ -36,6 +37,12 @@ def google_architecture(names, checkpoint_dir: str, task_name: Optional[str],
            if architecture.head_scope is not None and set(architecture.head_names()) <= names]
   if len(heads) > 1:
     files = ["%s (%s)" % (head.label_file, head.script) for head in heads]
+    recorded = training_loop.recorded_setting(checkpoint_dir, "task")
+    if task_name and recorded not in (None, classifier.ClassifierTask.kind):
+      raise errors.FlagError(
+          "`task_name` is for run_classifier checkpoints, but %s holds a %s run (recorded in "
+          "%s): convert it without `task_name`" % (checkpoint_dir, recorded,
+                                                   training_loop.SETTINGS_FILE))
     heads = [conversion.SEQUENCE_CLASSIFICATION] if task_name else [
         head for head in heads
         if tf.io.gfile.exists(os.path.join(checkpoint_dir, head.label_file))]

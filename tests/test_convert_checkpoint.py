@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import checkpoints
 import conversion
+import errors
 import heads
 import model_conversion
 import modeling
@@ -363,3 +364,19 @@ def test_a_hugging_face_tokenizer_google_s_cannot_reproduce_is_refused(tmp_path,
         {"lowercase": False, "strip_accents": True},
         {"lowercase": "lowercase", "strip_accents": "strip_accents",
          "chinese_chars": "split_on_cjk"}, "tokenizer.json")
+
+
+def test_task_name_for_a_recorded_tagger_run_is_named_as_such(tmp_path):
+  # run_classifier's and run_ner's heads have the same variable names; before, --task_name=MRPC
+  # on an NER run was read as a classifier of 8 outputs for 2 labels (probe 25 case 102).
+  import conversion_google  # pylint: disable=g-import-not-at-top
+  names = {name for architecture in conversion.ARCHITECTURES.values()
+           if architecture.head_scope is not None for name in architecture.head_names()}
+  (tmp_path / "training_settings.json").write_text('{"phases": {"0": {"task": "tagger"}}}')
+  with pytest.raises(errors.FlagError, match=r"^`task_name` is for run_classifier checkpoints, "
+                     r"but %s holds a tagger run \(recorded in training_settings.json\): convert "
+                     r"it without `task_name`$" % tmp_path):
+    conversion_google.google_architecture(names, str(tmp_path), "MRPC", "the run")
+  (tmp_path / "training_settings.json").write_text('{"phases": {"0": {"task": "classifier"}}}')
+  assert conversion_google.google_architecture(names, str(tmp_path), "MRPC", "the run") is (
+      conversion.SEQUENCE_CLASSIFICATION)
