@@ -748,6 +748,11 @@ MODEL_NAMES = ("*.data-[0-9][0-9][0-9][0-9][0-9]-of-[0-9][0-9][0-9][0-9][0-9]", 
                "tf_model.h5", ".convert_checkpoint.json")
 
 
+def model_files(directory: str) -> list:
+  """The names in `directory` that mark it as a model's (MODEL_NAMES), sorted."""
+  return _names_matching(directory, MODEL_NAMES)
+
+
 # How many directories above a file's own a model's directory is looked for: a model's files lie
 # up to this deep below it (a SavedModel's assets/ and assets.extra/, a KerasHub preset's
 # assets/tokenizer/).
@@ -777,7 +782,7 @@ def _check_not_a_model_file(what: str, path: str) -> None:
     return
   holder = directory
   for _ in range(MODEL_FILE_DEPTH + 1):
-    model = _names_matching(holder, MODEL_NAMES)
+    model = model_files(holder)
     if model:
       raise errors.FlagError("%s=%s is a file of the model in %s (with %s): write it elsewhere" %
                              (what, path, holder, model[0]))

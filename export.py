@@ -589,7 +589,8 @@ def check_export_dir(export_dir: str, output_dir: Optional[str] = None,
   """Raises FlagError unless a local `export_dir` can hold this run's versions: TF Serving serves
   its newest numbered directory, so it may not be a SavedModel itself (a version directory), be
   the directory where `output_dir`'s run keeps its best checkpoint, or hold another training run
-  than this one's (`output_dir`, where exports may go). It holds one model: versions of a served
+  than this one's (`output_dir`, where exports may go) or a model's files (a Google release, a
+  conversion: `atomic_files.model_files`). It holds one model: versions of a served
   model, or TF Hub's pair (`tf_hub_pair`: `encoder/` and `preprocessor/`, each with versions),
   never both. Runs in the validation pass; `check_same_model_kind` checks the versions there
   when exporting."""
@@ -619,6 +620,11 @@ def check_export_dir(export_dir: str, output_dir: Optional[str] = None,
   if training:
     raise errors.FlagError("`export_dir`=%s holds another training run (%s): give the exports a "
                            "directory of their own" % (export_dir, training[0]))
+  model = atomic_files.model_files(export_dir)
+  if model:
+    raise errors.FlagError("`export_dir`=%s holds a model's files (%s: a release or a "
+                           "conversion): give the exports a directory of their own" %
+                           (export_dir, model[0]))
 
 
 def _signatures(saved_model_dir: str) -> dict:

@@ -766,6 +766,8 @@ class TaggingTask(fine_tuning.Task):
   def train_data(self) -> fine_tuning.TrainData:
     sentences = self._read("train")
     self.tag_list = tag_list_from_sentences(sentences)
+    task_files.check_label_list_can_be_written(os.path.join(self.output_dir, TAG_LIST_FILE),
+                                               self.tag_list)  # Written when training starts.
     sentences, features, record_path = self._split_inputs("train", sentences)
     logging.info("Training on %d sentences (%d windows), %d tags", len(sentences), len(features),
                  len(self.tag_list))

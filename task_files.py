@@ -309,24 +309,30 @@ def _describe_list(labels: Sequence[str], limit: int = 5) -> str:
   return shown + (", ... (%d in all)" % len(labels) if len(labels) > limit else "")
 
 
+def check_label_list_can_be_written(path: str, labels: Sequence[str]) -> bool:
+  """Raises BadInputError when `path` holds another list than `labels`, which `write_label_list`
+  never replaces; whether it holds this one. A run calls it where it learns its labels, so such a
+  list stops it before any work, though the list is written only when training starts."""
+  check_distinct_names(labels, path)
+  if file_patterns.is_remote(path) or not os.path.exists(path):
+    return False
+  with open(path, encoding="utf-8") as reader:
+    old = reader.read()
+  if old == "".join(label + "\n" for label in labels):
+    return True
+  raise BadInputError(
+      "%s holds other labels (%s) than this run's (%s), written by an earlier run there (any "
+      "checkpoints beside it use them). Use a new `output_dir`, or delete the file to start "
+      "over" % (path, _describe_list(old.splitlines()), _describe_list(list(labels))))
+
+
 def write_label_list(path: str, labels: Sequence[str]) -> None:
   """Writes a list of distinct output names (`check_distinct_names`), one a line (id = line
   number), atomically: the classifier's label_list.txt and the tagger's tag_list.txt.
 
   A list already at `path` names the outputs of the checkpoints beside it: one that differs is
-  never replaced (BadInputError), since those checkpoints would then read every id as another
-  label; an equal one is left as it is.
+  never replaced (`check_label_list_can_be_written`), since those checkpoints would then read
+  every id as another label; an equal one is left as it is.
   """
-  check_distinct_names(labels, path)
-  text = "".join(label + "\n" for label in labels)
-  if not file_patterns.is_remote(path) and os.path.exists(path):
-    with open(path, encoding="utf-8") as reader:
-      old = reader.read()
-    if old == text:
-      return
-    raise BadInputError(
-        "%s holds other labels (%s) than this run's (%s), written by an earlier run there (any "
-        "checkpoints beside it use them). Use a new `output_dir`, or delete the file to start "
-        "over" %
-        (path, _describe_list(old.splitlines()), _describe_list(list(labels))))
-  atomic_files.write_text(path, text)
+  if not check_label_list_can_be_written(path, labels):
+    atomic_files.write_text(path, "".join(label + "\n" for label in labels))

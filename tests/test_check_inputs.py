@@ -224,6 +224,13 @@ def test_an_export_dir_holds_one_model_and_not_the_runs_best_checkpoint(tmp_path
     export.check_export_dir(str(pair))
   export.check_export_dir(str(served))  # Each takes another version of its own kind.
   export.check_export_dir(str(pair), tf_hub_pair=True)
+  # Nor do versions go beside a release's files (probe 25 case 1: rel/1/ beside bert_model.ckpt).
+  release = tmp_path / "release"
+  _write(release / "bert_model.ckpt.data-00000-of-00001", "")
+  with pytest.raises(errors.FlagError, match=r"^`export_dir`=%s holds a model's files "
+                     r"\(bert_model.ckpt.data-00000-of-00001: a release or a conversion\)" %
+                     release):
+    export.check_export_dir(str(release))
 
 
 def test_an_output_dir_where_nothing_can_be_created_is_one_line(tmp_path):
