@@ -651,17 +651,26 @@ def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
     return
   old, new = _signatures(newest), _signatures(staged_dir)
   if old != new:
+    differing = next(name for name in sorted(set(old) | set(new)) if old.get(name) != new.get(name))
     raise errors.InputError(
-        "`export_dir`=%s: version %d serves another model (signatures %s, inputs %s; this one: %s, "
-        "inputs %s): export to a directory of this model's own" % (
-            export_dir, versions[-1], sorted(old), old.get("serving_default", ([],))[0],
-            sorted(new), new.get("serving_default", ([],))[0]))
+        "`export_dir`=%s: version %d serves another model (its %s; this model's %s): export to a "
+        "directory of this model's own" % (export_dir, versions[-1],
+                                            _described_signature(old, differing),
+                                            _described_signature(new, differing)))
   old_names, new_names = _output_names(newest), _output_names(staged_dir)
   if old_names is not None and new_names is not None and old_names != new_names:
     raise errors.InputError(
         "`export_dir`=%s: version %d names its outputs %s, this model %s: it is another "
         "model's directory; export to a directory of this model's own" % (
             export_dir, versions[-1], ", ".join(old_names), ", ".join(new_names)))
+
+
+def _described_signature(signatures: Mapping[str, tuple], name: str) -> str:
+  """`<name> takes [...] and gives [...]`, or `no <name> signature` (`_signatures`' entries)."""
+  if name not in signatures:
+    return "no %s signature" % name
+  inputs, outputs = signatures[name]
+  return "%s takes [%s] and gives [%s]" % (name, ", ".join(inputs), ", ".join(outputs))
 
 
 def _output_names(saved_model_dir: str) -> Optional[tuple]:

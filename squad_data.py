@@ -103,6 +103,7 @@ def _require(mapping: Any, key: str, where: str) -> Any:
 
 def load_squad_json(input_file: str) -> list[dict]:
   """Reads a SQuAD JSON file and returns its `data` list; errors name the file and position."""
+  errors.check_text_file(input_file, "the SQuAD file")
   with open(input_file, "rb") as reader:
     raw = reader.read()
   try:

@@ -330,9 +330,13 @@ def test_task_files_that_are_no_regular_text_are_named_as_such(tmp_path):
   import classifier_data  # pylint: disable=g-import-not-at-top
   import multiple_choice  # pylint: disable=g-import-not-at-top
   import tagging  # pylint: disable=g-import-not-at-top
+  import squad_data  # pylint: disable=g-import-not-at-top
   os.mkfifo(tmp_path / "train.tsv")
   with pytest.raises(errors.InputError, match=r"train\.tsv is not a regular file \(a FIFO"):
     classifier_data.get_processor("sst-2").get_train_examples(str(tmp_path))
+  os.mkfifo(tmp_path / "dev.json")  # Before, run_squad waited on it for ever (probe 26 case 26).
+  with pytest.raises(errors.InputError, match=r"dev\.json is not a regular file \(a FIFO"):
+    squad_data.load_squad_json(str(tmp_path / "dev.json"))
   utf16 = tmp_path / "utf16"
   utf16.mkdir()
   (utf16 / "train.tsv").write_bytes("sentence\tlabel\nit is good\t1\n".encode("utf-16"))

@@ -837,7 +837,9 @@ def test_an_export_never_joins_the_versions_of_another_kind_of_model(tmp_path):
   export_dir = tmp_path / "models"
   _fake_saved_model(export_dir / "1", ["text_a", "text_b"], ["label", "probabilities"])
   tagger = _fake_saved_model(tmp_path / "staged_tagger", ["text"], ["tags", "words"])
-  with pytest.raises(errors.InputError, match="version 1 serves another model"):
+  with pytest.raises(errors.InputError, match=r"version 1 serves another model \(its "
+                     r"serving_default takes \[text_a, text_b\] and gives \[label, probabilities\]; "
+                     r"this model's serving_default takes \[text\] and gives \[tags, words\]\)"):
     export.check_same_model_kind(tagger, str(export_dir))
   classifier = _fake_saved_model(tmp_path / "staged", ["text_a", "text_b"],
                                  ["label", "probabilities"])
