@@ -657,12 +657,23 @@ def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
         "directory of this model's own" % (export_dir, versions[-1],
                                             _described_signature(old, differing),
                                             _described_signature(new, differing)))
-  old_names, new_names = _output_names(newest), _output_names(staged_dir)
-  if old_names is not None and new_names is not None and old_names != new_names:
+  check_output_names(export_dir, _output_names(staged_dir))
+
+
+def check_output_names(export_dir: str, output_names: Optional[Sequence[str]]) -> None:
+  """Raises InputError when export_dir's newest version names its outputs (OUTPUT_NAMES_FILE)
+  otherwise than `output_names` (None: a model without such names, not compared). Checked on the
+  staged export (`check_same_model_kind`), and by `fine_tuning.run` as soon as the run knows its
+  names, before training: the export at the end would be refused."""
+  versions = existing_versions(export_dir)
+  if output_names is None or not versions:
+    return
+  old_names = _output_names(os.path.join(export_dir, str(versions[-1])))
+  if old_names is not None and tuple(old_names) != tuple(output_names):
     raise errors.InputError(
         "`export_dir`=%s: version %d names its outputs %s, this model %s: it is another "
         "model's directory; export to a directory of this model's own" % (
-            export_dir, versions[-1], ", ".join(old_names), ", ".join(new_names)))
+            export_dir, versions[-1], ", ".join(old_names), ", ".join(output_names)))
 
 
 def _described_signature(signatures: Mapping[str, tuple], name: str) -> str:

@@ -264,6 +264,8 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   summary, known_results = [], {}
   if do_train:
     data = task.train_data()
+    if export_dir:  # The names are known now (a tagger learns its tags from the data).
+      export.check_output_names(export_dir, task.output_names() or None)
     config = _with_task_settings(config, task, data)  # Known once the training data is read.
     logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
@@ -279,6 +281,8 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
                                                             result.examples_per_second))
     known_results = {entry["step"]: entry["metrics"] for entry in result.evaluations}
   else:
+    if export_dir:
+      export.check_output_names(export_dir, task.output_names() or None)
     model, global_step, _ = checkpoints.restore_model(
         strategy, task.build_model, config.output_dir, config.init_checkpoint,
         config.allow_partial_init_checkpoint)

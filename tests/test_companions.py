@@ -221,6 +221,22 @@ def test_a_run_refused_before_its_first_step_leaves_no_label_or_tag_list(tmp_pat
   assert "tag_list.txt" not in os.listdir(tmp_path / "ner")
 
 
+def test_an_export_dir_of_other_label_names_is_refused_before_training(tmp_path,
+                                                                      classifier_files):
+  # Before, training ran to the end and only the export was refused (probe 26 cases 2, 37, 41).
+  version = tmp_path / "export" / "1"
+  (version / "assets.extra").mkdir(parents=True)
+  (version / "saved_model.pb").write_bytes(b"")
+  (version / "assets.extra" / "output_names.txt").write_text("0\n1\n")
+  result = run_script("run_classifier.py", "--do_train", "--train_batch_size=2",
+                      "--num_train_epochs=1", "--export_dir=%s" % (tmp_path / "export"),
+                      *classifier_files)
+  assert_one_line_error(result, "run_classifier.py", "--export_dir=%s: version 1 names its "
+                        "outputs 0, 1, this model neg, pos: it is another model's directory" %
+                        (tmp_path / "export"))
+  assert not (tmp_path / "out" / "checkpoint").exists()
+
+
 def test_predict_from_a_checkpoint_without_the_head_is_an_error(tmp_path, classifier_files):
   # A pretrained (or converted, head-less) encoder: before, a random head predicted after a
   # warning and the run ended with status 0.
