@@ -583,21 +583,23 @@ def _check_not_in_an_export(what: str, kind: str, path: str) -> None:
   if file_patterns.is_remote(path):
     return
   place = os.path.realpath(path)
-  if kind != OUTPUT_FILE and _exported_versions(place):
+  versions = _exported_versions(place) if kind != OUTPUT_FILE else []
+  if versions:
     raise errors.FlagError("%s=%s holds exported versions (%s/saved_model.pb): it is an export "
                            "directory, not one to write into; choose another" %
-                           (what, path, _exported_versions(place)[0]))
+                           (what, path, versions[0]))
   while True:
     if os.path.isfile(os.path.join(place, "saved_model.pb")):
       raise errors.FlagError("%s=%s is in the SavedModel in %s (saved_model.pb): it is a model's "
                              "directory, not one to write into; choose another" %
                              (what, path, place))
     parent = os.path.dirname(place)
-    if os.path.basename(place).isdigit() and _exported_versions(parent):
+    beside = _exported_versions(parent) if os.path.basename(place).isdigit() else []
+    if beside:
       raise errors.FlagError(
           "%s=%s would be version %s of the export directory %s (beside %s/saved_model.pb), "
           "which TF Serving would serve: choose another" % (
-              what, path, os.path.basename(place), parent, _exported_versions(parent)[-1]))
+              what, path, os.path.basename(place), parent, beside[-1]))
     if parent == place:
       return
     place = parent

@@ -662,11 +662,11 @@ def check_same_model_kind(staged_dir: str, export_dir: str) -> None:
 
 def check_output_names(export_dir: str, output_names: Optional[Sequence[str]]) -> None:
   """Raises InputError when export_dir's newest version names its outputs (OUTPUT_NAMES_FILE)
-  otherwise than `output_names` (None: a model without such names, not compared). Checked on the
+  otherwise than `output_names` (none, as for regression or SQuAD: not compared). Checked on the
   staged export (`check_same_model_kind`), and by `fine_tuning.run` as soon as the run knows its
   names, before training: the export at the end would be refused."""
   versions = existing_versions(export_dir)
-  if output_names is None or not versions:
+  if not output_names or not versions:
     return
   old_names = _output_names(os.path.join(export_dir, str(versions[-1])))
   if old_names is not None and tuple(old_names) != tuple(output_names):
@@ -739,7 +739,8 @@ def write_saved_model(export_dir: str, module: ServingModule, version: Optional[
                       output_names: Optional[Sequence[str]] = None) -> str:
   """Saves a module's signatures as `export_dir/<version>/` for TF Serving; returns that path.
 
-  `output_names` (a classifier's labels, a tagger's tags) are written beside the model
+  `output_names` (a classifier's labels, a tagger's tags; none for a regression) are written
+  beside the model
   (OUTPUT_NAMES_FILE), so that a later export of other names is refused (`check_same_model_kind`).
 
   `limits` (default: the module's, `RequestLimits()` unless a task sets them) bound the requests
@@ -820,7 +821,7 @@ def _staged_saved_model(export_dir: str, module: ServingModule, limits: Optional
     tf.saved_model.save(serving_root(encoder, list(concrete.values()), module.saved_attributes()),
                         staged_dir, signatures=concrete)
     write_warmup_requests(staged_dir, requests)
-    if output_names is not None:
+    if output_names:
       task_files.write_label_list(os.path.join(staged_dir, "assets.extra", OUTPUT_NAMES_FILE),
                                   output_names)
     check_same_model_kind(staged_dir, export_dir)

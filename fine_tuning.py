@@ -158,7 +158,7 @@ class Task(abc.ABC):
     `output_names` beside it; returns its path."""
     model = export.model_in_precision(model, self.build_model, precision)
     return export.write_saved_model(export_dir, self.serving_module(model), limits=limits,
-                                    output_names=self.output_names() or None)
+                                    output_names=self.output_names())
 
   def predict_dataset(self, strategy: tf.distribute.Strategy, model: keras.Model,
                       dataset: tf.data.Dataset, batch_size: int,
@@ -265,7 +265,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
   if do_train:
     data = task.train_data()
     if export_dir:  # The names are known now (a tagger learns its tags from the data).
-      export.check_output_names(export_dir, task.output_names() or None)
+      export.check_output_names(export_dir, task.output_names())
     config = _with_task_settings(config, task, data)  # Known once the training data is read.
     logging.info("***** Training: %d %s, batch %d *****", data.num_examples, data.unit,
                  config.train_batch_size)
@@ -282,7 +282,7 @@ def run(task: Task, strategy: tf.distribute.Strategy, config: training_loop.Trai
     known_results = {entry["step"]: entry["metrics"] for entry in result.evaluations}
   else:
     if export_dir:
-      export.check_output_names(export_dir, task.output_names() or None)
+      export.check_output_names(export_dir, task.output_names())
     model, global_step, _ = checkpoints.restore_model(
         strategy, task.build_model, config.output_dir, config.init_checkpoint,
         config.allow_partial_init_checkpoint)

@@ -91,7 +91,6 @@ def read_examples(path: str, split: str = "data",
   it: `--skip_bad_rows`) or no examples."""
   if not os.path.lexists(path):
     raise task_files.BadInputError("%s: no such file (the %s file)" % (path, split))
-  errors.check_text_file(path, "the %s file" % split)
   bad_rows = bad_rows or task_files.BadRows()
   bad_rows.start_file(path, predicted=split == "test")
   extension = os.path.splitext(path)[1].lower()
@@ -163,6 +162,7 @@ def _check_choices(endings: Sequence[str], label: Optional[int]) -> None:
 def read_jsonl(path: str, split: str, bad_rows: task_files.BadRows) -> list[MultipleChoiceExample]:
   """JSON Lines objects `{"context", "question"?, "endings": [...], "label"?}`, blank lines
   skipped."""
+  errors.check_text_file(path, "the %s file" % split)  # A CSV is checked by read_rows.
   examples = []
   with open(path, "rb") as f:
     for line_number, line in enumerate(f, start=1):
