@@ -36,15 +36,21 @@ def pytest_configure(config) -> None:
                           "(PyTorch and transformers, keras-hub, tensorflow_hub)")
 
 
+# The level of absl's logger before any script ran in this process.
+_ABSL_LOGGER_LEVEL = logging.getLogger("absl").level
+
+
 @pytest.fixture(autouse=True)
 def absl_logger_level():
-  """Restores the level of absl's logger after each test: a script run in-process (absl's
-  `app.run`) sets it to WARNING, which would hide INFO lines from `caplog` in the tests after it
-  in the same worker, whichever file they are in."""
+  """Every test starts and ends with absl's logger at the level it had before any script ran: a
+  script run in-process (absl's `app.run`) sets it to WARNING, which would hide INFO lines from
+  `caplog` in the tests after it in the same worker, whichever file they are in; one run by a
+  module fixture does so before this fixture starts, so restoring the level found then is not
+  enough."""
   logger = logging.getLogger("absl")
-  level = logger.level
+  logger.setLevel(_ABSL_LOGGER_LEVEL)
   yield
-  logger.setLevel(level)
+  logger.setLevel(_ABSL_LOGGER_LEVEL)
 
 
 def shared_path(*parts: str) -> str:
